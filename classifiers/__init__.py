@@ -1,0 +1,1 @@
+"""DeltaGuard classifiers: incremental folds over conversation items (see base.py)."""

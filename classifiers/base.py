@@ -1,0 +1,89 @@
+"""The classifier protocol: every classifier is an incremental fold over items.
+
+    state0 = clf.initial_state()
+    upd = clf.update(state0, items)      # scores only `items`
+    upd.state, upd.item_scores, upd.scores, upd.tokens
+
+Rules every implementation follows (the conformance suite in
+tests/classifiers/test_conformance.py checks them all):
+
+- `update` is pure: it never mutates or aliases its input state; the returned state is
+  a new JSON-compatible value (dicts, lists, str, int, float, bool, None) of bounded
+  size, so states can be copied by reference, forked and stored in a changelog table.
+- Folding is associative over item boundaries: `update(update(s, a).state, b)` gives
+  the same state, item scores and conversation scores as `update(s, a + b)`. That is
+  what makes delta mode equal to full mode.
+- Scores are floats in [0, 1], one per declared category.
+- A bounded context window (for matches that span two items) is part of the state and
+  counts in `tokens`.
+- Items whose `scored` is false (unknown item types) are history only: they get an
+  all-zero score and do not break the context window.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pipeline.items import Item
+
+State = dict[str, Any]
+Scores = dict[str, float]
+Lane = Literal["gate", "monitor"]
+
+CATEGORIES: tuple[str, ...] = ("prompt_injection", "jailbreak", "toxicity", "pii", "secrets")
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as the lexical classifiers see them: words and single punctuation marks."""
+    return len(_TOKEN_RE.findall(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One detection, e.g. an AWS key: where it completed and a redacted preview."""
+
+    category: str
+    kind: str
+    item_index: int  # index into the `items` passed to this `update` call
+    preview: str  # never the full secret: e.g. "AKIA…MPLE"
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    state: State
+    item_scores: list[Scores]  # one per item passed in, the item's own evidence
+    scores: Scores  # conversation-level, as of the last item
+    tokens: int  # tokens processed, context window included
+    findings: list[Finding] = field(default_factory=list)
+
+
+@runtime_checkable
+class Classifier(Protocol):
+    name: str
+    version: str
+    categories: tuple[str, ...]
+    lane: Lane
+    max_state_bytes: int  # bound on len(json.dumps(state)), checked by the suite
+
+    def initial_state(self) -> State: ...
+
+    def update(self, state: State, items: Sequence[Item]) -> Update: ...
+
+
+def running_max(previous: Mapping[str, float], item_scores: Sequence[Mapping[str, float]]) -> Scores:
+    """Conversation-level scores for classifiers whose evidence never fades."""
+    out = dict(previous)
+    for scores in item_scores:
+        for cat, value in scores.items():
+            if value > out.get(cat, 0.0):
+                out[cat] = value
+    return out
+
+
+def zero_scores(categories: Sequence[str]) -> Scores:
+    return {cat: 0.0 for cat in categories}

@@ -1,0 +1,95 @@
+"""Events DeltaGuard emits to its sinks (and, distributed, to Kafka topics).
+
+Event ids are derived from what the event is about, never random, so a retry or a
+replay after a crash produces the same id and consumers can drop duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def stable_event_id(kind: str, *parts: str) -> str:
+    digest = hashlib.sha256("\x1f".join((kind, *parts)).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{kind}_{digest[:32]}"
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str
+    conversation_id: str
+    response_id: str
+    created_at: float = Field(default_factory=time.time)
+
+
+class FlagEvent(_Event):
+    """A conversation crossed a category threshold (CONTRACT.md section 5)."""
+
+    kind: Literal["flag"] = "flag"
+    lane: Literal["gate", "monitor", "output"]
+    decision: Literal["flag", "block"]
+    categories: list[str]
+    scores: dict[str, float]
+    classifier_versions: dict[str, str]
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        conversation_id: str,
+        response_id: str,
+        lane: Literal["gate", "monitor", "output"],
+        decision: Literal["flag", "block"],
+        categories: list[str],
+        scores: dict[str, float],
+        classifier_versions: dict[str, str],
+    ) -> FlagEvent:
+        return cls(
+            event_id=stable_event_id("flag", conversation_id, response_id, lane, ",".join(categories)),
+            conversation_id=conversation_id,
+            response_id=response_id,
+            lane=lane,
+            decision=decision,
+            categories=categories,
+            scores=scores,
+            classifier_versions=classifier_versions,
+        )
+
+
+class BillingEvent(_Event):
+    """Usage of one response, emitted after it completed (CONTRACT.md section 5)."""
+
+    kind: Literal["billing"] = "billing"
+    input_tokens: int = Field(ge=0)
+    cached_input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    classifier_ms: float = Field(ge=0.0)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        conversation_id: str,
+        response_id: str,
+        input_tokens: int,
+        cached_input_tokens: int,
+        output_tokens: int,
+        classifier_ms: float,
+    ) -> BillingEvent:
+        return cls(
+            event_id=stable_event_id("billing", response_id),
+            conversation_id=conversation_id,
+            response_id=response_id,
+            input_tokens=input_tokens,
+            cached_input_tokens=cached_input_tokens,
+            output_tokens=output_tokens,
+            classifier_ms=classifier_ms,
+        )
+
+
+Event = FlagEvent | BillingEvent

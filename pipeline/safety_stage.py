@@ -1,0 +1,339 @@
+"""The safety stage of a gateway, in process: the gate, monitor and post-inference lanes.
+
+    stage = SafetyStage(scorer, monitor=("encoder",), flag_sink=..., billing_sink=...)
+    await stage.start()
+    gate = await stage.check_turn("resp_2", new_items, previous_response_id="resp_1")
+    if gate.blocked: ...                      # before the upstream model is called
+    ...stream the model's answer...
+    await stage.complete_turn(gate, output_items, usage)   # returns at once
+    await stage.aclose()                      # drains every lane and sink
+
+- gate lane: the cheap classifiers, awaited before the upstream call; a block category
+  over its threshold blocks the turn.
+- monitor lane: the expensive classifiers, run beside inference from a bounded queue by
+  one consumer (so each conversation's turns are scored in order); what they flag goes
+  to the flag sink and, for block categories, blocks the conversation's next turn.
+- post-inference lane: output scoring and the billing event, queued after the response
+  so that they overlap the next request instead of delaying it.
+
+Classifier work runs off the event loop on one thread pool created at `start()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from pipeline.errors import LaneClosed
+from pipeline.events import BillingEvent, FlagEvent
+from pipeline.items import Item
+from pipeline.scoring import Scorer, TurnVerdict
+from pipeline.sinks import EventSink, MemorySink, SinkWriter
+from pipeline.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits, TrackedTurn
+
+log = logging.getLogger("deltaguard.stage")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StageConfig:
+    inference_threads: int = 2
+    monitor_queue_size: int = 1024
+    post_queue_size: int = 1024
+    sink_queue_size: int = 10_000
+    drain_timeout_s: float = 10.0
+    store: StoreLimits = field(default_factory=StoreLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    response_id: str
+    conversation_id: str
+    verdict: TurnVerdict
+    blocked: bool
+    blocked_categories: list[str]  # why it was blocked: this turn's or earlier flags
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class _MonitorJob:
+    response_id: str
+    conversation_id: str
+    items: Sequence[Item] | None  # None: a full history (stateless client)
+    history: Sequence[Item] | None
+    previous_response_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _PostJob:
+    gate: GateResult
+    output: Sequence[Item]
+    usage: Usage
+
+
+class InferenceLimiter:
+    """The one thread pool classifier work runs on, created at startup."""
+
+    def __init__(self, threads: int) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="deltaguard-infer")
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class SafetyStage:
+    def __init__(
+        self,
+        scorer: Scorer,
+        monitor: Sequence[str] = (),
+        flag_sink: EventSink | None = None,
+        billing_sink: EventSink | None = None,
+        config: StageConfig | None = None,
+    ) -> None:
+        self.config = config or StageConfig()
+        unknown = set(monitor) - {c.name for c in scorer.classifiers}
+        if unknown:
+            raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
+        gate = [c for c in scorer.classifiers if c.name not in monitor]
+        watched = [c for c in scorer.classifiers if c.name in monitor]
+        self.gate = ConversationTracker(Scorer(gate, scorer.policy), ConversationStore(self.config.store))
+        self.monitor = (
+            ConversationTracker(Scorer(watched, scorer.policy), ConversationStore(self.config.store))
+            if watched
+            else None
+        )
+        self.policy = scorer.policy
+        self.flag_sink = flag_sink or MemorySink()
+        self.billing_sink = billing_sink or MemorySink()
+        # conversation id -> categories the monitor lane flagged (enforced next turn)
+        self._monitor_flags: LruTtlMap[str, frozenset[str]] = LruTtlMap(
+            self.config.store.max_responses, self.config.store.ttl_s
+        )
+        self._state: Literal["new", "running", "closing", "closed"] = "new"
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._state != "new":
+            raise RuntimeError(f"SafetyStage.start() called when {self._state}")
+        self._limiter = InferenceLimiter(self.config.inference_threads)
+        self._flags = SinkWriter(self.flag_sink, "flags", self.config.sink_queue_size)
+        self._billing = SinkWriter(self.billing_sink, "billing", self.config.sink_queue_size)
+        self._flags.start()
+        self._billing.start()
+        self._monitor_q: asyncio.Queue[_MonitorJob] = asyncio.Queue(self.config.monitor_queue_size)
+        self._post_q: asyncio.Queue[_PostJob] = asyncio.Queue(self.config.post_queue_size)
+        self._tasks = [
+            asyncio.create_task(self._consume(self._monitor_q, self._run_monitor), name="lane:monitor"),
+            asyncio.create_task(self._consume(self._post_q, self._run_post), name="lane:post"),
+        ]
+        self._state = "running"
+
+    async def aclose(self) -> dict[str, int]:
+        """Drain the lanes, then the sinks; returns how many events were left undelivered."""
+        if self._state in ("closing", "closed"):
+            return {}
+        if self._state == "new":
+            self._state = "closed"
+            return {}
+        self._state = "closing"
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        for q in (self._monitor_q, self._post_q):
+            try:
+                await asyncio.wait_for(q.join(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                log.error("lane queue not drained at shutdown: %d jobs left", q.qsize())
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        remaining = max(0.0, deadline - time.monotonic())
+        left = {
+            "flags": len(await self._flags.aclose(remaining)),
+            "billing": len(await self._billing.aclose(remaining)),
+        }
+        self._limiter.close()
+        self._state = "closed"
+        return left
+
+    def _require_running(self) -> None:
+        if self._state != "running":
+            raise LaneClosed(f"safety stage is {self._state}")
+
+    @property
+    def queue_depths(self) -> dict[str, int]:
+        if self._state == "new":
+            return {}
+        return {
+            "monitor": self._monitor_q.qsize(),
+            "post": self._post_q.qsize(),
+            "flags": self._flags.depth,
+            "billing": self._billing.depth,
+        }
+
+    # -- gate lane -------------------------------------------------------------------
+
+    async def check_turn(
+        self,
+        response_id: str,
+        new_items: Sequence[Item],
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> GateResult:
+        """Gate a turn that continues `previous_response_id` (stateful clients)."""
+        self._require_running()
+        tracked = await self._limiter.run(
+            self.gate.score_turn, response_id, new_items, previous_response_id, conversation_id
+        )
+        return await self._gate(tracked, new_items, None, previous_response_id)
+
+    async def check_history(
+        self, response_id: str, items: Sequence[Item], conversation_id: str | None = None
+    ) -> GateResult:
+        """Gate a turn from a client that resent its whole history (stateless clients)."""
+        self._require_running()
+        tracked = await self._limiter.run(self.gate.score_history, response_id, items, conversation_id)
+        return await self._gate(tracked, None, items, None)
+
+    async def _gate(
+        self,
+        tracked: TrackedTurn,
+        new_items: Sequence[Item] | None,
+        history: Sequence[Item] | None,
+        previous_response_id: str | None,
+    ) -> GateResult:
+        rec = tracked.record
+        verdict = self.gate.scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        earlier = self._monitor_flags.get(rec.conversation_id) or frozenset()
+        blocked_categories = [c for c in verdict.flagged_categories if self._blocks(c)]
+        blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self._blocks(c))
+        result = GateResult(
+            response_id=rec.response_id,
+            conversation_id=rec.conversation_id,
+            verdict=verdict,
+            blocked=bool(blocked_categories),
+            blocked_categories=blocked_categories,
+        )
+        if verdict.flagged_categories:
+            await self._flags.put(
+                FlagEvent.build(
+                    conversation_id=rec.conversation_id,
+                    response_id=rec.response_id,
+                    lane="gate",
+                    decision="block" if result.blocked else "flag",
+                    categories=verdict.flagged_categories,
+                    scores=verdict.category_scores,
+                    classifier_versions=self.gate.scorer.versions,
+                )
+            )
+        if self.monitor is not None:
+            await self._monitor_q.put(
+                _MonitorJob(rec.response_id, rec.conversation_id, new_items, history, previous_response_id)
+            )
+        return result
+
+    def _blocks(self, category: str) -> bool:
+        cp = self.policy.categories.get(category)
+        return cp is not None and cp.action == "block"
+
+    # -- monitor lane ----------------------------------------------------------------
+
+    async def _consume(self, queue: asyncio.Queue[Any], handler: Any) -> None:
+        while True:
+            job = await queue.get()
+            try:
+                await handler(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lane job failed: %r", job)
+            finally:
+                queue.task_done()
+
+    async def _run_monitor(self, job: _MonitorJob) -> None:
+        assert self.monitor is not None
+        if job.history is not None:
+            tracked = await self._limiter.run(
+                self.monitor.score_history, job.response_id, job.history, job.conversation_id
+            )
+        else:
+            tracked = await self._limiter.run(
+                self.monitor.score_turn,
+                job.response_id,
+                job.items,
+                job.previous_response_id,
+                job.conversation_id,
+            )
+        verdict = self.monitor.scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        if not verdict.flagged_categories:
+            return
+        self._monitor_flags.put(
+            job.conversation_id,
+            (self._monitor_flags.get(job.conversation_id) or frozenset()) | set(verdict.flagged_categories),
+        )
+        await self._flags.put(
+            FlagEvent.build(
+                conversation_id=job.conversation_id,
+                response_id=job.response_id,
+                lane="monitor",
+                decision="block" if verdict.decision == "block" else "flag",
+                categories=verdict.flagged_categories,
+                scores=verdict.category_scores,
+                classifier_versions=self.monitor.scorer.versions,
+            )
+        )
+
+    # -- post-inference lane ---------------------------------------------------------
+
+    async def complete_turn(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
+        """Queue output scoring and the billing event; returns without waiting for them."""
+        self._require_running()
+        await self._post_q.put(_PostJob(gate, output, usage))
+
+    async def _run_post(self, job: _PostJob) -> None:
+        gate = job.gate
+        output_ms = 0.0
+        try:
+            tracked = await self._limiter.run(self.gate.score_output, gate.response_id, job.output)
+            output_ms = sum(tracked.fold.latency_ms.values())
+            verdict = self.gate.scorer.verdict(tracked.fold)
+            new = [c for c in verdict.flagged_categories if c not in gate.verdict.flagged_categories]
+            if new:
+                await self._flags.put(
+                    FlagEvent.build(
+                        conversation_id=gate.conversation_id,
+                        response_id=gate.response_id,
+                        lane="output",
+                        decision="flag",
+                        categories=new,
+                        scores=verdict.category_scores,
+                        classifier_versions=self.gate.scorer.versions,
+                    )
+                )
+        finally:
+            # Billing is emitted even when output scoring failed: usage must never be lost.
+            await self._billing.put(
+                BillingEvent.build(
+                    conversation_id=gate.conversation_id,
+                    response_id=gate.response_id,
+                    input_tokens=job.usage.input_tokens,
+                    cached_input_tokens=job.usage.cached_input_tokens,
+                    output_tokens=job.usage.output_tokens,
+                    classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
+                )
+            )

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import ItemError
+from pipeline.items import parse_item, parse_items
+
+
+def test_message_content_shapes_share_text_and_digest_of_type():
+    plain = parse_item({"type": "message", "role": "user", "content": "hello"})
+    untyped = parse_item({"role": "user", "content": "hello"})
+    parts = parse_item(
+        {"role": "user", "content": [{"type": "input_text", "text": "hel"}, {"type": "input_text", "text": "lo"}]}
+    )
+    assert plain.text == untyped.text == "hello"
+    assert parts.text == "hel\nlo"
+    assert plain.digest == untyped.digest  # "type" omitted is the same item
+    assert parts.digest != plain.digest
+
+
+def test_function_call_and_output_views():
+    call = parse_item({"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": '{"path": "a.py"}'})
+    out = parse_item({"type": "function_call_output", "call_id": "c1", "output": "print('hi')"})
+    assert call.text == 'read_file({"path": "a.py"})' and call.role == "assistant"
+    assert out.text == "print('hi')" and out.role == "tool"
+    assert call.scored and out.scored
+
+
+def test_image_parts_are_ignored_in_text():
+    item = parse_item({"role": "user", "content": [{"type": "input_image", "image_url": "x"}, {"type": "input_text", "text": "hi"}]})
+    assert item.text == "hi"
+
+
+def test_unknown_types_are_kept_unscored():
+    item = parse_item({"type": "reasoning", "id": "rs_1", "summary": []})
+    assert item.kind == "reasoning" and not item.scored and item.text == ""
+    weird = parse_item({"type": "totally_new_thing", "payload": [1, 2]})
+    assert not weird.scored and weird.raw["payload"] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        ({"role": "robot", "content": "hi"}, "role"),
+        ({"role": "user", "content": 3}, "content"),
+        ({"role": "user"}, "content"),
+        ({"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}, "arguments"),
+        ({"type": "function_call_output", "output": "x"}, "call_id"),
+        ({"type": 7}, "type"),
+        ("just a string", "item"),
+    ],
+)
+def test_wrong_shapes_name_the_field(obj, field):
+    with pytest.raises(ItemError) as exc:
+        parse_item(obj)
+    assert exc.value.field.startswith(field)
+
+
+def test_list_errors_name_the_index():
+    with pytest.raises(ItemError) as exc:
+        parse_items([{"role": "user", "content": "ok"}, {"role": "user", "content": None}])
+    assert exc.value.field.startswith("input[1].content")
