@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from itertools import pairwise, repeat
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +64,11 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _tfidf_block(features: np.ndarray, idf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique feature indices and their l2-normalised sublinear tf-idf values."""
-    if features.size == 0:
-        return features, np.zeros(0)
-    idx, counts = np.unique(features, return_counts=True)
+def _tfidf_block(idx: np.ndarray, counts: np.ndarray, idf: np.ndarray) -> np.ndarray:
+    """l2-normalised sublinear tf-idf values of the features `idx` seen `counts` times."""
     values = (np.log(counts) + 1.0) * idf[idx]
     norm = np.sqrt(np.dot(values, values))
-    if norm > 0.0:
-        values = values / norm
-    return idx, values
+    return values / norm if norm > 0.0 else values
 
 
 class LexicalModel:
@@ -135,7 +132,13 @@ class LexicalModel:
         if len(self._char_keys) > 1 and np.any(self._char_keys[1:] == self._char_keys[:-1]):
             raise ValueError("char vocabulary has duplicate n-grams")
         self._char_feature = order.astype(np.int64)
-        self._alphabet = alphabet
+        # Dense code table for the Basic Multilingual Plane; other code points go
+        # through a binary search over the (rare) astral part of the alphabet.
+        self._bmp_codes = np.zeros(0x10000, dtype=np.uint64)
+        bmp = alphabet < 0x10000
+        self._bmp_codes[alphabet[bmp]] = np.arange(1, len(alphabet) + 1, dtype=np.uint64)[bmp]
+        self._astral = alphabet[~bmp]
+        self._astral_codes = np.arange(1, len(alphabet) + 1, dtype=np.uint64)[~bmp]
         self._char_idf = np.asarray(arrays["char_idf"], dtype=np.float64)
         n_char = len(char_vocab)
 
@@ -152,60 +155,71 @@ class LexicalModel:
 
     # -- featurisation -------------------------------------------------------------------
 
-    def _word_features(self, lowered: str) -> np.ndarray:
+    def _word_counts(self, lowered: str) -> tuple[np.ndarray, np.ndarray]:
         tokens = self._word_re.findall(lowered)
-        get = self._word_index.get
-        found = [i for i in map(get, tokens) if i is not None]
+        grams = Counter(tokens)
         if self._word_ngram[1] == 2 and len(tokens) > 1:
-            found += [i for i in map(get, map(" ".join, zip(tokens, tokens[1:]))) if i is not None]
-        return np.array(found, dtype=np.int64)
+            grams.update(map(" ".join, pairwise(tokens)))
+        n = len(grams)
+        idx = np.fromiter(map(self._word_index.get, grams, repeat(-1, n)), dtype=np.int64, count=n)
+        counts = np.fromiter(grams.values(), dtype=np.float64, count=n)
+        known = idx >= 0
+        return idx[known], counts[known]
 
-    def _char_features(self, lowered: str) -> np.ndarray:
+    def _char_codes(self, points: np.ndarray) -> np.ndarray:
+        codes = self._bmp_codes[np.minimum(points, 0xFFFF)]
+        astral = points > 0xFFFF
+        if astral.any():
+            codes[astral] = 0
+            if len(self._astral):
+                at = np.minimum(np.searchsorted(self._astral, points[astral]), len(self._astral) - 1)
+                codes[astral] = np.where(self._astral[at] == points[astral], self._astral_codes[at], 0)
+        return codes
+
+    def _char_counts(self, lowered: str) -> tuple[np.ndarray, np.ndarray]:
         words = _WHITE_SPACES.sub(" ", lowered).split()
         if not words:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
         # sklearn's char_wb pads every word with one space on each side and takes the
         # n-grams inside each padded word (a padded word shorter than n once, as a
         # whole). Joining the padded words gives one string in which those are exactly
         # the windows that contain no two adjacent spaces.
         padded = " " + "  ".join(words) + " "
         points = np.frombuffer(padded.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-        points = points.astype(np.int64)
-        pos = np.searchsorted(self._alphabet, points)
-        np.minimum(pos, len(self._alphabet) - 1, out=pos)
-        known = self._alphabet[pos] == points
-        codes = np.where(known, pos + 1, 0).astype(np.uint64)
-        unknown_cum = np.concatenate(([0], np.cumsum(~known)))
+        codes = self._char_codes(points)
+        unknown_cum = np.concatenate(([0], np.cumsum(codes == 0)))
         space = points == 32
         double_cum = np.concatenate(([0], np.cumsum(space[:-1] & space[1:])))
         length = len(points)
-        found = []
+        keys = []
         lo, hi = self._char_ngram
         for n in range(lo, hi + 1):
             m = length - n + 1
             if m <= 0:
                 break
-            starts = np.arange(m)
-            ok = (unknown_cum[starts + n] == unknown_cum[starts]) & (
-                double_cum[starts + n - 1] == double_cum[starts]
+            ok = (unknown_cum[n : n + m] == unknown_cum[:m]) & (
+                double_cum[n - 1 : n - 1 + m] == double_cum[:m]
             )
-            keys = codes[:m].copy()
+            key = codes[:m].copy()
             for j in range(1, n):
-                keys |= codes[j : j + m] << np.uint64(_CODE_BITS * j)
-            keys = keys[ok]
-            at = np.searchsorted(self._char_keys, keys)
-            np.minimum(at, len(self._char_keys) - 1, out=at)
-            hit = self._char_keys[at] == keys
-            found.append(self._char_feature[at[hit]])
-        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+                key |= codes[j : j + m] << np.uint64(_CODE_BITS * j)
+            keys.append(key[ok])
+        if not keys:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        uniq, counts = np.unique(np.concatenate(keys), return_counts=True)
+        at = np.minimum(np.searchsorted(self._char_keys, uniq), len(self._char_keys) - 1)
+        hit = self._char_keys[at] == uniq
+        return self._char_feature[at[hit]], counts[hit].astype(np.float64)
 
     # -- scoring -------------------------------------------------------------------------
 
     def decision_function(self, text: str) -> np.ndarray:
         """Calibrated logits, one per head, for the whole text (no chunking)."""
         lowered = text.lower()
-        w_idx, w_val = _tfidf_block(self._word_features(lowered), self._word_idf)
-        c_idx, c_val = _tfidf_block(self._char_features(lowered), self._char_idf)
+        w_idx, w_count = self._word_counts(lowered)
+        c_idx, c_count = self._char_counts(lowered)
+        w_val = _tfidf_block(w_idx, w_count, self._word_idf)
+        c_val = _tfidf_block(c_idx, c_count, self._char_idf)
         return self._intercept + self._word_coef[:, w_idx] @ w_val + self._char_coef[:, c_idx] @ c_val
 
     def predict_proba(self, text: str) -> np.ndarray:

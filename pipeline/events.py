@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,4 +92,36 @@ class BillingEvent(_Event):
         )
 
 
-Event = FlagEvent | BillingEvent
+class TurnEvent(_Event):
+    """One turn's delta, for monitor-lane workers (distributed mode, topic `deltaguard.turns`).
+
+    `items` are the turn's new input items in wire shape; `full_history` is true when the
+    client resent its whole history (stateless HTTP) and `items` is that history.
+    """
+
+    kind: Literal["turn"] = "turn"
+    previous_response_id: str | None
+    items: list[dict[str, Any]]
+    full_history: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        conversation_id: str,
+        response_id: str,
+        previous_response_id: str | None,
+        items: list[dict[str, Any]],
+        full_history: bool = False,
+    ) -> TurnEvent:
+        return cls(
+            event_id=stable_event_id("turn", response_id),
+            conversation_id=conversation_id,
+            response_id=response_id,
+            previous_response_id=previous_response_id,
+            items=items,
+            full_history=full_history,
+        )
+
+
+Event = FlagEvent | BillingEvent | TurnEvent

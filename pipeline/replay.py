@@ -61,10 +61,8 @@ def replay_full(conv: Conversation, scorer: Scorer) -> list[dict[str, Any]]:
     turns = []
     history = []
     for t, turn in enumerate(conv.turns):
-        prior = scorer.fold(scorer.empty(), history)
-        fold = scorer.fold(prior.after, turn.input)
-        turns.append(turn_json(t, scorer.verdict(fold, prior=prior)))
         history.extend(turn.input)
+        turns.append(turn_json(t, scorer.verdict(scorer.fold(scorer.empty(), history))))
         history.extend(turn.output)
     return turns
 

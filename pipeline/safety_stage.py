@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from pipeline.errors import LaneClosed
-from pipeline.events import BillingEvent, FlagEvent
+from pipeline.events import BillingEvent, FlagEvent, TurnEvent
 from pipeline.items import Item
 from pipeline.scoring import Scorer, TurnVerdict
 from pipeline.sinks import EventSink, MemorySink, SinkWriter
@@ -104,7 +104,11 @@ class SafetyStage:
         flag_sink: EventSink | None = None,
         billing_sink: EventSink | None = None,
         config: StageConfig | None = None,
+        turn_sink: EventSink | None = None,
     ) -> None:
+        """`turn_sink`: where turn deltas go for remote monitor workers (distributed
+        mode); the in-process monitor lane then runs nothing, and remote flags come back
+        through `mark_flagged`."""
         self.config = config or StageConfig()
         unknown = set(monitor) - {c.name for c in scorer.classifiers}
         if unknown:
@@ -120,6 +124,7 @@ class SafetyStage:
         self.policy = scorer.policy
         self.flag_sink = flag_sink or MemorySink()
         self.billing_sink = billing_sink or MemorySink()
+        self.turn_sink = turn_sink
         # conversation id -> categories the monitor lane flagged (enforced next turn)
         self._monitor_flags: LruTtlMap[str, frozenset[str]] = LruTtlMap(
             self.config.store.max_responses, self.config.store.ttl_s
@@ -136,6 +141,11 @@ class SafetyStage:
         self._billing = SinkWriter(self.billing_sink, "billing", self.config.sink_queue_size)
         self._flags.start()
         self._billing.start()
+        self._turns = (
+            SinkWriter(self.turn_sink, "turns", self.config.sink_queue_size) if self.turn_sink else None
+        )
+        if self._turns is not None:
+            self._turns.start()
         self._monitor_q: asyncio.Queue[_MonitorJob] = asyncio.Queue(self.config.monitor_queue_size)
         self._post_q: asyncio.Queue[_PostJob] = asyncio.Queue(self.config.post_queue_size)
         self._tasks = [
@@ -167,6 +177,8 @@ class SafetyStage:
             "flags": len(await self._flags.aclose(remaining)),
             "billing": len(await self._billing.aclose(remaining)),
         }
+        if self._turns is not None:
+            left["turns"] = len(await self._turns.aclose(remaining))
         self._limiter.close()
         self._state = "closed"
         return left
@@ -241,11 +253,27 @@ class SafetyStage:
                     classifier_versions=self.gate.scorer.versions,
                 )
             )
-        if self.monitor is not None:
+        if self._turns is not None:
+            await self._turns.put(
+                TurnEvent.build(
+                    conversation_id=rec.conversation_id,
+                    response_id=rec.response_id,
+                    previous_response_id=previous_response_id,
+                    items=[i.to_wire() for i in (history if history is not None else new_items or [])],
+                    full_history=history is not None,
+                )
+            )
+        elif self.monitor is not None:
             await self._monitor_q.put(
                 _MonitorJob(rec.response_id, rec.conversation_id, new_items, history, previous_response_id)
             )
         return result
+
+    def mark_flagged(self, conversation_id: str, categories: Sequence[str]) -> None:
+        """Record monitor-lane flags (local or from remote workers) for enforcement."""
+        self._monitor_flags.put(
+            conversation_id, (self._monitor_flags.get(conversation_id) or frozenset()) | set(categories)
+        )
 
     def _blocks(self, category: str) -> bool:
         cp = self.policy.categories.get(category)
@@ -282,10 +310,7 @@ class SafetyStage:
         verdict = self.monitor.scorer.verdict(tracked.fold, prior=tracked.rebuild)
         if not verdict.flagged_categories:
             return
-        self._monitor_flags.put(
-            job.conversation_id,
-            (self._monitor_flags.get(job.conversation_id) or frozenset()) | set(verdict.flagged_categories),
-        )
+        self.mark_flagged(job.conversation_id, verdict.flagged_categories)
         await self._flags.put(
             FlagEvent.build(
                 conversation_id=job.conversation_id,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from classifiers.base import CATEGORIES, Classifier, Finding, Scores, State
 from pipeline.items import Item
@@ -47,6 +48,24 @@ class Snapshot:
     length: int
     states: Mapping[str, State]
     classifier_scores: Mapping[str, Scores]  # each classifier's conversation-level scores
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-compatible form (for changelog tables and spools)."""
+        return {
+            "chain": self.chain.hex(),
+            "length": self.length,
+            "states": dict(self.states),
+            "classifier_scores": dict(self.classifier_scores),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Snapshot:
+        return cls(
+            chain=bytes.fromhex(obj["chain"]),
+            length=int(obj["length"]),
+            states=MappingProxyType(dict(obj["states"])),
+            classifier_scores=MappingProxyType(dict(obj["classifier_scores"])),
+        )
 
     @property
     def scores(self) -> Scores:

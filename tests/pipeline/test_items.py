@@ -10,7 +10,10 @@ def test_message_content_shapes_share_text_and_digest_of_type():
     plain = parse_item({"type": "message", "role": "user", "content": "hello"})
     untyped = parse_item({"role": "user", "content": "hello"})
     parts = parse_item(
-        {"role": "user", "content": [{"type": "input_text", "text": "hel"}, {"type": "input_text", "text": "lo"}]}
+        {
+            "role": "user",
+            "content": [{"type": "input_text", "text": "hel"}, {"type": "input_text", "text": "lo"}],
+        }
     )
     assert plain.text == untyped.text == "hello"
     assert parts.text == "hel\nlo"
@@ -19,7 +22,9 @@ def test_message_content_shapes_share_text_and_digest_of_type():
 
 
 def test_function_call_and_output_views():
-    call = parse_item({"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": '{"path": "a.py"}'})
+    call = parse_item(
+        {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": '{"path": "a.py"}'}
+    )
     out = parse_item({"type": "function_call_output", "call_id": "c1", "output": "print('hi')"})
     assert call.text == 'read_file({"path": "a.py"})' and call.role == "assistant"
     assert out.text == "print('hi')" and out.role == "tool"
@@ -27,7 +32,12 @@ def test_function_call_and_output_views():
 
 
 def test_image_parts_are_ignored_in_text():
-    item = parse_item({"role": "user", "content": [{"type": "input_image", "image_url": "x"}, {"type": "input_text", "text": "hi"}]})
+    item = parse_item(
+        {
+            "role": "user",
+            "content": [{"type": "input_image", "image_url": "x"}, {"type": "input_text", "text": "hi"}],
+        }
+    )
     assert item.text == "hi"
 
 

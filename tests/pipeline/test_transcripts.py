@@ -13,7 +13,9 @@ def write(tmp_path, lines):
 
 
 def test_good_and_bad_lines_are_reported_separately(tmp_path):
-    good = json.dumps({"id": "a", "turns": [{"input": [{"role": "user", "content": "hi"}]}], "labels": {"x": 1}})
+    good = json.dumps(
+        {"id": "a", "turns": [{"input": [{"role": "user", "content": "hi"}]}], "labels": {"x": 1}}
+    )
     path = write(
         tmp_path,
         [
@@ -42,7 +44,15 @@ def test_good_and_bad_lines_are_reported_separately(tmp_path):
 
 def test_unknown_items_are_counted_not_fatal(tmp_path):
     line = json.dumps(
-        {"id": "a", "turns": [{"input": [{"type": "mystery", "x": 1}, {"role": "user", "content": "hi"}], "output": [{"type": "reasoning"}]}]}
+        {
+            "id": "a",
+            "turns": [
+                {
+                    "input": [{"type": "mystery", "x": 1}, {"role": "user", "content": "hi"}],
+                    "output": [{"type": "reasoning"}],
+                }
+            ],
+        }
     )
     (conv,) = read_transcripts(write(tmp_path, [line]))
     assert conv.unscored_items == 2

@@ -1,0 +1,197 @@
+"""Rule classifiers over the scored text stream, with a bounded cross-item window.
+
+The text of the scored items is treated as one stream, so a value split across two
+items is found once, in the item where it completes. `WindowedRuleClassifier`
+implements that with a bounded window:
+
+- the state keeps the last `TAIL_CHARS` characters of scored text; each item is scanned
+  as tail + text, joined without a separator so a split token rejoins;
+- a rule is evaluated at *every* candidate start (not just the non-overlapping chain
+  `finditer` would pick), so what the scan finds does not depend on where the window
+  begins; starts within `CONTEXT_CHARS` of a cut window are skipped (their left context
+  is gone; they were already evaluated by an earlier scan);
+- validators may look back up to CONTEXT_CHARS before a match (always present);
+- the starts of reported findings still inside the tail are kept in the state, and a
+  start is reported at most once per rule: a match that ended at the previous item's end
+  and now extends into the new item is the same finding, not a second one. A finding is
+  thus reported in the first item whose scan validates it: where it completes, or
+  earlier when a prefix is already valid on its own (a 20-char generic value that goes
+  on, "bob@example.co" + "m");
+- PEM blocks and JWTs can be longer than the window, so they are small automata whose
+  progress (counters, not text) lives in the state.
+
+Everything a verdict needs is in the state, so `update` is a left fold over items and
+associative over item boundaries by construction.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from classifiers.base import Finding, Lane, Scores, State, Update, count_tokens, running_max, zero_scores
+from pipeline.items import Item
+
+TAIL_CHARS = 512  # scored text kept between items: longest rule match + CONTEXT_CHARS
+CONTEXT_CHARS = 64  # left context a start needs (lookbehinds, "private_key": prefix)
+MAX_SEEN = 64  # reported starts remembered inside the tail (only pathological text has more)
+
+# The tail is stored JSON-cheap: every character the rules cannot tell apart from any
+# other non-ASCII character (all rules are ASCII-only, compiled with re.ASCII, and never
+# use \s, which would treat \f and \v as spaces) becomes \x7f. A tail then costs at most
+# two JSON bytes per character, and scanning it behaves exactly as scanning the original.
+_OPAQUE = re.compile(r"[^\t\n\r\x20-\x7e]")
+
+
+def _opaque(text: str) -> str:
+    return _OPAQUE.sub("\x7f", text)
+
+
+def redact(value: str) -> str:
+    """A preview that never shows the whole value: at most its first and last 4 chars."""
+    keep = min(4, len(value) // 4)
+    return f"{value[:keep]}…{value[-keep:]}" if keep else "…"
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of `value`'s own character distribution."""
+    if not value:
+        return 0.0
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+
+
+class Hit(NamedTuple):
+    """A validated detection: what it is, how sure, and a redacted preview."""
+
+    kind: str
+    score: float
+    preview: str
+
+
+Check = Callable[[re.Match[str]], Hit | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A candidate pattern (wrapped by `rule`) and the validator that decides."""
+
+    pattern: re.Pattern[str]
+    check: Check
+
+
+def rule(body: str, check: Check) -> Rule:
+    """Compile `body` so that `finditer` yields its match at every start position.
+
+    The match is captured inside a lookahead, so the scan advances one character at a
+    time instead of jumping past each match; the match text is group "m". Bodies should
+    begin with a literal or a lookbehind so that a token has one start, not one per
+    character.
+    """
+    return Rule(re.compile(rf"(?=(?P<m>{body}))", re.ASCII), check)
+
+
+def channel(item: Item) -> str:
+    """The stream an item's text continues: tool outputs, the model's words, or the user's.
+
+    A secret read from a file in two chunks arrives as two tool outputs with the model's
+    next tool call between them; keeping one window per channel rejoins the chunks.
+    """
+    if item.role == "tool":
+        return "tool"
+    if item.role == "assistant":
+        return "assistant"
+    return "user"
+
+
+class WindowedRuleClassifier:
+    """Regex-and-validator rules over the scored text streams, with bounded windows.
+
+    Subclasses set `name`, `version`, `categories` (one category) and `rules`; those
+    with detectors longer than the window override `_blocks_initial`/`_scan_blocks`.
+
+    State: `streams` (one per `channel`: `tail`, the last TAIL_CHARS scored chars, see
+    `_opaque`; `cut`, the tail no longer starts at the beginning of the stream; `seen`,
+    [rule index, distance of the start from the tail's end] of reported findings still
+    in the tail; plus the subclass's block states), `scores` (running max) and `counts`
+    (findings per kind).
+    """
+
+    name: str
+    version: str
+    categories: tuple[str, ...]
+    lane: Lane = "gate"
+    max_state_bytes = 12_288  # three streams of at most ~2.6 kB each, plus counts
+    rules: tuple[Rule, ...] = ()
+
+    def initial_state(self) -> State:
+        return {"streams": {}, "scores": zero_scores(self.categories), "counts": {}}
+
+    def _stream_initial(self) -> dict[str, Any]:
+        return {"tail": "", "cut": False, "seen": [], **self._blocks_initial()}
+
+    def _blocks_initial(self) -> dict[str, Any]:
+        return {}
+
+    def _scan_blocks(
+        self, blocks: dict[str, Any], buf: str, new: int, lo: int
+    ) -> tuple[dict[str, Any], list[tuple[int, Hit]]]:
+        """Advance block automata over `buf[new:]`; hits are (position, Hit)."""
+        return blocks, []
+
+    def update(self, state: State, items: Sequence[Item]) -> Update:
+        (category,) = self.categories
+        streams: dict[str, dict[str, Any]] = dict(state["streams"])
+        counts: dict[str, int] = dict(state["counts"])
+        item_scores: list[Scores] = []
+        findings: list[Finding] = []
+        tokens = 0
+        for index, item in enumerate(items):
+            if not item.scored or not item.text:  # nothing new to scan; the window stays
+                item_scores.append(zero_scores(self.categories))
+                continue
+            ch = channel(item)
+            stream = streams.get(ch) or self._stream_initial()
+            tail: str = stream["tail"]
+            cut: bool = stream["cut"]
+            blocks = {key: stream[key] for key in self._blocks_initial()}
+            buf = tail + item.text
+            new = len(tail)
+            tokens += count_tokens(buf)
+            lo = CONTEXT_CHARS if cut else 0
+            reported = {(r, new - dist) for r, dist in stream["seen"]}
+            hits: list[tuple[int, int, Hit]] = []
+            for r, rl in enumerate(self.rules):
+                for m in rl.pattern.finditer(buf, lo):
+                    start = m.start()
+                    if (r, start) in reported:
+                        continue
+                    hit = rl.check(m)
+                    if hit is not None:
+                        reported.add((r, start))
+                        hits.append((m.end("m"), r, hit))
+            blocks, block_hits = self._scan_blocks(blocks, buf, new, lo)
+            hits.extend((pos, len(self.rules), hit) for pos, hit in block_hits)
+            hits.sort(key=lambda h: (h[0], h[1]))
+            best = 0.0
+            for _, _, hit in hits:
+                best = max(best, hit.score)
+                counts[hit.kind] = counts.get(hit.kind, 0) + 1
+                findings.append(Finding(category, hit.kind, index, hit.preview))
+            item_scores.append({category: best})
+            keep_from = max(0, len(buf) - TAIL_CHARS)
+            # The starts nearest the end matter most; MAX_SEEN bounds the state.
+            kept = ([r, len(buf) - s] for r, s in reported if s >= keep_from)
+            streams[ch] = {
+                "tail": _opaque(buf[keep_from:]),
+                "cut": cut or keep_from > 0,
+                "seen": sorted(kept, key=lambda e: (e[1], e[0]))[:MAX_SEEN],
+                **{key: dict(value) if value else value for key, value in blocks.items()},
+            }
+        scores = running_max(state["scores"], item_scores)
+        new_state: State = {"streams": streams, "scores": dict(scores), "counts": counts}
+        return Update(new_state, item_scores, scores, tokens, findings)
