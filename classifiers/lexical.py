@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from itertools import pairwise, repeat
+from collections.abc import Collection, Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -100,13 +99,32 @@ class LexicalModel:
         self.config = config
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
 
-        # Word block: a dict from n-gram to feature index.
+        # Word block: tokens map to ids with one dict; unigram features come from an id
+        # -> feature table and bigram features from a sorted array of packed id pairs.
         word_vocab = arrays["word_vocab"]
         self._word_re = re.compile(config["word"]["token_pattern"])
         self._word_ngram = tuple(config["word"]["ngram_range"])
         if self._word_ngram[0] != 1 or self._word_ngram[1] not in (1, 2):
             raise ValueError(f"unsupported word ngram_range {self._word_ngram}")
-        self._word_index: dict[str, int] = {str(g): i for i, g in enumerate(word_vocab.tolist())}
+        grams = [str(g).split(" ") for g in word_vocab.tolist()]
+        if any(len(parts) > self._word_ngram[1] or not all(parts) for parts in grams):
+            raise ValueError("a word vocabulary entry does not fit the word ngram_range")
+        self._token_id: dict[str, int] = {}
+        for parts in grams:
+            for tok in parts:
+                self._token_id.setdefault(tok, len(self._token_id))
+        self._unigram_feature = np.full(len(self._token_id) + 1, -1, dtype=np.int64)  # [-1]: unknown
+        pair_keys, pair_features = [], []
+        for i, parts in enumerate(grams):
+            ids = [self._token_id[tok] for tok in parts]
+            if len(ids) == 1:
+                self._unigram_feature[ids[0]] = i
+            else:
+                pair_keys.append((ids[0] << 32) | ids[1])
+                pair_features.append(i)
+        order = np.argsort(np.array(pair_keys, dtype=np.int64), kind="stable")
+        self._pair_keys = np.array(pair_keys, dtype=np.int64)[order]
+        self._pair_feature = np.array(pair_features, dtype=np.int64)[order]
         self._word_idf = np.asarray(arrays["word_idf"], dtype=np.float64)
         n_word = len(word_vocab)
 
@@ -157,14 +175,20 @@ class LexicalModel:
 
     def _word_counts(self, lowered: str) -> tuple[np.ndarray, np.ndarray]:
         tokens = self._word_re.findall(lowered)
-        grams = Counter(tokens)
-        if self._word_ngram[1] == 2 and len(tokens) > 1:
-            grams.update(map(" ".join, pairwise(tokens)))
-        n = len(grams)
-        idx = np.fromiter(map(self._word_index.get, grams, repeat(-1, n)), dtype=np.int64, count=n)
-        counts = np.fromiter(grams.values(), dtype=np.float64, count=n)
-        known = idx >= 0
-        return idx[known], counts[known]
+        n = len(tokens)
+        ids = np.fromiter(map(self._token_id.get, tokens, repeat(-1, n)), dtype=np.int64, count=n)
+        features = self._unigram_feature[ids]  # unknown tokens (-1) hit the -1 sentinel
+        if self._word_ngram[1] == 2 and n > 1 and len(self._pair_keys):
+            left, right = ids[:-1], ids[1:]
+            both = (left >= 0) & (right >= 0)
+            keys = (left[both] << 32) | right[both]
+            at = np.minimum(np.searchsorted(self._pair_keys, keys), len(self._pair_keys) - 1)
+            features = np.concatenate([features, self._pair_feature[at[self._pair_keys[at] == keys]]])
+        features = features[features >= 0]
+        if features.size == 0:
+            return features, np.zeros(0)
+        idx, counts = np.unique(features, return_counts=True)
+        return idx, counts.astype(np.float64)
 
     def _char_codes(self, points: np.ndarray) -> np.ndarray:
         codes = self._bmp_codes[np.minimum(points, 0xFFFF)]
@@ -200,9 +224,12 @@ class LexicalModel:
             ok = (unknown_cum[n : n + m] == unknown_cum[:m]) & (
                 double_cum[n - 1 : n - 1 + m] == double_cum[:m]
             )
-            key = codes[:m].copy()
-            for j in range(1, n):
-                key |= codes[j : j + m] << np.uint64(_CODE_BITS * j)
+            if n == lo:
+                key = codes[:m].copy()
+                for j in range(1, n):
+                    key |= codes[j : j + m] << np.uint64(_CODE_BITS * j)
+            else:  # extend the (n-1)-gram keys by one character
+                key = key[:m] | (codes[n - 1 : n - 1 + m] << np.uint64(_CODE_BITS * (n - 1)))
             keys.append(key[ok])
         if not keys:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
@@ -248,8 +275,13 @@ class LexicalClassifier:
     lane: Lane = "gate"
     max_state_bytes = 256
 
-    def __init__(self, models_dir: Path = MODELS_DIR) -> None:
+    def __init__(self, models_dir: Path = MODELS_DIR, *, roles: Collection[str] = SCORED_ROLES) -> None:
+        """`roles`: item roles that are scored. The default includes system and developer
+        prompts; the model tends to flag benign "You are a ... assistant" prompts (no
+        such negatives exist in the training data, see models/README.md), so a deployment
+        that trusts its own system prompts may pass roles={"user", "tool"}."""
         self.models_dir = Path(models_dir)
+        self.roles = frozenset(roles)
         self._model: LexicalModel | None = None
         self._entry: dict[str, Any] | None = None
 
@@ -297,7 +329,7 @@ class LexicalClassifier:
         item_scores: list[Scores] = []
         tokens = 0
         for item in items:
-            if item.scored and item.role in SCORED_ROLES:
+            if item.scored and item.role in self.roles:
                 item_scores.append(self.score_text(item.text))
                 tokens += count_tokens(item.text)
             else:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from eval.rollouts import agent_rollout
+from pipeline.rollouts import agent_rollout
 from pipeline.replay import replay_delta, replay_full
 from pipeline.runtime import build_scorer
 from pipeline.store import ConversationTracker

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.rollouts import agent_rollout
+from pipeline.rollouts import agent_rollout
 
 OUT = Path(__file__).resolve().parent / "samples" / "demo.jsonl"
 

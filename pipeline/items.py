@@ -2,8 +2,10 @@
 
 Wire items follow the OpenAI Responses API input item shapes (CONTRACT.md section 1).
 Each parsed item gets one canonical text view, which is what classifiers score, and a
-digest over its canonical JSON, which the conversation store chains to recognise
-history it has already scored.
+digest of what classifiers see of it (type, role, call id, text), which the conversation
+store chains to recognise history it has already scored: a client that resends an
+output item with server-assigned ids, or a string content as a list of text parts,
+resends the same history.
 
 Items of types DeltaGuard does not score are kept as history (they take part in the
 digest chain) but have no text: classifiers never see them.
@@ -100,7 +102,7 @@ class Item:
     `kind` is the Responses API item type; `role` is the message role, `"tool"` for a
     function_call_output and `"assistant"` for a function_call (the model made it);
     `text` is the canonical text view, empty for items that are not scored.
-    `digest` is the sha256 of the item's canonical JSON.
+    `digest` identifies the item as classifiers see it (see the module docstring).
     """
 
     kind: str
@@ -182,14 +184,16 @@ def parse_item(obj: Any) -> Item:
         assert isinstance(wire, FunctionCallOutputItem)
         text = wire.output if isinstance(wire.output, str) else _parts_text(wire.output)
         role = "tool"
-    return Item(kind=item_type, role=role, text=text, digest=_digest(obj), raw=obj)
+    call_id = getattr(wire, "call_id", None)
+    digest = hashlib.sha256(canonical_json([item_type, role, call_id, text])).digest()
+    return Item(kind=item_type, role=role, text=text, digest=digest, raw=obj)
 
 
 def _digest(obj: dict[str, Any]) -> bytes:
-    # A message without "type" is the same item as one with it.
-    if "type" not in obj:
-        obj = {"type": "message", **obj}
-    return hashlib.sha256(canonical_json(obj)).digest()
+    # Server-assigned fields do not make an item different history.
+    return hashlib.sha256(
+        canonical_json({k: v for k, v in obj.items() if k not in ("id", "status")})
+    ).digest()
 
 
 def parse_items(objs: Any, field: str = "input") -> list[Item]:

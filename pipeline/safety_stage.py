@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar
 from pipeline.errors import LaneClosed
 from pipeline.events import BillingEvent, FlagEvent, TurnEvent
 from pipeline.items import Item
+from pipeline.metrics import NullMetrics, StageMetrics
 from pipeline.scoring import Scorer, TurnVerdict
 from pipeline.sinks import EventSink, MemorySink, SinkWriter
 from pipeline.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits, TrackedTurn
@@ -105,6 +106,7 @@ class SafetyStage:
         billing_sink: EventSink | None = None,
         config: StageConfig | None = None,
         turn_sink: EventSink | None = None,
+        metrics: StageMetrics | None = None,
     ) -> None:
         """`turn_sink`: where turn deltas go for remote monitor workers (distributed
         mode); the in-process monitor lane then runs nothing, and remote flags come back
@@ -125,6 +127,7 @@ class SafetyStage:
         self.flag_sink = flag_sink or MemorySink()
         self.billing_sink = billing_sink or MemorySink()
         self.turn_sink = turn_sink
+        self.metrics = metrics or NullMetrics()
         # conversation id -> categories the monitor lane flagged (enforced next turn)
         self._monitor_flags: LruTtlMap[str, frozenset[str]] = LruTtlMap(
             self.config.store.max_responses, self.config.store.ttl_s
@@ -137,8 +140,18 @@ class SafetyStage:
         if self._state != "new":
             raise RuntimeError(f"SafetyStage.start() called when {self._state}")
         self._limiter = InferenceLimiter(self.config.inference_threads)
-        self._flags = SinkWriter(self.flag_sink, "flags", self.config.sink_queue_size)
-        self._billing = SinkWriter(self.billing_sink, "billing", self.config.sink_queue_size)
+        self._flags = SinkWriter(
+            self.flag_sink,
+            "flags",
+            self.config.sink_queue_size,
+            on_delivered=lambda events: self.metrics.observe_events("flags", events),
+        )
+        self._billing = SinkWriter(
+            self.billing_sink,
+            "billing",
+            self.config.sink_queue_size,
+            on_delivered=lambda events: self.metrics.observe_events("billing", events),
+        )
         self._flags.start()
         self._billing.start()
         self._turns = (
@@ -191,12 +204,22 @@ class SafetyStage:
     def queue_depths(self) -> dict[str, int]:
         if self._state == "new":
             return {}
-        return {
+        depths = {
             "monitor": self._monitor_q.qsize(),
             "post": self._post_q.qsize(),
             "flags": self._flags.depth,
             "billing": self._billing.depth,
         }
+        if self._turns is not None:
+            depths["turns"] = self._turns.depth
+        return depths
+
+    @property
+    def stores(self) -> dict[str, ConversationStore]:
+        stores = {"gate": self.gate.store}
+        if self.monitor is not None:
+            stores["monitor"] = self.monitor.store
+        return stores
 
     # -- gate lane -------------------------------------------------------------------
 
@@ -231,6 +254,7 @@ class SafetyStage:
     ) -> GateResult:
         rec = tracked.record
         verdict = self.gate.scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        self.metrics.observe_turn("gate", verdict)
         earlier = self._monitor_flags.get(rec.conversation_id) or frozenset()
         blocked_categories = [c for c in verdict.flagged_categories if self._blocks(c)]
         blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self._blocks(c))
@@ -308,6 +332,7 @@ class SafetyStage:
                 job.conversation_id,
             )
         verdict = self.monitor.scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        self.metrics.observe_turn("monitor", verdict)
         if not verdict.flagged_categories:
             return
         self.mark_flagged(job.conversation_id, verdict.flagged_categories)
@@ -337,6 +362,7 @@ class SafetyStage:
             tracked = await self._limiter.run(self.gate.score_output, gate.response_id, job.output)
             output_ms = sum(tracked.fold.latency_ms.values())
             verdict = self.gate.scorer.verdict(tracked.fold)
+            self.metrics.observe_turn("output", verdict)
             new = [c for c in verdict.flagged_categories if c not in gate.verdict.flagged_categories]
             if new:
                 await self._flags.put(

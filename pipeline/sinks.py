@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -86,12 +86,14 @@ class SinkWriter:
         batch_size: int = 256,
         retry_initial_s: float = 0.05,
         retry_max_s: float = 5.0,
+        on_delivered: Callable[[Sequence[Event]], None] | None = None,
     ) -> None:
         self.sink = sink
         self.name = name
         self.batch_size = batch_size
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
+        self.on_delivered = on_delivered
         self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -119,6 +121,8 @@ class SinkWriter:
             try:
                 await self.sink.send(batch)
                 self.delivered += len(batch)
+                if self.on_delivered is not None:
+                    self.on_delivered(batch)
                 return
             except asyncio.CancelledError:
                 raise

@@ -18,7 +18,12 @@ def test_message_content_shapes_share_text_and_digest_of_type():
     assert plain.text == untyped.text == "hello"
     assert parts.text == "hel\nlo"
     assert plain.digest == untyped.digest  # "type" omitted is the same item
-    assert parts.digest != plain.digest
+    assert parts.digest != plain.digest  # "hel\nlo" is not "hello"
+    one_part = parse_item({"role": "user", "content": [{"type": "input_text", "text": "hello"}]})
+    assert one_part.digest == plain.digest  # same text, same history
+    with_ids = parse_item({"id": "msg_1", "status": "completed", "role": "user", "content": "hello"})
+    assert with_ids.digest == plain.digest
+    assert parse_item({"role": "assistant", "content": "hello"}).digest != plain.digest
 
 
 def test_function_call_and_output_views():

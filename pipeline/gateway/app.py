@@ -1,0 +1,230 @@
+"""The ASGI app: `POST /v1/responses` (JSON or SSE), WebSocket `/v1/responses`,
+`GET /metrics`, `GET /healthz`.
+
+    app = create_app(GatewayConfig(), scorer)   # classifiers already loaded
+    uvicorn.run(app, host="127.0.0.1", port=8400)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from pipeline.gateway.config import GatewayConfig
+from pipeline.gateway.service import ResponsesService, not_found
+from pipeline.gateway.upstream import HttpUpstream, SimulatedModel, Upstream
+from pipeline.gateway.wire import RequestError, error_event, parse_body, parse_create
+from pipeline.metrics import PrometheusMetrics
+from pipeline.safety_stage import SafetyStage, StageConfig
+from pipeline.scoring import Scorer
+from pipeline.sinks import EventSink, JsonlSink, MemorySink
+from pipeline.store import LruTtlMap
+
+log = logging.getLogger("deltaguard.gateway")
+
+
+def build_upstream(config: GatewayConfig) -> Upstream:
+    if config.upstream == "sim":
+        return SimulatedModel(config.sim_tokens_per_s, config.sim_reply_tokens, config.sim_tool_calls)
+    return HttpUpstream(config.upstream, config.upstream_api_key, config.upstream_timeout_s)
+
+
+def _sink(path: str | None) -> EventSink:
+    return JsonlSink(Path(path)) if path else MemorySink()
+
+
+class Gateway:
+    """Holds the running parts; built once per app, started by the app's lifespan."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        scorer: Scorer,
+        *,
+        flag_sink: EventSink | None = None,
+        billing_sink: EventSink | None = None,
+        stage_config: StageConfig | None = None,
+        upstream: Upstream | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = PrometheusMetrics()
+        self.stage = SafetyStage(
+            scorer,
+            monitor=config.monitor_classifiers,
+            flag_sink=flag_sink or _sink(config.flags_path),
+            billing_sink=billing_sink or _sink(config.billing_path),
+            config=stage_config,
+            metrics=self.metrics,
+        )
+        self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
+        self.upstream = upstream or build_upstream(config)
+        self.service = ResponsesService(config, self.stage, self.upstream)
+        self.connections = 0
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.stage.start()
+        try:
+            yield
+        finally:
+            left = await self.stage.aclose()
+            if any(left.values()):
+                log.error("events not delivered at shutdown: %s", left)
+            await self.upstream.aclose()
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def _parse(self, raw: bytes | str) -> Any:
+        c = self.config
+        body = parse_body(raw, c.max_request_bytes)
+        return parse_create(
+            body,
+            max_item_bytes=c.max_item_bytes,
+            max_items=c.max_items_per_request,
+            max_id_length=c.max_id_length,
+        )
+
+    async def create_response(self, request: Request) -> Response:
+        try:
+            req = self._parse(await request.body())
+            if not req.stream:
+                final = await self.service.create(req)
+                self.metrics.requests.labels("http", "ok").inc()
+                return JSONResponse(final)
+            # Run until the first event so that a refusal is a plain HTTP error.
+            queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=256)
+
+            async def emit(event: dict[str, Any]) -> None:
+                await queue.put(event)
+
+            async def run() -> None:
+                try:
+                    await self.service.create(req, emit)
+                finally:
+                    await queue.put(None)
+
+            task = asyncio.create_task(run())
+            first = await queue.get()
+            if first is None:
+                await task  # raises the RequestError
+                raise RuntimeError("response ended without events")
+            self.metrics.requests.labels("sse", "ok").inc()
+            return StreamingResponse(_sse(first, queue, task), media_type="text/event-stream")
+        except RequestError as err:
+            self.metrics.requests.labels("http", err.code).inc()
+            return JSONResponse({"error": err.to_error()}, status_code=err.status)
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "queues": self.stage.queue_depths})
+
+    # -- WebSocket ---------------------------------------------------------------------
+
+    async def websocket(self, ws: WebSocket) -> None:
+        if self.connections >= self.config.max_connections:
+            await ws.close(code=1013, reason="too many connections")
+            return
+        await ws.accept()
+        self.connections += 1
+        # Connection-scoped cache: the responses created on this socket, which follow-up
+        # turns may continue; their classifier state lives in the safety stage.
+        own: LruTtlMap[str, bool] = LruTtlMap(self.config.max_cached_responses_per_connection, float("inf"))
+        deadline = time.monotonic() + self.config.max_connection_age_s
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    age = self.config.max_connection_age_s
+                    err = RequestError(
+                        f"connection reached its {age:.0f} s lifetime; reconnect",
+                        code="websocket_connection_limit_reached",
+                    )
+                    await ws.send_text(json.dumps(error_event(err)))
+                    await ws.close(code=1000)
+                    return
+                try:
+                    message = await asyncio.wait_for(ws.receive(), remaining)
+                except TimeoutError:
+                    continue
+                if message["type"] == "websocket.disconnect":
+                    return
+                await self._ws_turn(ws, message, own)
+        except WebSocketDisconnect:
+            return
+        finally:
+            self.connections -= 1
+
+    async def _ws_turn(self, ws: WebSocket, message: dict[str, Any], own: LruTtlMap[str, bool]) -> None:
+        async def emit(event: dict[str, Any]) -> None:
+            await ws.send_text(json.dumps(event))
+
+        try:
+            raw = message.get("text")
+            if raw is None:
+                raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
+            body = parse_body(raw, self.config.max_request_bytes)
+            kind = body.get("type")
+            if kind != "response.create":
+                raise RequestError(
+                    f"unknown event type {kind!r}; expected 'response.create'",
+                    code="unknown_event",
+                    param="type",
+                )
+            body = {k: v for k, v in body.items() if k != "type"}
+            body.pop("stream", None)
+            req = self._parse(json.dumps(body))
+            prev = req.previous_response_id
+            if prev is not None and own.get(prev) is None:
+                raise not_found(prev)
+            final = await self.service.create(req, emit)
+            if final.get("status") == "completed":
+                own.put(final["id"], True)
+            self.metrics.requests.labels("websocket", final.get("status", "ok")).inc()
+        except RequestError as err:
+            self.metrics.requests.labels("websocket", err.code).inc()
+            await ws.send_text(json.dumps(error_event(err)))
+
+
+async def _sse(
+    first: dict[str, Any], queue: asyncio.Queue[dict[str, Any] | None], task: asyncio.Task[None]
+) -> AsyncIterator[bytes]:
+    event: dict[str, Any] | None = first
+    try:
+        while event is not None:
+            yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+            event = await queue.get()
+        await task
+    except RequestError as err:
+        yield f"event: error\ndata: {json.dumps(error_event(err))}\n\n".encode()
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def create_app(config: GatewayConfig, scorer: Scorer, **kwargs: Any) -> Starlette:
+    gateway = Gateway(config, scorer, **kwargs)
+    app = Starlette(
+        routes=[
+            Route("/v1/responses", gateway.create_response, methods=["POST"]),
+            WebSocketRoute("/v1/responses", gateway.websocket),
+            Route("/metrics", gateway.metrics_endpoint, methods=["GET"]),
+            Route("/healthz", gateway.healthz, methods=["GET"]),
+        ],
+        lifespan=gateway.lifespan,
+    )
+    app.state.gateway = gateway
+    return app

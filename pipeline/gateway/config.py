@@ -1,0 +1,38 @@
+"""Gateway settings, with documented defaults (README, "Gateway limits")."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GatewayConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8400, ge=0, le=65535)
+    # "sim" is the embedded simulated model; anything else is the base URL of a
+    # Responses-API-compatible endpoint (e.g. https://api.openai.com/v1).
+    upstream: str = "sim"
+    upstream_api_key: str | None = Field(
+        default_factory=lambda: os.environ.get("DELTAGUARD_UPSTREAM_API_KEY")
+    )
+    upstream_timeout_s: float = 120.0
+    sim_tokens_per_s: float = Field(1000.0, gt=0)
+    sim_reply_tokens: int = Field(40, ge=1)
+    sim_tool_calls: int = Field(3, ge=0)  # tool calls per user request before the final answer
+
+    # Classifiers run in the monitor lane (beside inference) instead of the gate lane.
+    monitor_classifiers: tuple[str, ...] = ()
+    flags_path: str | None = None  # JSONL file for flag events (in memory when unset)
+    billing_path: str | None = None  # JSONL file for billing events (in memory when unset)
+
+    # Limits (per process and per WebSocket connection).
+    max_connections: int = Field(1000, ge=1)
+    max_connection_age_s: float = Field(3600.0, gt=0)  # like the hosted API's 60-minute cap
+    max_cached_responses_per_connection: int = Field(256, ge=1)
+    max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_item_bytes: int = Field(4 * 1024 * 1024, ge=256)
+    max_items_per_request: int = Field(10_000, ge=1)
+    max_id_length: int = Field(256, ge=8)

@@ -1,0 +1,231 @@
+"""Responses API wire shapes: request parsing, response objects, streaming events, errors.
+
+Only what the safety stage needs is validated strictly (input items, ids, sizes); the
+other request fields are passed through to the upstream model unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.errors import DeltaGuardError, ItemError
+from pipeline.items import PASSTHROUGH_TYPES, SCORED_TYPES, Item, parse_items
+
+RESPONSE_ITEM_TYPES = SCORED_TYPES | PASSTHROUGH_TYPES
+
+
+class RequestError(DeltaGuardError):
+    """A request the gateway refuses: HTTP status, error type and code for the client."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        param: str | None = None,
+        status: int = 400,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.param = param
+        self.status = status
+        self.type = type
+
+    def to_error(self) -> dict[str, Any]:
+        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
+
+
+class SafetyBlocked(RequestError):
+    def __init__(self, categories: list[str]) -> None:
+        super().__init__(
+            f"The request was blocked by the safety stage: {', '.join(categories)}.",
+            code="safety_blocked",
+            status=400,
+        )
+        self.categories = categories
+
+    def to_error(self) -> dict[str, Any]:
+        return {**super().to_error(), "categories": self.categories}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@dataclass
+class CreateRequest:
+    """A parsed `response.create` / `POST /v1/responses` body."""
+
+    model: str
+    items: list[Item]
+    previous_response_id: str | None
+    stream: bool
+    tools: list[dict[str, Any]] | None
+    instructions: str | None
+    body: dict[str, Any] = field(repr=False)
+
+
+def parse_body(raw: bytes | str, max_bytes: int) -> dict[str, Any]:
+    if len(raw) > max_bytes:
+        raise RequestError(
+            f"request is {len(raw)} bytes; the limit is {max_bytes}", code="request_too_large", status=413
+        )
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise RequestError("request body is nested too deeply", code="invalid_json") from None
+    if not isinstance(obj, dict):
+        raise RequestError(
+            f"request body must be a JSON object, got {type(obj).__name__}", code="invalid_request"
+        )
+    return obj
+
+
+def _id_field(body: dict[str, Any], name: str, max_len: int) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{name} must be a non-empty string", code="invalid_type", param=name)
+    if len(value) > max_len:
+        raise RequestError(f"{name} is longer than {max_len} characters", code="invalid_value", param=name)
+    return value
+
+
+def parse_create(
+    body: dict[str, Any], *, max_item_bytes: int, max_items: int, max_id_length: int
+) -> CreateRequest:
+    model = body.get("model", "deltaguard-sim")
+    if not isinstance(model, str):
+        raise RequestError("model must be a string", code="invalid_type", param="model")
+    raw_input = body.get("input")
+    if raw_input is None:
+        raise RequestError("input is required", code="missing_required_parameter", param="input")
+    if isinstance(raw_input, str):
+        raw_input = [{"role": "user", "content": raw_input}]
+    if not isinstance(raw_input, list):
+        raise RequestError("input must be a string or a list of items", code="invalid_type", param="input")
+    if len(raw_input) > max_items:
+        raise RequestError(
+            f"input has {len(raw_input)} items; the limit is {max_items}",
+            code="too_many_items",
+            param="input",
+        )
+    for i, raw in enumerate(raw_input):
+        size = len(json.dumps(raw, ensure_ascii=False)) if not isinstance(raw, str) else len(raw)
+        if size > max_item_bytes:
+            raise RequestError(
+                f"input[{i}] is {size} bytes; the limit is {max_item_bytes}",
+                code="item_too_large",
+                param=f"input[{i}]",
+                status=413,
+            )
+    try:
+        items = parse_items(raw_input, "input")
+    except ItemError as exc:
+        raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
+    for i, item in enumerate(items):
+        if item.kind not in RESPONSE_ITEM_TYPES:
+            raise RequestError(
+                f"input[{i}].type {item.kind!r} is not a Responses API item type",
+                code="unsupported_item_type",
+                param=f"input[{i}].type",
+            )
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise RequestError("tools must be a list of objects", code="invalid_type", param="tools")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise RequestError("instructions must be a string", code="invalid_type", param="instructions")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("stream must be a boolean", code="invalid_type", param="stream")
+    return CreateRequest(
+        model=model,
+        items=items,
+        previous_response_id=_id_field(body, "previous_response_id", max_id_length),
+        stream=stream,
+        tools=tools,
+        instructions=instructions,
+        body=body,
+    )
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    content = (
+        [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+        if status == "completed"
+        else []
+    )
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
+
+
+def function_call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def response_object(
+    response_id: str,
+    req: CreateRequest,
+    *,
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None = None,
+    created_at: int | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at or int(time.time()),
+        "status": status,
+        "model": req.model,
+        "output": output,
+        "previous_response_id": req.previous_response_id,
+        "instructions": req.instructions,
+        "tools": req.tools or [],
+        "tool_choice": req.body.get("tool_choice", "auto"),
+        "parallel_tool_calls": req.body.get("parallel_tool_calls", True),
+        "temperature": req.body.get("temperature", 1.0),
+        "top_p": req.body.get("top_p", 1.0),
+        "metadata": req.body.get("metadata") or {},
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "incomplete_details": None,
+        "error": error,
+        "usage": usage,
+    }
+
+
+def usage_object(input_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached_tokens},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def error_event(err: RequestError, sequence_number: int | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "error", "error": err.to_error(), "status": err.status}
+    if sequence_number is not None:
+        event["sequence_number"] = sequence_number
+    return event

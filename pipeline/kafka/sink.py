@@ -1,0 +1,317 @@
+"""`KafkaEventSink`: the gateway's publisher, an `EventSink` that never waits on the broker.
+
+    sink = KafkaEventSink(settings)
+    await sink.start()                 # optional: send() starts it too
+    await sink.send([billing_event])   # returns at once, broker up or down
+    await sink.aclose()                # flush, or spool what cannot be flushed
+
+Every event goes to the topic of its kind (turns, flags, billing), keyed by
+conversation id. One background task owns the aiokafka producer and a FIFO made of
+three parts, oldest first:
+
+    stranded (memory) -> queue (memory, bounded) -> spool (file, bounded bytes)
+
+`send()` puts events in the queue, or appends them to the spool when the spool is not
+empty (to keep the order), when the queue is full, or while the broker is out. When a
+delivery fails, the task marks an outage, moves what memory holds to the front of the
+spool (a crash then loses nothing that was waiting), reconnects with backoff (re-creating
+the topics if the broker came back empty), and re-sends the spool in order. A full
+spool raises `SinkFull` from `send()`: that is the only way the caller learns of an
+outage, and it is never made to wait for one.
+
+Delivery is at least once: records whose acknowledgement was not seen are sent again,
+so consumers drop duplicates by `event_id` (stable across retries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from pipeline.errors import LaneClosed
+from pipeline.events import Event
+from pipeline.kafka.errors import BrokerUnavailable
+from pipeline.kafka.records import OutboundRecord
+from pipeline.kafka.settings import KafkaSettings
+from pipeline.kafka.spool import Spool
+from pipeline.kafka.topics import ensure_topics
+
+log = logging.getLogger("deltaguard.kafka.sink")
+
+_SPOOL_CHUNK = 500  # records re-sent per round trip when draining the spool
+
+State = Literal["new", "running", "closing", "closed"]
+
+
+class KafkaEventSink:
+    """Publishes DeltaGuard events to Kafka; spools to disk while the broker is out.
+
+    `on_delivered` is called with the event ids the broker acknowledged (for metrics
+    and tests); it runs on the event loop and must be quick.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        on_delivered: Callable[[Sequence[str]], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.on_delivered = on_delivered
+        self._state: State = "new"
+        self.delivered = 0  # records acknowledged by the broker
+        self.spooled = 0  # records that went through the spool
+        self.outages = 0
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the spool and start the delivery task; never waits for the broker."""
+        if self._state != "new":
+            if self._state == "running":
+                return
+            raise LaneClosed(f"KafkaEventSink.start() called when {self._state}")
+        self.spool_ = Spool(
+            self.settings.spool_path, self.settings.spool_max_bytes, self.settings.spool_fsync
+        )
+        self.spool_.open()
+        self._queue: deque[OutboundRecord] = deque()
+        self._stranded: deque[OutboundRecord] = deque()  # sent, not acknowledged, to retry first
+        self._inflight: list[OutboundRecord] = []
+        self._wakeup = asyncio.Event()
+        self._producer: AIOKafkaProducer | None = None
+        # Until the first connection attempt fails, events wait in memory: a refused
+        # connection fails fast, and then the outage path spools them.
+        self._outage = False
+        self._connected = False
+        self._task = asyncio.create_task(self._run(), name="kafka-sink")
+        self._state = "running"
+
+    async def send(self, events: Sequence[Event]) -> None:
+        """Accept events for delivery; returns without waiting for the broker.
+
+        Raises `SinkFull` when they would have to be spooled and the spool is full
+        (nothing of `events` is accepted then), `LaneClosed` after `aclose()`.
+        """
+        if self._state == "new":
+            await self.start()
+        if self._state != "running":
+            raise LaneClosed(f"kafka sink is {self._state}; {len(events)} events not accepted")
+        records = [OutboundRecord.of(e, self.settings) for e in events]
+        if not records:
+            return
+        room = self.settings.publish_queue_size - len(self._queue)
+        if self._outage or self.spool_ or room < len(records):
+            self.spool_.append(records)
+            self.spooled += len(records)
+        else:
+            self._queue.extend(records)
+        self._wakeup.set()
+
+    async def aclose(self) -> None:
+        """Deliver what is pending within `close_timeout_s`; spool the rest for the next start."""
+        if self._state in ("closing", "closed"):
+            return
+        if self._state == "new":
+            self._state = "closed"
+            return
+        self._state = "closing"
+        deadline = time.monotonic() + self.settings.close_timeout_s
+        while self._memory_pending() and not self._outage and time.monotonic() < deadline:
+            self._wakeup.set()
+            await asyncio.sleep(0.01)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        left = self._take_memory()
+        if left:
+            try:
+                self.spool_.prepend(left)
+                self.spooled += len(left)
+                log.warning("kafka sink closed with %d events spooled to %s", len(left), self.spool_.path)
+            except Exception:
+                log.exception(
+                    "kafka sink: %d events could not be spooled at shutdown and are lost", len(left)
+                )
+        if self.spool_:
+            log.warning(
+                "kafka sink: %d spooled events wait in %s for the next start",
+                self.spool_.pending_records,
+                self.spool_.path,
+            )
+        await self._stop_producer()
+        self.spool_.close()
+        self._state = "closed"
+
+    @property
+    def stats(self) -> dict[str, int | bool]:
+        if self._state == "new":
+            return {}
+        return {
+            "queued": len(self._queue) + len(self._stranded) + len(self._inflight),
+            "spool_records": self.spool_.pending_records,
+            "spool_bytes": self.spool_.pending_bytes,
+            "delivered": self.delivered,
+            "spooled": self.spooled,
+            "outages": self.outages,
+            "outage": self._outage,
+        }
+
+    # -- delivery task ----------------------------------------------------------------
+
+    def _memory_pending(self) -> bool:
+        return bool(self._queue or self._stranded or self._inflight)
+
+    def _take_memory(self) -> list[OutboundRecord]:
+        """Everything held in memory, oldest first, removed from memory."""
+        out = [*self._inflight, *self._stranded, *self._queue]
+        self._inflight = []
+        self._stranded.clear()
+        self._queue.clear()
+        return out
+
+    async def _run(self) -> None:
+        delay = self.settings.reconnect_initial_s
+        while True:
+            try:
+                if not self._connected:
+                    await self._connect()
+                    delay = self.settings.reconnect_initial_s
+                if self._stranded or self._queue:
+                    await self._send_memory()
+                elif self.spool_:
+                    await self._send_spool()
+                else:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+            except asyncio.CancelledError:
+                raise
+            except BrokerUnavailable as exc:
+                self._enter_outage(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.reconnect_max_s)
+            except Exception as exc:  # a bug, not an outage: keep the events, retry later
+                log.exception("kafka sink delivery failed unexpectedly")
+                self._enter_outage(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.reconnect_max_s)
+
+    def _enter_outage(self, exc: BaseException) -> None:
+        if not self._outage:
+            self.outages += 1
+            log.warning("kafka broker out (%s); spooling to %s", exc, self.spool_.path)
+        self._outage = True
+        self._connected = False
+        # Memory to the front of the spool: in order, and safe from a crash.
+        memory = self._take_memory()
+        if memory:
+            try:
+                self.spool_.prepend(memory)
+                self.spooled += len(memory)
+            except Exception:
+                # Spool full: keep them in memory, first in line for the next attempt.
+                log.error("spool full: %d events stay in memory until the broker returns", len(memory))
+                self._stranded.extend(memory)
+
+    async def _connect(self) -> None:
+        await self._stop_producer()
+        if self.settings.create_topics:
+            await ensure_topics(
+                self.settings,
+                {
+                    t: n
+                    for t, n in self.settings.topic_partitions().items()
+                    if t
+                    in (self.settings.turns_topic, self.settings.flags_topic, self.settings.billing_topic)
+                },
+            )
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            client_id=f"{self.settings.client_id}-publisher",
+            acks="all",
+            linger_ms=self.settings.linger_ms,
+            request_timeout_ms=int(self.settings.request_timeout_s * 1000),
+            enable_idempotence=False,  # tansu has no idempotent producer; ids dedupe instead
+        )
+        try:
+            await producer.start()
+        except (KafkaError, OSError) as exc:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise BrokerUnavailable(self.settings.broker, f"cannot connect: {exc!r}") from exc
+        self._producer = producer
+        self._connected = True
+        if self._outage:
+            log.info("kafka broker back; re-sending %d spooled events", self.spool_.pending_records)
+        self._outage = False
+
+    async def _stop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            # stop() flushes; against a dead broker that would wait a request timeout.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), 1.0)
+
+    async def _deliver(self, records: Sequence[OutboundRecord]) -> tuple[int, BaseException | None]:
+        """Send records pipelined: how many were acknowledged in order, and the first failure.
+
+        Everything from the first failure on must be sent again (some of it may have
+        arrived: duplicates, which event ids resolve), so that the order is kept.
+        """
+        producer = self._producer
+        assert producer is not None
+        futures = []
+        failure: BaseException | None = None
+        try:
+            for r in records:
+                futures.append(await producer.send(r.topic, r.value, key=r.key))
+        except KafkaError as exc:
+            failure = exc
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        ok = 0
+        for result in results:
+            if isinstance(result, BaseException):
+                failure = failure or result
+                break
+            ok += 1
+        if isinstance(failure, asyncio.CancelledError):
+            raise failure
+        if ok:
+            self.delivered += ok
+            if self.on_delivered is not None:
+                self.on_delivered([r.event_id for r in records[:ok]])
+        return ok, failure
+
+    def _unavailable(self, failure: BaseException) -> BrokerUnavailable:
+        exc = BrokerUnavailable(self.settings.broker, f"delivery failed: {failure!r}")
+        exc.__cause__ = failure
+        return exc
+
+    async def _send_memory(self) -> None:
+        batch: list[OutboundRecord] = []
+        source = self._stranded if self._stranded else self._queue
+        while source and len(batch) < _SPOOL_CHUNK:
+            batch.append(source.popleft())
+        self._inflight = batch
+        ok, failure = await self._deliver(batch)
+        self._inflight = []
+        if failure is not None:
+            self._stranded.extendleft(reversed(batch[ok:]))
+            raise self._unavailable(failure)
+
+    async def _send_spool(self) -> None:
+        chunk = self.spool_.peek(_SPOOL_CHUNK)
+        if not chunk:
+            return
+        ok, failure = await self._deliver([record for record, _ in chunk])
+        if ok:
+            self.spool_.commit(chunk[ok - 1][1])
+        if failure is not None:
+            raise self._unavailable(failure)

@@ -1,0 +1,145 @@
+"""`FlagSubscriber`: the gateway side of monitor-lane flags.
+
+    subscriber = FlagSubscriber(settings, stage.mark_flagged)
+    await subscriber.start()        # returns at once; connects in the background
+    ...
+    await subscriber.aclose()
+
+Every gateway instance must see every flag (the next turn of a conversation may reach
+any of them), so the subscriber joins no consumer group: it assigns itself all
+partitions of the flags topic and starts at their end (`subscriber_offset_reset`);
+flags from before it started concern state it does not have. A partition that lost its
+offsets (a broker that came back empty) is re-read from its beginning. Duplicates
+(at-least-once delivery, re-reads) are dropped by event id within a bounded window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from pydantic import ValidationError
+
+from pipeline.events import FlagEvent
+from pipeline.kafka.settings import KafkaSettings
+
+log = logging.getLogger("deltaguard.kafka.subscriber")
+
+FlagCallback = Callable[[str, Sequence[str]], None | Awaitable[None]]
+
+
+class FlagSubscriber:
+    """Calls `callback(conversation_id, categories)` for every new flag event.
+
+    `callback` may be a function or a coroutine function; an exception it raises is
+    logged and the next event is processed. `on_event`, when given, receives the whole
+    `FlagEvent` first (audit, metrics).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        callback: FlagCallback,
+        on_event: Callable[[FlagEvent], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.callback = callback
+        self.on_event = on_event
+        self.received = 0
+        self.duplicates = 0
+        self.invalid = 0
+
+    async def start(self) -> None:
+        """Start consuming in the background; `ready()` tells when it is positioned."""
+        self._ready = asyncio.Event()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._task = asyncio.create_task(self._run(), name="flag-subscriber")
+
+    async def ready(self, timeout_s: float | None = None) -> None:
+        """Wait until the subscriber has its partitions and start offsets."""
+        await asyncio.wait_for(self._ready.wait(), timeout_s)
+
+    async def aclose(self) -> None:
+        task = getattr(self, "_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        delay = self.settings.reconnect_initial_s
+        while True:
+            consumer = self._consumer()
+            try:
+                await consumer.start()
+                await self._position(consumer)
+                self._ready.set()
+                delay = self.settings.reconnect_initial_s
+                async for message in consumer:
+                    await self._handle(message.value)
+            except asyncio.CancelledError:
+                raise
+            except (KafkaError, OSError) as exc:
+                log.warning("flag subscriber: broker problem (%r); reconnecting in %.1fs", exc, delay)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(consumer.stop(), 2.0)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.settings.reconnect_max_s)
+
+    def _consumer(self) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            client_id=f"{self.settings.client_id}-flags",
+            group_id=None,
+            enable_auto_commit=False,
+            # Only for offsets lost after the start (a broker that came back empty):
+            # the start position itself is chosen in _position.
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
+            request_timeout_ms=int(self.settings.request_timeout_s * 1000),
+        )
+
+    async def _position(self, consumer: AIOKafkaConsumer) -> None:
+        topic = self.settings.flags_topic
+        partitions = await consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise KafkaError(f"topic {topic!r} not found")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        if self.settings.subscriber_offset_reset == "latest" and not self._ready.is_set():
+            await consumer.seek_to_end(*tps)
+        else:
+            await consumer.seek_to_beginning(*tps)
+        for tp in tps:  # resolve the positions now, so `ready()` means positioned
+            await consumer.position(tp)
+
+    async def _handle(self, value: bytes | None) -> None:
+        try:
+            event = FlagEvent.model_validate_json(value or b"")
+        except (ValidationError, json.JSONDecodeError):
+            self.invalid += 1
+            log.error("flag subscriber: dropping a value that is not a FlagEvent: %.200r", value)
+            return
+        if event.event_id in self._seen:
+            self.duplicates += 1
+            return
+        self._seen[event.event_id] = None
+        while len(self._seen) > self.settings.dedupe_window:
+            self._seen.popitem(last=False)
+        self.received += 1
+        try:
+            if self.on_event is not None:
+                self.on_event(event)
+            result = self.callback(event.conversation_id, event.categories)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("flag subscriber: callback failed for %s", event.event_id)
