@@ -32,7 +32,7 @@ from pipeline.kafka.settings import KafkaSettings
 
 log = logging.getLogger("deltaguard.kafka.subscriber")
 
-FlagCallback = Callable[[str, Sequence[str]], None | Awaitable[None]]
+FlagCallback = Callable[[str, Sequence[str]], Awaitable[None] | None]
 
 
 class FlagSubscriber:

@@ -1,0 +1,300 @@
+"""The worker's monitor lane as pure functions over table values (no faust, no broker).
+
+The faust agent (worker.py) reads each conversation's table value, hands a batch of
+turns to `MonitorLane.score_batch` (in a thread), publishes the flags and errors it
+returns, and writes back the values it returns. Keeping the scoring here makes it
+testable without a broker, and keeps faust at the edge.
+
+Table value of one conversation (JSON text; `ConversationEntry`):
+
+    {"format": 1,
+     "partition": 3,                  # turns partition the conversation lives in
+     "touched_at": 1767000000.0,      # last turn, for idle expiry
+     "versions": {"secrets": "1.0.0", ...},   # classifiers the snapshots were made by
+     "responses": [["resp_7", SNAPSHOT], ...],  # recent response ids, oldest first
+     "seen": ["resp_1", ..., "resp_7"]}        # recent response ids already applied
+
+SNAPSHOT is `Snapshot.to_json()`: every classifier's state after the history up to
+and including that response's turn. A turn continuing `previous_response_id` resumes
+from that snapshot (forks: two turns may continue one parent); a turn resending its
+full history resumes from the longest prefix with a snapshot (hash chain); anything
+else is a `TurnError` (previous_response_not_found), never a silent pass.
+`seen` makes redelivered turns (at-least-once) no-ops: their flags were published
+before their state was written (see worker.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from pipeline.errors import ItemError, PreviousResponseNotFound
+from pipeline.events import FlagEvent, TurnEvent
+from pipeline.items import parse_items
+from pipeline.kafka.records import ErrorCode, TurnError, decode_key
+from pipeline.scoring import Scorer, Snapshot, chain_of
+
+log = logging.getLogger("deltaguard.kafka.monitor")
+
+TABLE_FORMAT = 1
+
+
+@dataclass
+class ConversationEntry:
+    """One conversation's table value, decoded (see module docstring)."""
+
+    partition: int
+    versions: dict[str, str]
+    responses: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    touched_at: float = 0.0
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> ConversationEntry:
+        obj = json.loads(raw)
+        if obj.get("format") != TABLE_FORMAT:
+            raise ValueError(f"unknown conversation table format {obj.get('format')!r}")
+        return cls(
+            partition=int(obj["partition"]),
+            versions=dict(obj["versions"]),
+            responses=OrderedDict((rid, snap) for rid, snap in obj["responses"]),
+            seen=OrderedDict.fromkeys(obj["seen"]),
+            touched_at=float(obj["touched_at"]),
+        )
+
+    def encode(self) -> str:
+        # Stored as text and parsed on every read, so a value read back from the
+        # changelog after a recovery is exactly the value a live worker reads.
+        return json.dumps(
+            {
+                "format": TABLE_FORMAT,
+                "partition": self.partition,
+                "touched_at": self.touched_at,
+                "versions": self.versions,
+                "responses": [[rid, snap] for rid, snap in self.responses.items()],
+                "seen": list(self.seen),
+            },
+            separators=(",", ":"),
+            ensure_ascii=True,
+        )
+
+
+Entry = ConversationEntry | None
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingTurn:
+    """A turns-topic message as the agent got it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    topic: str = "deltaguard.turns"
+
+    @property
+    def source(self) -> str:
+        return f"{self.topic}/{self.partition}@{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    conversation_id: str
+    response_id: str
+    flag: FlagEvent | None = None
+    error: TurnError | None = None
+    duplicate: bool = False
+    decision: str | None = None  # None when not scored (error, duplicate)
+
+
+@dataclass
+class BatchResult:
+    outcomes: list[TurnOutcome]
+    # conversation id -> (turns partition, encoded entry) for every conversation changed
+    writes: dict[str, tuple[int, str]]
+
+
+class MonitorLane:
+    """Scores turn events delta-only against per-conversation snapshots.
+
+    Pure with respect to its inputs: `score_batch` reads the given table values and
+    returns new ones; it holds no state between calls.
+    """
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        max_responses: int = 8,
+        max_seen: int = 256,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.scorer = scorer
+        self.max_responses = max_responses
+        self.max_seen = max_seen
+        self.clock = clock
+
+    def score_batch(
+        self, values: Mapping[str, str | bytes | None], turns: Sequence[IncomingTurn]
+    ) -> BatchResult:
+        """Score `turns` in order; `values` holds the table value of their conversations."""
+        entries: dict[str, Entry] = {}
+        outcomes = []
+        changed: set[str] = set()
+        for turn in turns:
+            outcome, conv, entry = self._score_one(turn, values, entries)
+            outcomes.append(outcome)
+            if entry is not None:
+                entries[conv] = entry
+                changed.add(conv)
+        writes = {}
+        for conv in changed:
+            entry = entries[conv]
+            assert entry is not None
+            writes[conv] = (entry.partition, entry.encode())
+        return BatchResult(outcomes, writes)
+
+    # -- one turn ---------------------------------------------------------------------
+
+    def _entry(self, conv: str, values: Mapping[str, str | bytes | None], entries: dict[str, Entry]) -> Entry:
+        if conv not in entries:
+            raw = values.get(conv)
+            entry = None
+            if raw is not None:
+                try:
+                    entry = ConversationEntry.decode(raw)
+                except (ValueError, KeyError, TypeError):
+                    log.exception("conversation %r: unreadable table value; starting it afresh", conv)
+            entries[conv] = entry
+        return entries[conv]
+
+    def _score_one(
+        self,
+        turn: IncomingTurn,
+        values: Mapping[str, str | bytes | None],
+        entries: dict[str, Entry],
+    ) -> tuple[TurnOutcome, str, Entry]:
+        key = decode_key(turn.key) or ""
+        try:
+            event = TurnEvent.model_validate_json(turn.value or b"")
+        except (ValidationError, ValueError) as exc:
+            raw = (turn.value or b"").decode("utf-8", "replace")
+            return self._error(turn, "invalid_turn_event", str(exc), key, "", raw_turn=raw), key, None
+        conv = event.conversation_id
+        if key != conv:
+            message = f"message key {key!r} is not the conversation id {conv!r}"
+            return self._error(turn, "key_mismatch", message, conv, event=event), conv, None
+        entry = self._entry(conv, values, entries)
+        if entry is not None and event.response_id in entry.seen:
+            return TurnOutcome(conv, event.response_id, duplicate=True), conv, None
+        try:
+            items = parse_items(event.items, "items")
+        except ItemError as exc:
+            return self._error(turn, "invalid_items", str(exc), conv, event=event), conv, None
+        entry = self._usable(entry, turn.partition, conv)
+        try:
+            base, items_to_fold, chains = self._base(entry, event, items)
+        except PreviousResponseNotFound as exc:
+            return self._error(turn, "previous_response_not_found", str(exc), conv, event=event), conv, None
+        try:
+            fold = self.scorer.fold(base, items_to_fold, chains=chains)
+            verdict = self.scorer.verdict(fold)
+        except Exception as exc:  # a classifier bug must not stop the partition
+            log.exception("scoring %s failed", event.response_id)
+            return self._error(turn, "scoring_failed", repr(exc), conv, event=event), conv, None
+        self._remember(entry, event.response_id, fold.after, turn.partition)
+        flag = None
+        if verdict.flagged_categories:
+            flag = FlagEvent.build(
+                conversation_id=conv,
+                response_id=event.response_id,
+                lane="monitor",
+                decision="block" if verdict.decision == "block" else "flag",
+                categories=verdict.flagged_categories,
+                scores=verdict.category_scores,
+                classifier_versions=self.scorer.versions,
+            )
+        return TurnOutcome(conv, event.response_id, flag=flag, decision=verdict.decision), conv, entry
+
+    def _usable(self, entry: ConversationEntry | None, partition: int, conv: str) -> ConversationEntry:
+        versions = self.scorer.versions
+        if entry is None:
+            return ConversationEntry(partition=partition, versions=versions)
+        if entry.versions != versions:
+            # Snapshots of other classifiers (or versions) cannot be resumed: drop them;
+            # continuations of them then fail loudly instead of scoring half a history.
+            log.warning("conversation %r: classifiers changed %s -> %s", conv, entry.versions, versions)
+            entry.responses.clear()
+            entry.versions = versions
+        return entry
+
+    def _base(
+        self, entry: ConversationEntry, event: TurnEvent, items: list[Any]
+    ) -> tuple[Snapshot, list[Any], list[bytes]]:
+        """The snapshot to resume from, the items to fold after it, and their chain values."""
+        if event.full_history:
+            chains = chain_of(items)
+            by_chain = {snap["chain"]: snap for snap in entry.responses.values()}
+            for k in range(len(items), 0, -1):
+                snap = by_chain.get(chains[k - 1].hex())
+                if snap is not None:
+                    return Snapshot.from_json(snap), items[k:], chains[k:]
+            return self.scorer.empty(), items, chains
+        if event.previous_response_id is None:
+            base = self.scorer.empty()
+        else:
+            snap = entry.responses.get(event.previous_response_id)
+            if snap is None:
+                raise PreviousResponseNotFound(event.previous_response_id)
+            entry.responses.move_to_end(event.previous_response_id)
+            base = Snapshot.from_json(snap)
+        return base, items, chain_of(items, base.chain)
+
+    def _remember(self, entry: ConversationEntry, response_id: str, after: Snapshot, partition: int) -> None:
+        entry.responses[response_id] = after.to_json()
+        entry.responses.move_to_end(response_id)
+        while len(entry.responses) > self.max_responses:
+            entry.responses.popitem(last=False)
+        entry.seen[response_id] = None
+        while len(entry.seen) > self.max_seen:
+            entry.seen.popitem(last=False)
+        entry.partition = partition
+        entry.touched_at = self.clock()
+
+    def _error(
+        self,
+        turn: IncomingTurn,
+        code: ErrorCode,
+        message: str,
+        conv: str,
+        response_id: str = "",
+        event: TurnEvent | None = None,
+        raw_turn: str | None = None,
+    ) -> TurnOutcome:
+        error = TurnError.build(
+            code=code,
+            message=message,
+            conversation_id=conv,
+            response_id=event.response_id if event else response_id,
+            previous_response_id=event.previous_response_id if event else None,
+            turn_event_id=event.event_id if event else None,
+            source=turn.source,
+            turn=event.model_dump(mode="json") if event else raw_turn,
+        )
+        log.error("turn %s not scored: %s: %s", error.response_id or turn.source, code, message)
+        return TurnOutcome(conv, error.response_id, error=error)
+
+
+def expired(raw: str | bytes, now: float, ttl_s: float) -> int | None:
+    """The partition of a conversation idle for more than `ttl_s`, else None."""
+    try:
+        entry = ConversationEntry.decode(raw)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return entry.partition if now - entry.touched_at > ttl_s else None
