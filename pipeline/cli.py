@@ -40,7 +40,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a category's threshold (repeatable)",
     )
     rp.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+
+    sp = sub.add_parser("serve", help="the gateway (Responses API) with the safety stage attached")
+    sp.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    sp.add_argument("--port", type=int, default=8400)
+    sp.add_argument("--upstream", default="sim", help="'sim' (simulated model) or a Responses API base URL")
+    sp.add_argument("--sim-tokens-per-s", type=float, default=1000.0, help="simulated model speed")
+    sp.add_argument(
+        "--monitor", default="", help="comma-separated classifiers to run beside inference instead of gating"
+    )
+    sp.add_argument("--flags", help="append flag events to this JSONL file")
+    sp.add_argument("--billing", help="append billing events to this JSONL file")
+    sp.add_argument("--log-level", default="info")
+
+    dp = sub.add_parser("demo", help="start the gateway and drive a scripted agent loop through it")
+    dp.add_argument("--turns", type=int, default=24)
+    dp.add_argument("--tool-tokens", type=int, default=800, help="size of each file the agent reads")
+    dp.add_argument("--sim-tokens-per-s", type=float, default=1000.0)
+
+    from pipeline.kafka.cli import add_worker_parser
+
+    add_worker_parser(sub)
     return parser
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pipeline.gateway.config import GatewayConfig
+    from pipeline.server import serve
+
+    config = GatewayConfig(
+        host=args.host,
+        port=args.port,
+        upstream=args.upstream,
+        sim_tokens_per_s=args.sim_tokens_per_s,
+        monitor_classifiers=tuple(n for n in args.monitor.split(",") if n),
+        flags_path=args.flags,
+        billing_path=args.billing,
+    )
+    serve(config, log_level=args.log_level)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.demo import main as demo_main
+
+    return demo_main(args.turns, args.tool_tokens, args.sim_tokens_per_s)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -70,6 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "replay":
             return cmd_replay(args)
+        if args.command == "serve":
+            return cmd_serve(args)
+        if args.command == "demo":
+            return cmd_demo(args)
+        if args.command == "worker":
+            from pipeline.kafka.cli import cmd_worker
+
+            return cmd_worker(args)
     except DeltaGuardError as exc:
         print(f"deltaguard {args.command}: {exc}", file=sys.stderr)
         return 2
