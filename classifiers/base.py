@@ -22,26 +22,30 @@ tests/classifiers/test_conformance.py checks them all):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pipeline.items import Item
+from pipeline.items import Item, count_tokens
+
+__all__ = [
+    "CATEGORIES",
+    "Classifier",
+    "Finding",
+    "Lane",
+    "Scores",
+    "State",
+    "Update",
+    "count_tokens",
+    "running_max",
+    "zero_scores",
+]
 
 State = dict[str, Any]
 Scores = dict[str, float]
 Lane = Literal["gate", "monitor"]
 
 CATEGORIES: tuple[str, ...] = ("prompt_injection", "jailbreak", "toxicity", "pii", "secrets")
-
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-
-
-def count_tokens(text: str) -> int:
-    """Tokens as the lexical classifiers see them: words and single punctuation marks."""
-    return len(_TOKEN_RE.findall(text))
-
 
 @dataclass(frozen=True, slots=True)
 class Finding:

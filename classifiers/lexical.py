@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from collections.abc import Collection, Mapping, Sequence
 from itertools import repeat
 from pathlib import Path
@@ -60,7 +61,8 @@ class LexicalNotLoadedError(RuntimeError):
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-z))
+    # Clipping only avoids an overflow warning: at |z| = 500 the result is 0 or 1 anyway.
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -500.0, 500.0)))
 
 
 def _tfidf_block(idx: np.ndarray, counts: np.ndarray, idf: np.ndarray) -> np.ndarray:
@@ -84,7 +86,7 @@ class LexicalModel:
         try:
             with np.load(path, allow_pickle=False) as npz:
                 arrays = {key: npz[key] for key in npz.files}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise ModelArtifactError(f"cannot read lexical artifact {path}: {exc}") from exc
         return cls(arrays)
 

@@ -246,28 +246,41 @@ PII_RULES: tuple[Rule, ...] = (
         r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,38}[A-Za-z0-9])?\.){1,6}[A-Za-z]{2,24}"
         r"(?![A-Za-z0-9-]|\.[A-Za-z0-9])",
         _check_email,
+        trigger="@",
     ),
     # A run of phone characters ending in a digit; _check_phone decides on its shape.
     rule(
         r"(?<![A-Za-z0-9_+@/.-])(?<![0-9] )(?:\+|\(\+?)?[0-9][0-9 ().-]{5,20}[0-9](?![0-9])",
         _check_phone,
+        trigger=r"[0-9][0-9 ().-]{5,20}[0-9]",
     ),
-    rule(r"(?<![0-9])(?<![0-9][ -])[0-9](?:[ -]?[0-9]){12,18}(?![ -]?[0-9])", _check_card),
+    rule(
+        r"(?<![0-9])(?<![0-9][ -])[0-9](?:[ -]?[0-9]){12,18}(?![ -]?[0-9])",
+        _check_card,
+        r"[0-9](?:[ -]?[0-9]){12}",
+    ),
     rule(
         r"(?<![A-Za-z0-9])[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])",
         _check_iban,
+        trigger="[A-Z]{2}[0-9]{2}",
     ),
     rule(
         r"(?<![A-Za-z0-9-])(?<![0-9] )(?P<a>[0-9]{3})(?P<sep>[- ])(?P<g>[0-9]{2})(?P=sep)(?P<s>[0-9]{4})"
         r"(?![A-Za-z0-9]|[- ][0-9])",
         _check_ssn,
+        trigger=r"[0-9]{3}[- ][0-9]{2}[- ][0-9]{4}",
     ),
     rule(
         r"(?<![A-Za-z0-9])(?P<p>[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z])(?P<sep> ?)"
         r"[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)[A-D](?![A-Za-z0-9])",
         _check_nino,
+        trigger="[A-Z]{2} ?[0-9]{2} ?[0-9]{2} ?[0-9]{2}",
     ),
-    rule(r"(?<![A-Za-z0-9])(?P<num>[XYZ][0-9]{7}|[0-9]{8})-?(?P<letter>[A-Z])(?![A-Za-z0-9])", _check_dni),
+    rule(
+        r"(?<![A-Za-z0-9])(?P<num>[XYZ][0-9]{7}|[0-9]{8})-?(?P<letter>[A-Z])(?![A-Za-z0-9])",
+        _check_dni,
+        "[0-9]{7}",
+    ),
 )
 
 

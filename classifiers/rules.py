@@ -82,17 +82,24 @@ class Rule:
 
     pattern: re.Pattern[str]
     check: Check
+    trigger: re.Pattern[str] | None = None  # must occur in every match: no trigger, no scan
 
 
-def rule(body: str, check: Check) -> Rule:
+def rule(body: str, check: Check, trigger: str | None = None) -> Rule:
     """Compile `body` so that `finditer` yields its match at every start position.
 
     The match is captured inside a lookahead, so the scan advances one character at a
     time instead of jumping past each match; the match text is group "m". Bodies should
     begin with a literal or a lookbehind so that a token has one start, not one per
     character.
+
+    Scanning every position is the slow part, so `trigger`, a plain pattern that every
+    match contains (a literal prefix, an "@"), lets a scan be skipped exactly when the
+    text cannot match.
     """
-    return Rule(re.compile(rf"(?=(?P<m>{body}))", re.ASCII), check)
+    return Rule(
+        re.compile(rf"(?=(?P<m>{body}))", re.ASCII), check, re.compile(trigger, re.ASCII) if trigger else None
+    )
 
 
 def channel(item: Item) -> str:
@@ -161,11 +168,13 @@ class WindowedRuleClassifier:
             blocks = {key: stream[key] for key in self._blocks_initial()}
             buf = tail + item.text
             new = len(tail)
-            tokens += count_tokens(buf)
+            tokens += item.tokens + count_tokens(tail)
             lo = CONTEXT_CHARS if cut else 0
             reported = {(r, new - dist) for r, dist in stream["seen"]}
             hits: list[tuple[int, int, Hit]] = []
             for r, rl in enumerate(self.rules):
+                if rl.trigger is not None and rl.trigger.search(buf, lo) is None:
+                    continue
                 for m in rl.pattern.finditer(buf, lo):
                     start = m.start()
                     if (r, start) in reported:

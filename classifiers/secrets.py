@@ -149,30 +149,39 @@ SECRET_RULES: tuple[Rule, ...] = (
     rule(
         r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
         _token("aws_access_key_id", 4),
+        trigger="AKIA|ASIA|ABIA|ACCA",
     ),
-    rule(r"(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])", _token("gcp_api_key", 4)),
+    rule(r"(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])", _token("gcp_api_key", 4), "AIza"),
     rule(
         r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})"
         r"(?![A-Za-z0-9_])",
         _token("github_token", 4),
+        trigger="gh[pousr]_|github_pat_",
     ),
-    rule(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,80}", _token("gitlab_token", 6)),
-    rule(r"(?<![A-Za-z0-9_-])xox[abeprs]-[A-Za-z0-9-]{10,200}", _check_slack_token),
+    rule(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,80}", _token("gitlab_token", 6), "glpat-"),
+    rule(r"(?<![A-Za-z0-9_-])xox[abeprs]-[A-Za-z0-9-]{10,200}", _check_slack_token, "xox[abeprs]-"),
     rule(
         r"https://hooks\.slack\.com/services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}/[A-Za-z0-9]{20,32}",
         _token("slack_webhook", 33),
+        trigger=r"hooks\.slack\.com",
     ),
     rule(
         r"(?<![A-Za-z0-9])(?P<k>AccountKey|SharedAccessKey)[ \t]*=[ \t]*(?P<v>[A-Za-z0-9+/]{40,86}={0,2})",
         _check_azure,
+        trigger="AccountKey|SharedAccessKey",
     ),
     rule(
         r"(?<![A-Za-z0-9_.-])(?P<key>[A-Za-z0-9_.-]{1,64})[\"']?"
         r"(?:[ \t]{0,4}(?:=>|:=|[:=])[ \t]{0,4}|[ \t])[\"'`]?"
         r"(?P<val>[A-Za-z0-9_+/=.~-]{20,256})",
         _check_assignment,
+        trigger=r"[A-Za-z0-9_+/=.~-]{20}",
     ),
-    rule(r"(?<![A-Za-z0-9_-])(?i:bearer)[ \t]+(?P<val>[A-Za-z0-9._~+/-]{20,256}={0,2})", _check_bearer),
+    rule(
+        r"(?<![A-Za-z0-9_-])(?i:bearer)[ \t]+(?P<val>[A-Za-z0-9._~+/-]{20,256}={0,2})",
+        _check_bearer,
+        "(?i:bearer)",
+    ),
 )
 
 

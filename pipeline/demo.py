@@ -89,9 +89,11 @@ async def drive(base: str, turns: int, tool_tokens: int) -> list[dict[str, Any]]
                 raise RuntimeError(f"turn {t}: {event}")
             safety = event.response.safety
             rows.append({"turn": t, **safety, "label": label})
+            flagged = ",".join(safety["flagged_categories"])
+            ms = safety["latency_ms"]["total"]
             print(
-                f"{t:>4}  {safety['decision']:<8} {safety['latency_ms']['total']:>8.3f} {safety['tokens_scored']:>7}  "
-                f"{label}{'  flagged: ' + ','.join(safety['flagged_categories']) if safety['flagged_categories'] else ''}"
+                f"{t:>4}  {safety['decision']:<8} {ms:>8.3f} {safety['tokens_scored']:>7}  {label}"
+                + (f"  flagged: {flagged}" if flagged else "")
             )
             prev = event.response
             t += 1

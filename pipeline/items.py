@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -57,6 +58,14 @@ PASSTHROUGH_TYPES = frozenset(
 )
 SCORED_TYPES = frozenset({"message", "function_call", "function_call_output"})
 TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "refusal"})
+
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as DeltaGuard counts work: words and single punctuation marks."""
+    return len(_TOKEN_RE.findall(text))
 
 
 class _Wire(BaseModel):
@@ -102,7 +111,8 @@ class Item:
     `kind` is the Responses API item type; `role` is the message role, `"tool"` for a
     function_call_output and `"assistant"` for a function_call (the model made it);
     `text` is the canonical text view, empty for items that are not scored.
-    `digest` identifies the item as classifiers see it (see the module docstring).
+    `digest` identifies the item as classifiers see it (see the module docstring);
+    `tokens` is `count_tokens(text)`, counted once when the item is parsed.
     """
 
     kind: str
@@ -110,6 +120,7 @@ class Item:
     text: str
     digest: bytes
     raw: dict[str, Any]
+    tokens: int = 0
 
     @property
     def scored(self) -> bool:
@@ -186,7 +197,7 @@ def parse_item(obj: Any) -> Item:
         role = "tool"
     call_id = getattr(wire, "call_id", None)
     digest = hashlib.sha256(canonical_json([item_type, role, call_id, text])).digest()
-    return Item(kind=item_type, role=role, text=text, digest=digest, raw=obj)
+    return Item(kind=item_type, role=role, text=text, digest=digest, raw=obj, tokens=count_tokens(text))
 
 
 def _digest(obj: dict[str, Any]) -> bytes:

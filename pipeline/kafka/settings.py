@@ -66,6 +66,9 @@ class KafkaSettings(BaseModel):
         100, ge=0, le=30_000, description="consumer fetch wait (faust hard-codes 1500 ms; see worker.py)"
     )
     session_timeout_s: float = Field(30.0, gt=0)
+    commit_interval_s: float = Field(
+        1.0, gt=0, description="how often processed offsets are committed (less to redo after a failure)"
+    )
     heartbeat_interval_s: float = Field(3.0, gt=0)
     # faust's producer_max_batch_size (bytes). 1 = one record per batch: needed against
     # tansu, whose ListOffsets is wrong after multi-record batches (KAFKA.md).

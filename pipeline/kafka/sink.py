@@ -116,7 +116,10 @@ class KafkaEventSink:
         self._wakeup.set()
 
     async def aclose(self) -> None:
-        """Deliver what is pending within `close_timeout_s`; spool the rest for the next start."""
+        """Deliver what is pending within `close_timeout_s`; spool the rest for the next start.
+
+        Never loses an event it accepted, unless the spool is full at that moment (then
+        the count is logged as an error)."""
         if self._state in ("closing", "closed"):
             return
         if self._state == "new":
@@ -124,7 +127,9 @@ class KafkaEventSink:
             return
         self._state = "closing"
         deadline = time.monotonic() + self.settings.close_timeout_s
-        while self._memory_pending() and not self._outage and time.monotonic() < deadline:
+        # Flush memory and the spool while the broker takes them; with the broker out,
+        # memory goes to the spool at once (below) and waits there for the next start.
+        while (self._memory_pending() or self.spool_) and not self._outage and time.monotonic() < deadline:
             self._wakeup.set()
             await asyncio.sleep(0.01)
         self._task.cancel()

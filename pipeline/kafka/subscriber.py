@@ -88,6 +88,8 @@ class FlagSubscriber:
                 raise
             except (KafkaError, OSError) as exc:
                 log.warning("flag subscriber: broker problem (%r); reconnecting in %.1fs", exc, delay)
+            except Exception:
+                log.exception("flag subscriber failed; restarting in %.1fs", delay)
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(consumer.stop(), 2.0)
@@ -109,7 +111,8 @@ class FlagSubscriber:
 
     async def _position(self, consumer: AIOKafkaConsumer) -> None:
         topic = self.settings.flags_topic
-        partitions = await consumer.partitions_for_topic(topic)
+        await consumer.topics()  # refreshes the cluster metadata
+        partitions = consumer.partitions_for_topic(topic)
         if not partitions:
             raise KafkaError(f"topic {topic!r} not found")
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]

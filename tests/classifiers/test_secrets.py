@@ -287,8 +287,8 @@ def test_empty_scored_item_changes_nothing():
 
 def test_tokens_count_the_window():
     upd = run("alpha beta", "gamma")
-    assert upd.tokens == 2 + 2  # "alpha beta", then "alpha betagamma" (tail + text, no separator)
-    assert run("x" * (TAIL_CHARS + 10), "y").tokens == 1 + 1
+    assert upd.tokens == 2 + (2 + 1)  # "alpha beta", then the tail "alpha beta" + "gamma"
+    assert run("x" * (TAIL_CHARS + 10), "y").tokens == 1 + (1 + 1)
 
 
 # --- fold invariants ------------------------------------------------------------------

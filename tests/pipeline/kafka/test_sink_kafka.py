@@ -1,0 +1,175 @@
+"""The publisher and the flag subscriber against a real broker, including its death."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from pipeline.errors import SinkFull
+from pipeline.events import BillingEvent, FlagEvent
+from pipeline.kafka.sink import KafkaEventSink
+from pipeline.kafka.subscriber import FlagSubscriber
+from pipeline.kafka.topics import ensure_topics
+from tests.pipeline.kafka.conftest import Broker, Collector, free_port, tansu_binary, test_settings
+
+pytestmark = pytest.mark.kafka
+
+
+def billing(i: int, conv: str = "") -> BillingEvent:
+    return BillingEvent.build(
+        conversation_id=conv or f"conv-{i % 7}",
+        response_id=f"resp-{i}",
+        input_tokens=i,
+        cached_input_tokens=0,
+        output_tokens=1,
+        classifier_ms=0.5,
+    )
+
+
+def flag(i: int) -> FlagEvent:
+    return FlagEvent.build(
+        conversation_id=f"conv-{i % 7}",
+        response_id=f"resp-{i}",
+        lane="gate",
+        decision="flag",
+        categories=["pii"],
+        scores={"pii": 0.9},
+        classifier_versions={"pii": "1"},
+    )
+
+
+async def test_broker_restart_loses_no_billing_or_flag_event(broker: Broker, tmp_path: Path):
+    settings = test_settings(broker.url, tmp_path, request_timeout_s=1.5)
+    await ensure_topics(settings)
+    collector = await Collector(settings, [settings.flags_topic, settings.billing_topic]).start()
+    acked: set[str] = set()
+    sink = KafkaEventSink(settings, on_delivered=acked.update)
+    await sink.start()
+    published: list[str] = []
+    stop = asyncio.Event()
+
+    async def publisher() -> None:
+        i = 0
+        while not stop.is_set():
+            event = billing(i) if i % 2 else flag(i)
+            await sink.send([event])  # never waits for the broker, up or down
+            published.append(event.event_id)
+            i += 1
+            await asyncio.sleep(0.003)
+
+    task = asyncio.create_task(publisher())
+    try:
+        await collector.wait_for(lambda: len(collector.values) >= 200, 30, "traffic before the kill")
+        # Kill only when every acknowledged event has been read (memory storage would
+        # otherwise take acknowledged events with it, which no publisher can prevent).
+        # No await between the check and the kill: no acknowledgement can come in between.
+        await collector.wait_for(lambda: acked <= set(collector.values), 10, "the collector to catch up")
+        broker.kill()
+        await asyncio.sleep(3.0)  # the publisher keeps going; deliveries time out; spooling
+        assert sink.stats["outage"] and sink.stats["spool_records"] > 0
+        broker.start()  # same port, empty: the sink recreates its topics on reconnect
+        await collector.restart()
+        await asyncio.sleep(1.0)
+        stop.set()
+        await task
+        await sink.aclose()
+        want = set(published)
+        await collector.wait_for(lambda: want <= set(collector.values), 30, "every published event")
+    finally:
+        stop.set()
+        await sink.aclose()
+        await collector.aclose()
+    assert sink.outages >= 1 and sink.spooled > 0
+    assert set(collector.values) == set(published)  # none lost, none invented
+    assert not (tmp_path / "spool.jsonl").read_bytes()  # drained
+
+
+async def test_spool_full_raises_sinkfull_then_resends_in_order(tmp_path: Path):
+    port = free_port()  # nothing listens here yet
+    settings = test_settings(
+        f"kafka://127.0.0.1:{port}",
+        tmp_path,
+        spool_max_bytes=4096,
+        publish_queue_size=1,
+        request_timeout_s=1.0,
+    )
+    sink = KafkaEventSink(settings)
+    await sink.start()
+    accepted = []
+    with pytest.raises(SinkFull, match=r"spool .* is full"):
+        for i in range(1000):
+            event = billing(i, conv="one-conversation")
+            await sink.send([event])
+            accepted.append(event.event_id)
+    assert 5 < len(accepted) < 100
+    stats = sink.stats
+    assert stats["spool_records"] + stats["queued"] == len(accepted)
+    await sink.aclose()  # broker still down: what memory held goes to the spool
+
+    broker = Broker(tansu_binary(), port, tmp_path / "tansu.log")
+    broker.start()
+    try:
+        sink = KafkaEventSink(settings)
+        await sink.start()  # finds the spool of the previous run and re-sends it
+        for _ in range(200):
+            if sink.stats["delivered"] == len(accepted):
+                break
+            await asyncio.sleep(0.05)
+        await sink.aclose()
+        assert sink.delivered == len(accepted)
+        # one conversation -> one partition: the order there is the publishing order
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            await consumer.topics()
+            tps = [
+                TopicPartition(settings.billing_topic, p)
+                for p in consumer.partitions_for_topic("deltaguard.billing")
+            ]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ids: list[str] = []
+            for _ in range(50):
+                batch = await consumer.getmany(timeout_ms=100)
+                ids += [json.loads(m.value)["event_id"] for msgs in batch.values() for m in msgs]
+                if len(ids) >= len(accepted):
+                    break
+        finally:
+            await consumer.stop()
+        assert list(dict.fromkeys(ids)) == accepted
+    finally:
+        broker.kill()
+
+
+async def test_flag_subscriber_calls_back_once_per_event(broker: Broker, tmp_path: Path):
+    settings = test_settings(broker.url, tmp_path, subscriber_offset_reset="latest")
+    await ensure_topics(settings)
+    sink = KafkaEventSink(settings)
+    await sink.send([flag(1)])  # before the subscriber started: not for it
+    await asyncio.sleep(0.5)
+    calls: list[tuple[str, list[str]]] = []
+
+    async def mark_flagged(conversation_id: str, categories: list[str]) -> None:
+        calls.append((conversation_id, list(categories)))
+
+    subscriber = FlagSubscriber(settings, mark_flagged)
+    await subscriber.start()
+    try:
+        await subscriber.ready(10)
+        await sink.send([flag(2), flag(3), flag(2)])  # a duplicate, as a retry would make
+        for _ in range(100):
+            if len(calls) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+    finally:
+        await sink.aclose()
+        await subscriber.aclose()
+    assert calls == [("conv-2", ["pii"]), ("conv-3", ["pii"])]
+    assert subscriber.duplicates == 1
