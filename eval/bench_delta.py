@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pipeline.rollouts import agent_rollout
 from pipeline.replay import replay_delta, replay_full
+from pipeline.rollouts import agent_rollout
 from pipeline.runtime import build_scorer
 from pipeline.store import ConversationTracker
 from pipeline.transcripts import parse_conversation

@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> None:
                     "max_responses": StoreLimits().max_responses,
                     "ttl_s": StoreLimits().ttl_s,
                 },
-                "snapshot_memory_at_default_limit_mb": round(per_snapshot * StoreLimits().max_snapshots / 1e6, 1),
+                "snapshot_memory_at_default_limit_mb": round(
+                    per_snapshot * StoreLimits().max_snapshots / 1e6, 1
+                ),
             },
             indent=1,
         )

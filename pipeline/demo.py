@@ -81,9 +81,7 @@ async def drive(base: str, turns: int, tool_tokens: int) -> list[dict[str, Any]]
                 print(f"{t:>4}  {'BLOCK':<8} {'':>8} {'':>7}  {label}: {event.error.message}")
                 rows.append(row)
                 # The refused items never became history: send a redacted version instead.
-                redacted = [
-                    {**item, "output": "(content removed)"} for item in new
-                ]
+                redacted = [{**item, "output": "(content removed)"} for item in new]
                 event = await turn({"input": redacted, "previous_response_id": prev.id})
             if event.type != "response.completed":
                 raise RuntimeError(f"turn {t}: {event}")

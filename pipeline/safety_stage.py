@@ -50,6 +50,9 @@ class StageConfig:
     sink_queue_size: int = 10_000
     drain_timeout_s: float = 10.0
     store: StoreLimits = field(default_factory=StoreLimits)
+    # Baseline for benchmarks: rescore the whole history from the empty state at every
+    # turn, as a classic guardrail does (verdicts are the same, only slower).
+    rescore_history: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +235,8 @@ class SafetyStage:
     ) -> GateResult:
         """Gate a turn that continues `previous_response_id` (stateful clients)."""
         self._require_running()
+        if self.config.rescore_history:
+            self.gate.store.snapshots.clear()
         tracked = await self._limiter.run(
             self.gate.score_turn, response_id, new_items, previous_response_id, conversation_id
         )
@@ -242,6 +247,8 @@ class SafetyStage:
     ) -> GateResult:
         """Gate a turn from a client that resent its whole history (stateless clients)."""
         self._require_running()
+        if self.config.rescore_history:
+            self.gate.store.snapshots.clear()
         tracked = await self._limiter.run(self.gate.score_history, response_id, items, conversation_id)
         return await self._gate(tracked, None, items, None)
 
@@ -348,6 +355,20 @@ class SafetyStage:
             )
         )
 
+    async def flag_output(self, gate: GateResult, categories: list[str], scores: dict[str, float]) -> None:
+        """A flag raised while the model's output is still streaming."""
+        await self._flags.put(
+            FlagEvent.build(
+                conversation_id=gate.conversation_id,
+                response_id=gate.response_id,
+                lane="output",
+                decision="flag",
+                categories=categories,
+                scores=scores,
+                classifier_versions=self.gate.scorer.versions,
+            )
+        )
+
     # -- post-inference lane ---------------------------------------------------------
 
     async def complete_turn(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
@@ -365,17 +386,7 @@ class SafetyStage:
             self.metrics.observe_turn("output", verdict)
             new = [c for c in verdict.flagged_categories if c not in gate.verdict.flagged_categories]
             if new:
-                await self._flags.put(
-                    FlagEvent.build(
-                        conversation_id=gate.conversation_id,
-                        response_id=gate.response_id,
-                        lane="output",
-                        decision="flag",
-                        categories=new,
-                        scores=verdict.category_scores,
-                        classifier_versions=self.gate.scorer.versions,
-                    )
-                )
+                await self.flag_output(gate, new, verdict.category_scores)
         finally:
             # Billing is emitted even when output scoring failed: usage must never be lost.
             await self._billing.put(

@@ -25,6 +25,8 @@ class GatewayConfig(BaseModel):
 
     # Classifiers run in the monitor lane (beside inference) instead of the gate lane.
     monitor_classifiers: tuple[str, ...] = ()
+    # Classifiers that score the model's output while it streams (flags before the end).
+    output_stream_classifiers: tuple[str, ...] = ("secrets", "pii")
     flags_path: str | None = None  # JSONL file for flag events (in memory when unset)
     billing_path: str | None = None  # JSONL file for billing events (in memory when unset)
 

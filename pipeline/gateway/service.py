@@ -28,6 +28,7 @@ from pipeline.gateway.wire import (
     usage_object,
 )
 from pipeline.items import Item, parse_items
+from pipeline.output_stream import OutputStreamScorer
 from pipeline.safety_stage import GateResult, SafetyStage, Usage
 from pipeline.store import LruTtlMap
 
@@ -112,6 +113,9 @@ class ResponsesService:
         )
         output: list[dict[str, Any]] = []
         output_tokens = 0
+        watch = OutputStreamScorer(
+            [c for c in self.stage.gate.scorer.classifiers if c.name in self.config.output_stream_classifiers]
+        )
         text_parts: list[str] = []
         msg_id: str | None = None
         try:
@@ -136,6 +140,7 @@ class ResponsesService:
                             }
                         )
                     text_parts.append(event.text)
+                    await self._watch_output(gate, watch, watch.feed(event.text))
                     await send(
                         {
                             "type": "response.output_text.delta",
@@ -185,6 +190,7 @@ class ResponsesService:
                     output_tokens = event.output_tokens
             if msg_id is not None:
                 await self._finish_message(send, output, msg_id, "".join(text_parts))
+            await self._watch_output(gate, watch, watch.flush())
         except UpstreamError as exc:
             # The turn's input is already part of the conversation's history (a retry
             # continues from the same previous response); nothing of the output is.
@@ -213,6 +219,11 @@ class ResponsesService:
         self._history_tokens.put(response_id, input_tokens + sum(count_tokens(i.text) for i in output_items))
         await self.stage.complete_turn(gate, output_items, Usage(input_tokens, cached_tokens, output_tokens))
         return final
+
+    async def _watch_output(self, gate: GateResult, watch: OutputStreamScorer, found: list[Any]) -> None:
+        flagged = sorted({f.category for f in found} - set(gate.verdict.flagged_categories))
+        if flagged:
+            await self.stage.flag_output(gate, flagged, dict(watch.scores))
 
     async def _finish_message(self, send: Emit, output: list[dict[str, Any]], msg_id: str, text: str) -> None:
         index = len(output)

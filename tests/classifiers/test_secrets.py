@@ -422,7 +422,9 @@ def test_odd_unicode_never_crashes(texts):
 
 
 def test_split_across_tool_outputs_with_a_tool_call_between_is_found_once():
-    call = parse_item({"type": "function_call", "call_id": "c2", "name": "cat", "arguments": '{"path": ".env.2"}'})
+    call = parse_item(
+        {"type": "function_call", "call_id": "c2", "name": "cat", "arguments": '{"path": ".env.2"}'}
+    )
     items = [tool("AWS_ACCESS_KEY_ID=AKIAIOSF"), call, tool("ODNN7EXAMPLE\nTIMEOUT=30")]
     upd = CLF.update(CLF.initial_state(), items)
     assert [f.item_index for f in upd.findings] == [2]

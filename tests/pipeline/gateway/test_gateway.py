@@ -89,7 +89,8 @@ def test_malformed_requests_get_specific_errors(gateway, body, code):
 def test_unscored_responses_item_types_pass_through(sdk):
     client, _ = sdk
     r = client.responses.create(
-        model="sim", input=[{"type": "reasoning", "id": "rs_1", "summary": []}, {"role": "user", "content": "hi"}]
+        model="sim",
+        input=[{"type": "reasoning", "id": "rs_1", "summary": []}, {"role": "user", "content": "hi"}],
     )
     assert r.status == "completed"
 
@@ -100,7 +101,9 @@ def test_websocket_agent_loop_twenty_turns_delta_only(sdk):
     async def run():
         tokens = []
         async with aclient.beta.responses.connect() as conn:
-            await conn.send({"type": "response.create", "model": "sim", "input": "fix the failing test", "tools": TOOLS})
+            await conn.send(
+                {"type": "response.create", "model": "sim", "input": "fix the failing test", "tools": TOOLS}
+            )
             for _ in range(20):
                 done = await recv_until_done(conn)
                 assert done.type == "response.completed", done
@@ -109,7 +112,9 @@ def test_websocket_agent_loop_twenty_turns_delta_only(sdk):
                 calls = [o for o in resp.output if o.type == "function_call"]
                 new = [{"type": "function_call_output", "call_id": c.call_id, "output": FILE} for c in calls]
                 new = new or [{"role": "user", "content": "thanks, now the next bug"}]
-                await conn.send({"type": "response.create", "model": "sim", "input": new, "previous_response_id": resp.id})
+                await conn.send(
+                    {"type": "response.create", "model": "sim", "input": new, "previous_response_id": resp.id}
+                )
             await recv_until_done(conn)
         return tokens
 
@@ -130,20 +135,43 @@ def test_websocket_fork_unknown_id_and_block_keep_the_socket(sdk):
             root = (await recv_until_done(conn)).response
             outcomes = []
             for text in ("branch one", "branch two"):
-                await conn.send({"type": "response.create", "model": "sim", "input": text, "previous_response_id": root.id})
+                await conn.send(
+                    {
+                        "type": "response.create",
+                        "model": "sim",
+                        "input": text,
+                        "previous_response_id": root.id,
+                    }
+                )
                 outcomes.append(await recv_until_done(conn))
             assert all(o.type == "response.completed" for o in outcomes)
             assert outcomes[0].response.id != outcomes[1].response.id
 
-            await conn.send({"type": "response.create", "model": "sim", "input": "x", "previous_response_id": "resp_nope"})
+            await conn.send(
+                {"type": "response.create", "model": "sim", "input": "x", "previous_response_id": "resp_nope"}
+            )
             missing = await recv_until_done(conn)
             assert missing.type == "error" and missing.error.code == "previous_response_not_found"
 
-            await conn.send({"type": "response.create", "model": "sim", "input": INJECTION, "previous_response_id": root.id})
+            await conn.send(
+                {
+                    "type": "response.create",
+                    "model": "sim",
+                    "input": INJECTION,
+                    "previous_response_id": root.id,
+                }
+            )
             blocked = await recv_until_done(conn)
             assert blocked.type == "error" and blocked.error.code == "safety_blocked"
 
-            await conn.send({"type": "response.create", "model": "sim", "input": "a benign question", "previous_response_id": root.id})
+            await conn.send(
+                {
+                    "type": "response.create",
+                    "model": "sim",
+                    "input": "a benign question",
+                    "previous_response_id": root.id,
+                }
+            )
             assert (await recv_until_done(conn)).type == "response.completed"
 
             await conn.send_raw("{broken")
@@ -165,7 +193,9 @@ def test_ids_from_another_connection_are_not_continued(sdk):
             await first.send({"type": "response.create", "model": "sim", "input": "hello"})
             rid = (await recv_until_done(first)).response.id
         async with aclient.beta.responses.connect() as second:
-            await second.send({"type": "response.create", "model": "sim", "input": "x", "previous_response_id": rid})
+            await second.send(
+                {"type": "response.create", "model": "sim", "input": "x", "previous_response_id": rid}
+            )
             event = await recv_until_done(second)
             assert event.type == "error" and event.error.code == "previous_response_not_found"
 
@@ -210,3 +240,50 @@ def test_slow_billing_sink_adds_no_latency_and_loses_nothing(scorer):
     # 15 events x 200 ms would be 3 s if billing were on the response path.
     assert sum(timings) < 2.0, timings
     assert sorted(e.response_id for e in billing.unique()) == sorted(ids)
+
+
+class ScriptedUpstream:
+    """An upstream that streams given text deltas, then fails if told to."""
+
+    def __init__(self, deltas, fail_after=None):
+        self.deltas = deltas
+        self.fail_after = fail_after
+
+    async def stream(self, req, history):
+        from pipeline.gateway.upstream import Finished, TextDelta, UpstreamError
+
+        for i, d in enumerate(self.deltas):
+            if self.fail_after is not None and i == self.fail_after:
+                raise UpstreamError("upstream connection reset")
+            yield TextDelta(d)
+        yield Finished(len(self.deltas))
+
+    async def aclose(self):
+        return None
+
+
+def test_output_is_scored_while_streaming_and_a_split_secret_flags_once(scorer):
+    flags = MemorySink()
+    upstream = ScriptedUpstream(["Sure, the key is AKIAIOSF", "ODNN7EXAMPLE", " and that is all."])
+    with gateway_thread(GatewayConfig(port=0), scorer, flag_sink=flags, upstream=upstream) as (base, _):
+        client, _ = clients(base)
+        r = client.responses.create(model="sim", input="what is the deploy key?")
+        assert "AKIAIOSFODNN7EXAMPLE" in r.output_text
+    output_flags = [e for e in flags.unique() if e.lane == "output"]
+    assert [e.categories for e in output_flags] == [["secrets"]]
+    assert output_flags[0].response_id == r.id
+
+
+def test_upstream_failure_mid_stream_is_a_clear_error_and_state_stays_consistent(scorer):
+    upstream = ScriptedUpstream(["partial ", "answer"], fail_after=1)
+    with gateway_thread(GatewayConfig(port=0), scorer, upstream=upstream) as (base, _):
+        client, _ = clients(base)
+        with pytest.raises(openai.APIStatusError) as exc:
+            client.responses.create(model="sim", input="hello")
+        assert exc.value.status_code == 502 and exc.value.body["code"] == "upstream_error"
+        events = [e.type for e in client.responses.create(model="sim", input="hello", stream=True)]
+        assert events[-1] == "response.failed"
+        upstream.fail_after = None
+        first = client.responses.create(model="sim", input="hello")
+        second = client.responses.create(model="sim", input="again", previous_response_id=first.id)
+        assert second.status == "completed"

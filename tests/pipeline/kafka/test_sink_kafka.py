@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -64,11 +65,15 @@ async def test_broker_restart_loses_no_billing_or_flag_event(broker: Broker, tmp
     task = asyncio.create_task(publisher())
     try:
         await collector.wait_for(lambda: len(collector.values) >= 200, 30, "traffic before the kill")
-        # Kill only when every acknowledged event has been read (memory storage would
-        # otherwise take acknowledged events with it, which no publisher can prevent).
-        # No await between the check and the kill: no acknowledgement can come in between.
-        await collector.wait_for(lambda: acked <= set(collector.values), 10, "the collector to catch up")
+        # Kill only when nothing is in flight and every acknowledged event has been read:
+        # memory storage would otherwise take acknowledged events with it, which no
+        # publisher can prevent. No await between the check and the kill.
+        deadline = time.monotonic() + 20
+        while not (sink.stats["queued"] == 0 and acked <= set(collector.values)):
+            assert time.monotonic() < deadline, "no quiet moment to kill the broker in"
+            await asyncio.sleep(0.0005)
         broker.kill()
+        kill_at = len(published)
         await asyncio.sleep(3.0)  # the publisher keeps going; deliveries time out; spooling
         assert sink.stats["outage"] and sink.stats["spool_records"] > 0
         broker.start()  # same port, empty: the sink recreates its topics on reconnect
@@ -78,7 +83,15 @@ async def test_broker_restart_loses_no_billing_or_flag_event(broker: Broker, tmp
         await task
         await sink.aclose()
         want = set(published)
-        await collector.wait_for(lambda: want <= set(collector.values), 30, "every published event")
+        try:
+            await collector.wait_for(lambda: want <= set(collector.values), 30, "every published event")
+        except AssertionError:
+            missing = want - set(collector.values)
+            idx = sorted(published.index(m) for m in missing)
+            raise AssertionError(
+                f"{len(missing)} missing (positions {idx[:10]}...{idx[-3:]}), {len(missing & acked)} acked; "
+                f"stats {sink.stats}; kill at {kill_at}, published {len(published)}"
+            ) from None
     finally:
         stop.set()
         await sink.aclose()
