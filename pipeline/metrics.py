@@ -42,7 +42,9 @@ class _StateCollector(Collector):
     """Reads store statistics and queue depths at scrape time (no hot-path cost)."""
 
     def __init__(
-        self, stores: Callable[[], dict[str, ConversationStore]], depths: Callable[[], dict[str, int]]
+        self,
+        stores: Callable[[], dict[tuple[str, str], ConversationStore]],
+        depths: Callable[[], dict[str, int]],
     ):
         self._stores = stores
         self._depths = depths
@@ -50,18 +52,20 @@ class _StateCollector(Collector):
     def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
         cache = CounterMetricFamily(
             "deltaguard_state_cache",
-            "Conversation state lookups by lane and result",
-            labels=["lane", "result"],
+            "Conversation state lookups by lane, tenant and result",
+            labels=["lane", "tenant", "result"],
         )
         entries = GaugeMetricFamily(
-            "deltaguard_state_entries", "Cached entries by lane and kind", labels=["lane", "kind"]
+            "deltaguard_state_entries",
+            "Cached entries by lane, tenant and kind",
+            labels=["lane", "tenant", "kind"],
         )
-        for lane, store in self._stores().items():
+        for (lane, tenant), store in list(self._stores().items()):
             stats = store.stats
             for result, value in (("hit", stats.hits), ("miss", stats.misses), ("rebuild", stats.rebuilds)):
-                cache.add_metric([lane, result], value)
-            entries.add_metric([lane, "snapshots"], len(store.snapshots))
-            entries.add_metric([lane, "responses"], len(store.responses))
+                cache.add_metric([lane, tenant, result], value)
+            entries.add_metric([lane, tenant, "snapshots"], len(store.snapshots))
+            entries.add_metric([lane, tenant, "responses"], len(store.responses))
         depth = GaugeMetricFamily(
             "deltaguard_queue_depth", "Jobs or events waiting, by queue", labels=["queue"]
         )

@@ -39,6 +39,7 @@ from pipeline.sinks import EventSink, MemorySink, SinkWriter
 from pipeline.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits, TrackedTurn
 
 log = logging.getLogger("deltaguard.stage")
+DEFAULT_TENANT = "default"
 T = TypeVar("T")
 
 
@@ -57,6 +58,7 @@ class StageConfig:
 
 @dataclass(frozen=True, slots=True)
 class GateResult:
+    tenant: str
     response_id: str
     conversation_id: str
     verdict: TurnVerdict
@@ -73,6 +75,7 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class _MonitorJob:
+    tenant: str
     response_id: str
     conversation_id: str
     items: Sequence[Item] | None  # None: a full history (stateless client)
@@ -120,22 +123,43 @@ class SafetyStage:
             raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
         gate = [c for c in scorer.classifiers if c.name not in monitor]
         watched = [c for c in scorer.classifiers if c.name in monitor]
-        self.gate = ConversationTracker(Scorer(gate, scorer.policy), ConversationStore(self.config.store))
-        self.monitor = (
-            ConversationTracker(Scorer(watched, scorer.policy), ConversationStore(self.config.store))
-            if watched
-            else None
-        )
+        self.gate_scorer = Scorer(gate, scorer.policy)
+        self.monitor_scorer = Scorer(watched, scorer.policy) if watched else None
+        # One tracker (and so one bounded store) per lane and tenant: a tenant can never
+        # continue, read or evict another tenant's conversations.
+        self._trackers: dict[tuple[str, str], ConversationTracker] = {}
         self.policy = scorer.policy
         self.flag_sink = flag_sink or MemorySink()
         self.billing_sink = billing_sink or MemorySink()
         self.turn_sink = turn_sink
         self.metrics = metrics or NullMetrics()
-        # conversation id -> categories the monitor lane flagged (enforced next turn)
-        self._monitor_flags: LruTtlMap[str, frozenset[str]] = LruTtlMap(
+        # (tenant, conversation id) -> categories the monitor lane flagged (enforced next turn)
+        self._monitor_flags: LruTtlMap[tuple[str, str], frozenset[str]] = LruTtlMap(
             self.config.store.max_responses, self.config.store.ttl_s
         )
         self._state: Literal["new", "running", "closing", "closed"] = "new"
+
+    def _tracker(self, lane: str, scorer: Scorer, tenant: str) -> ConversationTracker:
+        tracker = self._trackers.get((lane, tenant))
+        if tracker is None:
+            tracker = ConversationTracker(scorer, ConversationStore(self.config.store))
+            self._trackers[(lane, tenant)] = tracker
+        return tracker
+
+    def gate_tracker(self, tenant: str = DEFAULT_TENANT) -> ConversationTracker:
+        return self._tracker("gate", self.gate_scorer, tenant)
+
+    def monitor_tracker(self, tenant: str = DEFAULT_TENANT) -> ConversationTracker | None:
+        return self._tracker("monitor", self.monitor_scorer, tenant) if self.monitor_scorer else None
+
+    @property
+    def gate(self) -> ConversationTracker:
+        """The default tenant's gate-lane tracker."""
+        return self.gate_tracker()
+
+    @property
+    def monitor(self) -> ConversationTracker | None:
+        return self.monitor_tracker()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -218,11 +242,9 @@ class SafetyStage:
         return depths
 
     @property
-    def stores(self) -> dict[str, ConversationStore]:
-        stores = {"gate": self.gate.store}
-        if self.monitor is not None:
-            stores["monitor"] = self.monitor.store
-        return stores
+    def stores(self) -> dict[tuple[str, str], ConversationStore]:
+        """(lane, tenant) -> store."""
+        return {key: tracker.store for key, tracker in self._trackers.items()}
 
     # -- gate lane -------------------------------------------------------------------
 
@@ -232,40 +254,49 @@ class SafetyStage:
         new_items: Sequence[Item],
         previous_response_id: str | None = None,
         conversation_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> GateResult:
         """Gate a turn that continues `previous_response_id` (stateful clients)."""
         self._require_running()
+        gate = self.gate_tracker(tenant)
         if self.config.rescore_history:
-            self.gate.store.snapshots.clear()
+            gate.store.snapshots.clear()
         tracked = await self._limiter.run(
-            self.gate.score_turn, response_id, new_items, previous_response_id, conversation_id
+            gate.score_turn, response_id, new_items, previous_response_id, conversation_id
         )
-        return await self._gate(tracked, new_items, None, previous_response_id)
+        return await self._gate(tenant, tracked, new_items, None, previous_response_id)
 
     async def check_history(
-        self, response_id: str, items: Sequence[Item], conversation_id: str | None = None
+        self,
+        response_id: str,
+        items: Sequence[Item],
+        conversation_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> GateResult:
         """Gate a turn from a client that resent its whole history (stateless clients)."""
         self._require_running()
+        gate = self.gate_tracker(tenant)
         if self.config.rescore_history:
-            self.gate.store.snapshots.clear()
-        tracked = await self._limiter.run(self.gate.score_history, response_id, items, conversation_id)
-        return await self._gate(tracked, None, items, None)
+            gate.store.snapshots.clear()
+        tracked = await self._limiter.run(gate.score_history, response_id, items, conversation_id)
+        return await self._gate(tenant, tracked, None, items, None)
 
     async def _gate(
         self,
+        tenant: str,
         tracked: TrackedTurn,
         new_items: Sequence[Item] | None,
         history: Sequence[Item] | None,
         previous_response_id: str | None,
     ) -> GateResult:
         rec = tracked.record
-        verdict = self.gate.scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        verdict = self.gate_scorer.verdict(tracked.fold, prior=tracked.rebuild)
         self.metrics.observe_turn("gate", verdict)
-        earlier = self._monitor_flags.get(rec.conversation_id) or frozenset()
+        earlier = self._monitor_flags.get((tenant, rec.conversation_id)) or frozenset()
         blocked_categories = [c for c in verdict.flagged_categories if self._blocks(c)]
         blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self._blocks(c))
         result = GateResult(
+            tenant=tenant,
             response_id=rec.response_id,
             conversation_id=rec.conversation_id,
             verdict=verdict,
@@ -281,7 +312,7 @@ class SafetyStage:
                     decision="block" if result.blocked else "flag",
                     categories=verdict.flagged_categories,
                     scores=verdict.category_scores,
-                    classifier_versions=self.gate.scorer.versions,
+                    classifier_versions=self.gate_scorer.versions,
                 )
             )
         if self._turns is not None:
@@ -294,17 +325,20 @@ class SafetyStage:
                     full_history=history is not None,
                 )
             )
-        elif self.monitor is not None:
+        elif self.monitor_scorer is not None:
             await self._monitor_q.put(
-                _MonitorJob(rec.response_id, rec.conversation_id, new_items, history, previous_response_id)
+                _MonitorJob(
+                    tenant, rec.response_id, rec.conversation_id, new_items, history, previous_response_id
+                )
             )
         return result
 
-    def mark_flagged(self, conversation_id: str, categories: Sequence[str]) -> None:
+    def mark_flagged(
+        self, conversation_id: str, categories: Sequence[str], tenant: str = DEFAULT_TENANT
+    ) -> None:
         """Record monitor-lane flags (local or from remote workers) for enforcement."""
-        self._monitor_flags.put(
-            conversation_id, (self._monitor_flags.get(conversation_id) or frozenset()) | set(categories)
-        )
+        key = (tenant, conversation_id)
+        self._monitor_flags.put(key, (self._monitor_flags.get(key) or frozenset()) | set(categories))
 
     def _blocks(self, category: str) -> bool:
         cp = self.policy.categories.get(category)
@@ -325,24 +359,25 @@ class SafetyStage:
                 queue.task_done()
 
     async def _run_monitor(self, job: _MonitorJob) -> None:
-        assert self.monitor is not None
+        monitor = self.monitor_tracker(job.tenant)
+        assert monitor is not None
         if job.history is not None:
             tracked = await self._limiter.run(
-                self.monitor.score_history, job.response_id, job.history, job.conversation_id
+                monitor.score_history, job.response_id, job.history, job.conversation_id
             )
         else:
             tracked = await self._limiter.run(
-                self.monitor.score_turn,
+                monitor.score_turn,
                 job.response_id,
                 job.items,
                 job.previous_response_id,
                 job.conversation_id,
             )
-        verdict = self.monitor.scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        verdict = monitor.scorer.verdict(tracked.fold, prior=tracked.rebuild)
         self.metrics.observe_turn("monitor", verdict)
         if not verdict.flagged_categories:
             return
-        self.mark_flagged(job.conversation_id, verdict.flagged_categories)
+        self.mark_flagged(job.conversation_id, verdict.flagged_categories, job.tenant)
         await self._flags.put(
             FlagEvent.build(
                 conversation_id=job.conversation_id,
@@ -351,7 +386,7 @@ class SafetyStage:
                 decision="block" if verdict.decision == "block" else "flag",
                 categories=verdict.flagged_categories,
                 scores=verdict.category_scores,
-                classifier_versions=self.monitor.scorer.versions,
+                classifier_versions=monitor.scorer.versions,
             )
         )
 
@@ -365,7 +400,7 @@ class SafetyStage:
                 decision="flag",
                 categories=categories,
                 scores=scores,
-                classifier_versions=self.gate.scorer.versions,
+                classifier_versions=self.gate_scorer.versions,
             )
         )
 
@@ -380,9 +415,10 @@ class SafetyStage:
         gate = job.gate
         output_ms = 0.0
         try:
-            tracked = await self._limiter.run(self.gate.score_output, gate.response_id, job.output)
+            tracker = self.gate_tracker(gate.tenant)
+            tracked = await self._limiter.run(tracker.score_output, gate.response_id, job.output)
             output_ms = sum(tracked.fold.latency_ms.values())
-            verdict = self.gate.scorer.verdict(tracked.fold)
+            verdict = self.gate_scorer.verdict(tracked.fold)
             self.metrics.observe_turn("output", verdict)
             new = [c for c in verdict.flagged_categories if c not in gate.verdict.flagged_categories]
             if new:
