@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import time
@@ -27,12 +28,15 @@ from pipeline.gateway.service import ResponsesService, not_found
 from pipeline.gateway.upstream import HttpUpstream, SimulatedModel, Upstream
 from pipeline.gateway.wire import RequestError, error_event, parse_body, parse_create
 from pipeline.metrics import PrometheusMetrics
-from pipeline.safety_stage import SafetyStage, StageConfig
+from pipeline.safety_stage import DEFAULT_TENANT, SafetyStage, StageConfig
 from pipeline.scoring import Scorer
 from pipeline.sinks import EventSink, JsonlSink, MemorySink
 from pipeline.store import LruTtlMap
 
 log = logging.getLogger("deltaguard.gateway")
+UNAUTHORIZED = RequestError(
+    "Incorrect API key provided.", code="invalid_api_key", status=401, type="authentication_error"
+)
 
 
 def build_upstream(config: GatewayConfig) -> Upstream:
@@ -84,6 +88,22 @@ class Gateway:
                 log.error("events not delivered at shutdown: %s", left)
             await self.upstream.aclose()
 
+    def tenant_of(self, headers: Any) -> str | None:
+        """The tenant whose API key the request carries; None when the key is wrong.
+
+        Every configured key is compared, in constant time, so timing does not tell
+        which key (or how much of one) matched.
+        """
+        if not self.config.api_keys:
+            return DEFAULT_TENANT
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        offered = token.strip().encode() if scheme.lower() == "bearer" else b""
+        found = None
+        for key, tenant in self.config.api_keys.items():
+            if hmac.compare_digest(offered, key.encode()):
+                found = tenant
+        return found
+
     # -- HTTP --------------------------------------------------------------------------
 
     def _parse(self, raw: bytes | str) -> Any:
@@ -97,10 +117,14 @@ class Gateway:
         )
 
     async def create_response(self, request: Request) -> Response:
+        tenant = self.tenant_of(request.headers)
+        if tenant is None:
+            self.metrics.requests.labels("http", "invalid_api_key").inc()
+            return JSONResponse({"error": UNAUTHORIZED.to_error()}, status_code=401)
         try:
             req = self._parse(await request.body())
             if not req.stream:
-                final = await self.service.create(req)
+                final = await self.service.create(req, tenant=tenant)
                 self.metrics.requests.labels("http", "ok").inc()
                 return JSONResponse(final)
             # Run until the first event so that a refusal is a plain HTTP error.
@@ -111,7 +135,7 @@ class Gateway:
 
             async def run() -> None:
                 try:
-                    await self.service.create(req, emit)
+                    await self.service.create(req, emit, tenant)
                 finally:
                     await queue.put(None)
 
@@ -135,6 +159,10 @@ class Gateway:
     # -- WebSocket ---------------------------------------------------------------------
 
     async def websocket(self, ws: WebSocket) -> None:
+        tenant = self.tenant_of(ws.headers)
+        if tenant is None:
+            await ws.close(code=1008, reason="invalid API key")  # before accept: HTTP 403
+            return
         if self.connections >= self.config.max_connections:
             await ws.close(code=1013, reason="too many connections")
             return
@@ -162,13 +190,15 @@ class Gateway:
                     continue
                 if message["type"] == "websocket.disconnect":
                     return
-                await self._ws_turn(ws, message, own)
+                await self._ws_turn(ws, message, own, tenant)
         except WebSocketDisconnect:
             return
         finally:
             self.connections -= 1
 
-    async def _ws_turn(self, ws: WebSocket, message: dict[str, Any], own: LruTtlMap[str, bool]) -> None:
+    async def _ws_turn(
+        self, ws: WebSocket, message: dict[str, Any], own: LruTtlMap[str, bool], tenant: str
+    ) -> None:
         async def emit(event: dict[str, Any]) -> None:
             await ws.send_text(json.dumps(event))
 
@@ -190,7 +220,7 @@ class Gateway:
             prev = req.previous_response_id
             if prev is not None and own.get(prev) is None:
                 raise not_found(prev)
-            final = await self.service.create(req, emit)
+            final = await self.service.create(req, emit, tenant)
             if final.get("status") == "completed":
                 own.put(final["id"], True)
             self.metrics.requests.labels("websocket", final.get("status", "ok")).inc()

@@ -7,6 +7,16 @@ import os
 from pydantic import BaseModel, ConfigDict, Field
 
 
+def api_keys_from_env() -> dict[str, str]:
+    """`DELTAGUARD_API_KEYS="tenant-a:key1,tenant-b:key2"` -> {key: tenant}."""
+    out: dict[str, str] = {}
+    for pair in os.environ.get("DELTAGUARD_API_KEYS", "").split(","):
+        tenant, sep, key = pair.strip().partition(":")
+        if sep and tenant and key:
+            out[key] = tenant
+    return out
+
+
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -22,6 +32,9 @@ class GatewayConfig(BaseModel):
     sim_tokens_per_s: float = Field(1000.0, gt=0)
     sim_reply_tokens: int = Field(40, ge=1)
     sim_tool_calls: int = Field(3, ge=0)  # tool calls per user request before the final answer
+
+    # API key -> tenant. Empty: no authentication, every client is tenant "default".
+    api_keys: dict[str, str] = Field(default_factory=api_keys_from_env)
 
     # Classifiers run in the monitor lane (beside inference) instead of the gate lane.
     monitor_classifiers: tuple[str, ...] = ()

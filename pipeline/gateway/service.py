@@ -29,7 +29,7 @@ from pipeline.gateway.wire import (
 )
 from pipeline.items import Item, parse_items
 from pipeline.output_stream import OutputStreamScorer
-from pipeline.safety_stage import GateResult, SafetyStage, Usage
+from pipeline.safety_stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
 from pipeline.store import LruTtlMap
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
@@ -51,38 +51,43 @@ class ResponsesService:
         limits = stage.config.store
         # Per response: its tools (carried to continuations that do not resend them) and
         # the tokens of its whole history (so usage never recounts history).
-        self._tools: LruTtlMap[str, list[dict[str, Any]] | None] = LruTtlMap(
+        self._tools: LruTtlMap[tuple[str, str], list[dict[str, Any]] | None] = LruTtlMap(
             limits.max_responses, limits.ttl_s
         )
-        self._history_tokens: LruTtlMap[str, int] = LruTtlMap(limits.max_responses, limits.ttl_s)
+        self._history_tokens: LruTtlMap[tuple[str, str], int] = LruTtlMap(limits.max_responses, limits.ttl_s)
 
-    async def _gate(self, req: CreateRequest, response_id: str) -> tuple[GateResult, list[Item], int]:
+    async def _gate(
+        self, req: CreateRequest, response_id: str, tenant: str
+    ) -> tuple[GateResult, list[Item], int]:
         """Run the gate lane; returns its result, the full history and its cached tokens."""
         if req.previous_response_id is None:
-            gate = await self.stage.check_history(response_id, req.items)
+            gate = await self.stage.check_history(response_id, req.items, tenant=tenant)
             return gate, list(req.items), 0
         prev = req.previous_response_id
         try:
-            record = self.stage.gate.store.record(prev)
+            record = self.stage.gate_tracker(tenant).store.record(prev)
         except PreviousResponseNotFound:
             raise not_found(prev) from None
-        cached = self._history_tokens.get(prev)
+        cached = self._history_tokens.get((tenant, prev))
         history = record.history()
         if cached is None:  # evicted: count once, it is not on the per-turn path normally
             cached = sum(count_tokens(i.text) for i in history)
         try:
-            gate = await self.stage.check_turn(response_id, req.items, prev)
+            gate = await self.stage.check_turn(response_id, req.items, prev, tenant=tenant)
         except PreviousResponseNotFound:
             raise not_found(prev) from None
         if req.tools is None:
-            req.tools = self._tools.get(prev)
+            req.tools = self._tools.get((tenant, prev))
         return gate, [*history, *req.items], cached
 
-    async def create(self, req: CreateRequest, emit: Emit | None = None) -> dict[str, Any]:
-        """Run one response. Raises `RequestError` (incl. `SafetyBlocked`) before any event."""
+    async def create(
+        self, req: CreateRequest, emit: Emit | None = None, tenant: str = DEFAULT_TENANT
+    ) -> dict[str, Any]:
+        """Run one response for `tenant`. Raises `RequestError` (incl. `SafetyBlocked`)
+        before any event; previous responses are looked up in the tenant's own state."""
         response_id = new_id("resp")
         created_at = int(time.time())
-        gate, history, cached_tokens = await self._gate(req, response_id)
+        gate, history, cached_tokens = await self._gate(req, response_id, tenant)
         if gate.blocked:
             raise SafetyBlocked(gate.blocked_categories)
         input_tokens = cached_tokens + sum(count_tokens(i.text) for i in req.items)
@@ -114,7 +119,7 @@ class ResponsesService:
         output: list[dict[str, Any]] = []
         output_tokens = 0
         watch = OutputStreamScorer(
-            [c for c in self.stage.gate.scorer.classifiers if c.name in self.config.output_stream_classifiers]
+            [c for c in self.stage.gate_scorer.classifiers if c.name in self.config.output_stream_classifiers]
         )
         text_parts: list[str] = []
         msg_id: str | None = None
@@ -215,8 +220,10 @@ class ResponsesService:
         await send({"type": "response.completed", "response": final})
         # After response.completed: queued, overlapped with the client's next request.
         output_items = parse_items([_history_item(o) for o in output], "output")
-        self._tools.put(response_id, req.tools)
-        self._history_tokens.put(response_id, input_tokens + sum(count_tokens(i.text) for i in output_items))
+        self._tools.put((tenant, response_id), req.tools)
+        self._history_tokens.put(
+            (tenant, response_id), input_tokens + sum(count_tokens(i.text) for i in output_items)
+        )
         await self.stage.complete_turn(gate, output_items, Usage(input_tokens, cached_tokens, output_tokens))
         return final
 

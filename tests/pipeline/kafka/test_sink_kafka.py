@@ -188,5 +188,5 @@ async def test_flag_subscriber_calls_back_once_per_event(broker: Broker, tmp_pat
     finally:
         await sink.aclose()
         await subscriber.aclose()
-    assert calls == [("conv-2", ["pii"]), ("conv-3", ["pii"])]
+    assert sorted(calls) == [("conv-2", ["pii"]), ("conv-3", ["pii"])]  # partitions: no global order
     assert subscriber.duplicates == 1
