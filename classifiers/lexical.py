@@ -1,8 +1,8 @@
 """Lexical prompt-injection / jailbreak classifier: TF-IDF n-grams + logistic regression.
 
 The model is trained by `python -m models.train_lexical` with scikit-learn and served
-here with numpy and the standard library only. The artifact (`models/lexical-v1.npz`,
-hash-checked through the manifest) holds plain arrays, no pickle:
+here with numpy and the standard library only. The artifact (`models/lexical-v*.npz`,
+named and hash-checked by the manifest) holds plain arrays, no pickle:
 
     word_vocab, word_idf     word 1-2 grams of `token_pattern` tokens on lowercased text
     char_vocab, char_idf     char_wb 3-5 grams (n-grams inside space-padded words)
@@ -16,24 +16,34 @@ of the two vectorizers, concatenated as a `FeatureUnion` does, followed by
 `CalibratedClassifierCV(method="sigmoid")` over `LogisticRegression`; the training
 recipe checks that the two agree within 1e-6 on its whole test split.
 
-Only what users, system/developer prompts and tools say is scored; the assistant's own
-messages and function calls get zero. Long items are scored in overlapping chunks of
-`CHUNK_CHARS` and take the max, so cost stays linear in the text length.
+By default only what users and tools say is scored. System and developer messages come
+from the application's operator, and the model flags ordinary "You are a helpful ..."
+prompts (see models/README.md), so they are scored only when asked for with `roles`.
+The assistant's own messages and function calls always get zero. Long items are scored
+in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in the
+text length.
+
+Speed: all chunks of all items of one `update` are featurised together, in a few numpy
+passes over the whole text (no Python loop per n-gram or per chunk). Characters map to
+small integer codes, each char n-gram is packed into one uint64 together with its
+chunk number, duplicates are counted with one sort, and the distinct n-grams are looked
+up in an exact open-addressing table (`_PackedIndex`) whose keys are the vocabulary's
+n-grams packed the same way, so lookups are exact, never subject to hash collisions.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import re
 import zipfile
 from collections.abc import Collection, Mapping, Sequence
-from itertools import repeat
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from classifiers.base import Lane, Scores, State, Update, count_tokens, running_max, zero_scores
+from classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
 from models import MODELS_DIR
 from pipeline.artifacts import verified_path
 from pipeline.errors import ModelArtifactError
@@ -43,15 +53,25 @@ ARTIFACT_NAME = "lexical"
 FORMAT_VERSION = 1
 CHUNK_CHARS = 2000
 CHUNK_OVERLAP = 200
-SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
+SCORED_ROLES = frozenset({"user", "tool"})
 
-# sklearn's char analyzers collapse runs of whitespace before splitting into words.
-_WHITE_SPACES = re.compile(r"\s\s+")
-_CODE_BITS = 12  # bits per character code when packing a char n-gram into an integer
-_MAX_ALPHABET = (1 << _CODE_BITS) - 1  # code 0 marks "character not in the vocabulary"
+_MAX_CODE_BITS = 12  # char codes take at most 12 bits: alphabets up to 4,095 symbols
+_MIN_SEGMENT_BITS = 4  # spare key bits that number the chunks of one featurisation pass
+_GROUP_CHARS = 1 << 16  # characters featurised per numpy pass (bounds memory per pass)
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing (2^64 / golden ratio)
+_EMPTY = np.zeros(0, dtype=np.int64)
+_SMALL = 64  # below this many open queries, a binary search beats another probe round
+_POLY_BASE = 0xC2B2AE3D27D4EB4F  # odd, so invertible modulo 2**64
+_POLY_INVERSE = pow(_POLY_BASE, -1, 1 << 64)
 
 _EXPECTED_CONFIG = {
-    "word": {"analyzer": "word", "lowercase": True, "sublinear_tf": True, "norm": "l2"},
+    "word": {
+        "analyzer": "word",
+        "lowercase": True,
+        "sublinear_tf": True,
+        "norm": "l2",
+        "token_pattern": r"(?u)\b\w\w+\b",
+    },
     "char": {"analyzer": "char_wb", "lowercase": True, "sublinear_tf": True, "norm": "l2"},
 }
 
@@ -65,11 +85,148 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(z, -500.0, 500.0)))
 
 
-def _tfidf_block(idx: np.ndarray, counts: np.ndarray, idf: np.ndarray) -> np.ndarray:
-    """l2-normalised sublinear tf-idf values of the features `idx` seen `counts` times."""
-    values = (np.log(counts) + 1.0) * idf[idx]
-    norm = np.sqrt(np.dot(values, values))
-    return values / norm if norm > 0.0 else values
+def chunk_text(text: str) -> list[str]:
+    """The pieces of `text` that are scored: one, or overlapping CHUNK_CHARS windows."""
+    if len(text) <= CHUNK_CHARS:
+        return [text]
+    step = CHUNK_CHARS - CHUNK_OVERLAP
+    return [text[start : start + CHUNK_CHARS] for start in range(0, len(text) - CHUNK_OVERLAP, step)]
+
+
+class _PackedIndex:
+    """Exact map from distinct nonzero uint64 keys (packed n-grams) to int32 values.
+
+    A lookup probes an open-addressing table (linear probing, load factor at most 1/4)
+    once or twice with numpy, then settles the few queries still open with a binary
+    search over the sorted keys. Every probe compares the stored key itself, so a hash collision can
+    cost time but never returns a wrong value.
+    """
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
+        keys = np.asarray(keys, dtype=np.uint64)
+        values = np.asarray(values, dtype=np.int32)
+        n = len(keys)
+        order = np.argsort(keys, kind="stable")
+        self._sorted_keys, self._sorted_values = keys[order], values[order]
+        if n and (self._sorted_keys[0] == 0 or np.any(self._sorted_keys[1:] == self._sorted_keys[:-1])):
+            raise ValueError("index keys must be distinct and nonzero")
+        bits = max(4, (4 * n - 1).bit_length())
+        self._shift = np.uint64(64 - bits)
+        self._mask = (1 << bits) - 1
+        self._keys = np.zeros(1 << bits, dtype=np.uint64)
+        self._values = np.full(1 << bits, -1, dtype=np.int32)
+        # Every round, each still-unplaced key takes its current slot if that is free
+        # (the first such key wins a contested slot), else moves on to the next slot.
+        # A key only moves past occupied slots, so probing from its home slot finds it.
+        slot = self._home(keys)
+        pending = np.arange(n)
+        while pending.size:
+            at = slot[pending]
+            free = self._keys[at] == 0
+            candidates, candidate_slots = pending[free], at[free]
+            won_slots, first = np.unique(candidate_slots, return_index=True)
+            winners = candidates[first]
+            self._keys[won_slots] = keys[winners]
+            self._values[won_slots] = values[winners]
+            placed = np.zeros(n, dtype=bool)
+            placed[winners] = True
+            pending = pending[~placed[pending]]
+            slot[pending] = (slot[pending] + 1) & self._mask
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        return ((keys * _HASH_MULTIPLIER) >> self._shift).astype(np.intp)
+
+    def lookup(self, queries: np.ndarray) -> np.ndarray:
+        """The value of each query key, -1 where the key is not in the index."""
+        slot = ((queries * _HASH_MULTIPLIER) >> self._shift).astype(np.intp)
+        found = self._keys.take(slot)
+        hit = found == queries
+        out = self._values.take(slot)
+        out[~hit] = -1
+        open_ = (~hit & (found != 0)).nonzero()[0]  # an empty slot ends the probe: a miss
+        if open_.size > _SMALL:  # one more vectorised probe, worth it for many queries
+            slot = (slot.take(open_) + 1) & self._mask
+            found = self._keys.take(slot)
+            hit = found == queries.take(open_)
+            out[open_[hit]] = self._values.take(slot[hit])
+            open_ = open_[~hit & (found != 0)]
+        if open_.size:
+            rest = queries.take(open_)
+            at = self._sorted_keys.searchsorted(rest)
+            at[at == len(self._sorted_keys)] = 0
+            hit = self._sorted_keys.take(at) == rest
+            out[open_[hit]] = self._sorted_values.take(at[hit])
+        return out
+
+
+@functools.cache
+def _unicode_classes() -> tuple[np.ndarray, np.ndarray]:
+    """Per code point: is it a regex word character (`\\w`: str.isalnum() or "_"), and
+    is it whitespace to str.split()? Computed with Python's own predicates, once."""
+    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    word = np.fromiter(map(str.isalnum, every), dtype=bool, count=0x110000)
+    word[ord("_")] = True
+    space = np.fromiter(map(str.isspace, every), dtype=bool, count=0x110000)
+    return word, space
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """BASE**i and BASE**-i modulo 2**64 for i < n (uint64 arithmetic wraps)."""
+    powers = np.full(n, _POLY_BASE, dtype=np.uint64)
+    powers[0] = 1
+    np.multiply.accumulate(powers, out=powers)
+    inverses = np.full(n, _POLY_INVERSE, dtype=np.uint64)
+    inverses[0] = 1
+    np.multiply.accumulate(inverses, out=inverses)
+    return powers, inverses
+
+
+def _run_hashes(
+    points: np.ndarray, starts: np.ndarray, ends: np.ndarray, powers: np.ndarray, inverses: np.ndarray
+) -> np.ndarray:
+    """sum(points[s + i] * BASE**i) modulo 2**64 for each run [s, e), from one prefix sum."""
+    prefix = np.zeros(len(points) + 1, dtype=np.uint64)
+    (points * powers[: len(points)]).cumsum(out=prefix[1:])
+    return (prefix.take(ends) - prefix.take(starts)) * inverses.take(starts)
+
+
+def _distinct_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of `keys` (sorted) and how often each occurs; sorts `keys`."""
+    n = keys.size
+    if n == 0:
+        return keys, _EMPTY
+    keys.sort()
+    edge = np.empty(n + 1, dtype=bool)
+    edge[0] = edge[n] = True
+    np.not_equal(keys[1:], keys[:-1], out=edge[1:n])
+    at = edge.nonzero()[0]
+    return keys.take(at[:-1]), at[1:] - at[:-1]
+
+
+def _block_logits(
+    segment: np.ndarray, feature: np.ndarray, count: np.ndarray, idf: np.ndarray, coef: np.ndarray, n: int
+) -> np.ndarray:
+    """Per segment and head: coef . (l2-normalised sublinear tf-idf) of one feature block.
+
+    The triples come sorted by segment, so each segment's features are one contiguous run.
+    """
+    if not segment.size:
+        return np.zeros((n, len(coef)))
+    values = np.log(count)
+    values += 1.0
+    values *= idf.take(feature)
+    weighted = coef.take(feature, axis=1)
+    if n == 1:
+        return (weighted @ values / np.sqrt(values @ values))[None, :]
+    edge = np.empty(segment.size, dtype=bool)
+    edge[0] = True
+    np.not_equal(segment[1:], segment[:-1], out=edge[1:])
+    starts = edge.nonzero()[0]
+    weighted *= values
+    norm = np.sqrt(np.add.reduceat(values * values, starts))
+    out = np.zeros((n, len(coef)))
+    out[segment.take(starts)] = (np.add.reduceat(weighted, starts, axis=1) / norm).T
+    return out
 
 
 class LexicalModel:
@@ -100,65 +257,78 @@ class LexicalModel:
                     raise ValueError(f"unsupported {block} setting {key}={config[block][key]!r}")
         self.config = config
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
+        self._is_word, is_space = _unicode_classes()
 
-        # Word block: tokens map to ids with one dict; unigram features come from an id
-        # -> feature table and bigram features from a sorted array of packed id pairs.
+        # Word block. Tokens are found and identified in numpy: a token is a run of at
+        # least two word characters, identified by a polynomial hash of its code points
+        # that is looked up among the vocabulary tokens' hashes and then checked
+        # character by character, so a hash collision cannot produce a wrong token.
         word_vocab = arrays["word_vocab"]
-        self._word_re = re.compile(config["word"]["token_pattern"])
         self._word_ngram = tuple(config["word"]["ngram_range"])
         if self._word_ngram[0] != 1 or self._word_ngram[1] not in (1, 2):
             raise ValueError(f"unsupported word ngram_range {self._word_ngram}")
         grams = [str(g).split(" ") for g in word_vocab.tolist()]
         if any(len(parts) > self._word_ngram[1] or not all(parts) for parts in grams):
             raise ValueError("a word vocabulary entry does not fit the word ngram_range")
-        self._token_id: dict[str, int] = {}
+        token_id: dict[str, int] = {}
         for parts in grams:
             for tok in parts:
-                self._token_id.setdefault(tok, len(self._token_id))
-        self._unigram_feature = np.full(len(self._token_id) + 1, -1, dtype=np.int64)  # [-1]: unknown
+                token_id.setdefault(tok, len(token_id))
+        tokens = list(token_id)
+        joined = "".join(tokens)
+        self._token_chars = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        self._token_len = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        self._token_start = np.cumsum(self._token_len) - self._token_len
+        if np.any(self._token_len < 2) or not self._is_word.take(self._token_chars).all():
+            raise ValueError("a word vocabulary token is not a token of the word token_pattern")
+        self._pow, self._inv = _powers(max(_GROUP_CHARS, len(joined)) + 1)
+        hashes = _run_hashes(self._token_chars, self._token_start, self._token_start + self._token_len,
+                             self._pow, self._inv)  # fmt: skip
+        self._tokens = _PackedIndex(hashes, np.arange(len(tokens)))  # distinct: checked there
+        self._pow, self._inv = self._pow[: _GROUP_CHARS + 1], self._inv[: _GROUP_CHARS + 1]
+        self._unigram_feature = np.full(len(tokens) + 1, -1, dtype=np.int64)  # [-1]: unknown
         pair_keys, pair_features = [], []
         for i, parts in enumerate(grams):
-            ids = [self._token_id[tok] for tok in parts]
+            ids = [token_id[tok] for tok in parts]
             if len(ids) == 1:
                 self._unigram_feature[ids[0]] = i
-            else:
-                pair_keys.append((ids[0] << 32) | ids[1])
+            else:  # ids + 1 so that no pair packs to the empty key 0
+                pair_keys.append(((ids[0] + 1) << 32) | (ids[1] + 1))
                 pair_features.append(i)
-        order = np.argsort(np.array(pair_keys, dtype=np.int64), kind="stable")
-        self._pair_keys = np.array(pair_keys, dtype=np.int64)[order]
-        self._pair_feature = np.array(pair_features, dtype=np.int64)[order]
+        self._pairs = _PackedIndex(np.array(pair_keys, dtype=np.uint64), np.array(pair_features))
         self._word_idf = np.asarray(arrays["word_idf"], dtype=np.float64)
         n_word = len(word_vocab)
 
-        # Char block: each n-gram packed into one uint64 (12 bits per character code),
-        # looked up with a binary search so a whole text is featurised in numpy.
+        # Char block: each character of the vocabulary's alphabet gets a code 1..A (0:
+        # not in the alphabet; every whitespace character gets the code of " "), and an
+        # n-gram packs its codes into one uint64, first character lowest. The bits above
+        # the n-gram number the chunk it came from.
         char_vocab = np.asarray(arrays["char_vocab"])
         self._char_ngram = tuple(config["char"]["ngram_range"])
         lo, hi = self._char_ngram
         width = char_vocab.dtype.itemsize // 4
-        if not (1 <= lo <= hi <= width) or hi * _CODE_BITS > 64:
+        if not (2 <= lo <= hi <= width):
             raise ValueError(f"unsupported char ngram_range {self._char_ngram}")
         points = np.ascontiguousarray(char_vocab.astype(f"<U{width}")).view("<u4")
         points = points.reshape(len(char_vocab), width).astype(np.int64)
         alphabet = np.unique(points[points != 0])
-        if len(alphabet) > _MAX_ALPHABET:
-            raise ValueError(f"char alphabet of {len(alphabet)} > {_MAX_ALPHABET} symbols")
+        code_bits = max(1, len(alphabet).bit_length())
+        if code_bits > _MAX_CODE_BITS or hi * code_bits > 64 - _MIN_SEGMENT_BITS:
+            raise ValueError(f"char alphabet of {len(alphabet)} symbols is too large to pack")
+        self._shifts = [np.uint64(code_bits * j) for j in range(hi)]
+        self._key_bits = np.uint64(hi * code_bits)
+        self._key_mask = np.uint64((1 << (hi * code_bits)) - 1)
+        self._max_segments = 1 << (64 - hi * code_bits)
         codes = np.where(points != 0, np.searchsorted(alphabet, points) + 1, 0).astype(np.uint64)
         keys = np.zeros(len(char_vocab), dtype=np.uint64)
         for j in range(width):
-            keys |= codes[:, j] << np.uint64(_CODE_BITS * j)
-        order = np.argsort(keys, kind="stable")
-        self._char_keys = keys[order]
-        if len(self._char_keys) > 1 and np.any(self._char_keys[1:] == self._char_keys[:-1]):
-            raise ValueError("char vocabulary has duplicate n-grams")
-        self._char_feature = order.astype(np.int64)
-        # Dense code table for the Basic Multilingual Plane; other code points go
-        # through a binary search over the (rare) astral part of the alphabet.
-        self._bmp_codes = np.zeros(0x10000, dtype=np.uint64)
-        bmp = alphabet < 0x10000
-        self._bmp_codes[alphabet[bmp]] = np.arange(1, len(alphabet) + 1, dtype=np.uint64)[bmp]
-        self._astral = alphabet[~bmp]
-        self._astral_codes = np.arange(1, len(alphabet) + 1, dtype=np.uint64)[~bmp]
+            keys |= codes[:, j] << np.uint64(code_bits * j)
+        self._chars = _PackedIndex(keys, np.arange(len(char_vocab)))
+        # One code per Unicode code point (2.2 MB), so a text's codes are one gather.
+        self._codes = np.zeros(0x110000, dtype=np.uint16)
+        self._codes[alphabet] = np.arange(1, len(alphabet) + 1, dtype=np.uint16)
+        self._space_code = int(self._codes[ord(" ")])
+        self._codes[is_space] = self._space_code
         self._char_idf = np.asarray(arrays["char_idf"], dtype=np.float64)
         n_char = len(char_vocab)
 
@@ -173,100 +343,153 @@ class LexicalModel:
         self._intercept = intercept
         self.n_features = n_word + n_char
 
-    # -- featurisation -------------------------------------------------------------------
+    # -- featurisation: (segment, feature, count) triples, sorted by segment -------------
+    #
+    # A group of lowercased texts (segments) is encoded once as the code points of
+    # "\0".join(" " + text + " "): one space before and after each text stands for the
+    # padding sklearn's char_wb adds, and NUL, which is neither a word character nor in
+    # the char alphabet, keeps n-grams and tokens from crossing segments.
 
-    def _word_counts(self, lowered: str) -> tuple[np.ndarray, np.ndarray]:
-        tokens = self._word_re.findall(lowered)
-        n = len(tokens)
-        ids = np.fromiter(map(self._token_id.get, tokens, repeat(-1, n)), dtype=np.int64, count=n)
-        features = self._unigram_feature[ids]  # unknown tokens (-1) hit the -1 sentinel
-        if self._word_ngram[1] == 2 and n > 1 and len(self._pair_keys):
+    def _word_features(
+        self, points: np.ndarray, segment_of: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # sklearn's token_pattern (?u)\b\w\w+\b: every maximal run of >= 2 word characters.
+        # The encoded text starts and ends with a space, so run edges alternate start, end.
+        word = self._is_word.take(points)
+        edges = (word[1:] != word[:-1]).nonzero()[0]
+        edges += 1
+        starts, ends = edges[0::2], edges[1::2]
+        length = ends - starts
+        long = length >= 2
+        starts, ends, length = starts[long], ends[long], length[long]
+        if not starts.size:
+            return _EMPTY, _EMPTY, _EMPTY
+        if len(points) <= len(self._pow):
+            powers, inverses = self._pow, self._inv
+        else:  # one text longer than a group: powers just for it
+            powers, inverses = _powers(len(points) + 1)
+        ids = self._tokens.lookup(_run_hashes(points, starts, ends, powers, inverses)).astype(np.int64)
+        found = (ids >= 0).nonzero()[0]
+        if found.size:  # keep a hash match only if the characters are the token's own
+            found_ids, found_length = ids.take(found), length.take(found)
+            same = self._token_len.take(found_ids) == found_length
+            if not same.all():
+                ids[found[~same]] = -1
+                found, found_ids, found_length = found[same], found_ids[same], found_length[same]
+            offsets = found_length.cumsum()
+            total = int(offsets[-1]) if offsets.size else 0
+            offsets -= found_length
+            within = np.arange(total) - offsets.repeat(found_length)
+            text_at = starts.take(found).repeat(found_length) + within
+            vocab_at = self._token_start.take(found_ids).repeat(found_length) + within
+            differ = points.take(text_at) != self._token_chars.take(vocab_at)
+            if total and differ.any():
+                ids[found[np.logical_or.reduceat(differ, offsets)]] = -1
+        feature = self._unigram_feature.take(ids)  # unknown tokens (-1) hit the -1 sentinel
+        segment = np.zeros(len(ids), dtype=np.int64) if segment_of is None else segment_of.take(starts)
+        if self._word_ngram[1] == 2 and len(ids) > 1:
             left, right = ids[:-1], ids[1:]
             both = (left >= 0) & (right >= 0)
-            keys = (left[both] << 32) | right[both]
-            at = np.minimum(np.searchsorted(self._pair_keys, keys), len(self._pair_keys) - 1)
-            features = np.concatenate([features, self._pair_feature[at[self._pair_keys[at] == keys]]])
-        features = features[features >= 0]
-        if features.size == 0:
-            return features, np.zeros(0)
-        idx, counts = np.unique(features, return_counts=True)
-        return idx, counts.astype(np.float64)
+            if segment_of is not None:
+                both &= segment[:-1] == segment[1:]
+            keys = ((left[both] + 1) << 32) | (right[both] + 1)
+            feature = np.concatenate([feature, self._pairs.lookup(keys.astype(np.uint64))])
+            segment = np.concatenate([segment, segment[:-1][both]])
+        known = feature >= 0
+        packed, count = _distinct_counts((segment[known] << 32) | feature[known])
+        return packed >> 32, packed & 0xFFFFFFFF, count
 
-    def _char_codes(self, points: np.ndarray) -> np.ndarray:
-        codes = self._bmp_codes[np.minimum(points, 0xFFFF)]
-        astral = points > 0xFFFF
-        if astral.any():
-            codes[astral] = 0
-            if len(self._astral):
-                at = np.minimum(np.searchsorted(self._astral, points[astral]), len(self._astral) - 1)
-                codes[astral] = np.where(self._astral[at] == points[astral], self._astral_codes[at], 0)
-        return codes
-
-    def _char_counts(self, lowered: str) -> tuple[np.ndarray, np.ndarray]:
-        words = _WHITE_SPACES.sub(" ", lowered).split()
-        if not words:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        # sklearn's char_wb pads every word with one space on each side and takes the
-        # n-grams inside each padded word (a padded word shorter than n once, as a
-        # whole). Joining the padded words gives one string in which those are exactly
-        # the windows that contain no two adjacent spaces.
-        padded = " " + "  ".join(words) + " "
-        points = np.frombuffer(padded.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-        codes = self._char_codes(points)
-        unknown_cum = np.concatenate(([0], np.cumsum(codes == 0)))
-        space = points == 32
-        double_cum = np.concatenate(([0], np.cumsum(space[:-1] & space[1:])))
-        length = len(points)
-        keys = []
+    def _char_features(
+        self, points: np.ndarray, segment_of: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # sklearn's char_wb: the n-grams inside each whitespace-delimited word padded
+        # with one space on each side (a padded word shorter than n once, as a whole;
+        # with n >= 2 and padded words of >= 3 characters, that is: the windows that fit
+        # in the padded word). With whitespace coded as a space, those are exactly the
+        # windows with all characters in the alphabet and no whitespace inside (first
+        # and last position excepted); other windows could not match the vocabulary.
         lo, hi = self._char_ngram
-        for n in range(lo, hi + 1):
+        length = len(points)
+        if length < lo:
+            return _EMPTY, _EMPTY, _EMPTY
+        codes16 = self._codes.take(points)
+        known = codes16 != 0
+        inner = known & (codes16 != self._space_code)
+        codes = codes16.astype(np.uint64)
+        m = length - lo + 1
+        if segment_of is None:
+            key = codes[:m].copy()
+        else:
+            key = segment_of[:m].astype(np.uint64)
+            key <<= self._key_bits
+            key |= codes[:m]
+        for j in range(1, lo):
+            key |= codes[j : j + m] << self._shifts[j]
+        middle = np.ones(m, dtype=bool)
+        for j in range(1, lo - 1):
+            middle &= inner[j : j + m]
+        parts = [key[known[:m] & middle & known[lo - 1 :]]]
+        for n in range(lo + 1, min(hi, length) + 1):  # extend the (n-1)-grams by one character
             m = length - n + 1
-            if m <= 0:
-                break
-            ok = (unknown_cum[n : n + m] == unknown_cum[:m]) & (
-                double_cum[n - 1 : n - 1 + m] == double_cum[:m]
-            )
-            if n == lo:
-                key = codes[:m].copy()
-                for j in range(1, n):
-                    key |= codes[j : j + m] << np.uint64(_CODE_BITS * j)
-            else:  # extend the (n-1)-gram keys by one character
-                key = key[:m] | (codes[n - 1 : n - 1 + m] << np.uint64(_CODE_BITS * (n - 1)))
-            keys.append(key[ok])
-        if not keys:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        uniq, counts = np.unique(np.concatenate(keys), return_counts=True)
-        at = np.minimum(np.searchsorted(self._char_keys, uniq), len(self._char_keys) - 1)
-        hit = self._char_keys[at] == uniq
-        return self._char_feature[at[hit]], counts[hit].astype(np.float64)
+            key = key[:m] | (codes[n - 1 :] << self._shifts[n - 1])
+            middle = middle[:m] & inner[n - 2 : n - 2 + m]
+            parts.append(key[known[:m] & middle & known[n - 1 :]])
+        packed, count = _distinct_counts(np.concatenate(parts))
+        feature = self._chars.lookup(packed & self._key_mask)
+        known_feature = feature >= 0
+        segment = (packed[known_feature] >> self._key_bits).astype(np.int64)
+        return segment, feature[known_feature], count[known_feature]
 
     # -- scoring -------------------------------------------------------------------------
 
+    def _logits(self, texts: Sequence[str]) -> np.ndarray:
+        """Calibrated logits, texts x heads, each text scored whole (no chunking)."""
+        out = np.empty((len(texts), len(self.heads)))
+        start = 0
+        while start < len(texts):
+            stop, chars = start + 1, len(texts[start]) + 3
+            while (
+                stop < len(texts)
+                and stop - start < self._max_segments
+                and chars + len(texts[stop]) + 3 <= _GROUP_CHARS
+            ):
+                chars += len(texts[stop]) + 3
+                stop += 1
+            n = stop - start
+            lowered = [f" {text.lower()} " for text in texts[start:stop]]
+            points = np.frombuffer("\x00".join(lowered).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+            segment_of = None
+            if n > 1:
+                sizes = np.fromiter(map(len, lowered), dtype=np.int64, count=n) + 1
+                segment_of = np.arange(n, dtype=np.int64).repeat(sizes)[: len(points)]
+            word = _block_logits(*self._word_features(points, segment_of), self._word_idf, self._word_coef, n)
+            char = _block_logits(*self._char_features(points, segment_of), self._char_idf, self._char_coef, n)
+            out[start:stop] = self._intercept + word + char
+            start = stop
+        return out
+
     def decision_function(self, text: str) -> np.ndarray:
         """Calibrated logits, one per head, for the whole text (no chunking)."""
-        lowered = text.lower()
-        w_idx, w_count = self._word_counts(lowered)
-        c_idx, c_count = self._char_counts(lowered)
-        w_val = _tfidf_block(w_idx, w_count, self._word_idf)
-        c_val = _tfidf_block(c_idx, c_count, self._char_idf)
-        return self._intercept + self._word_coef[:, w_idx] @ w_val + self._char_coef[:, c_idx] @ c_val
+        return self._logits([text])[0]
 
     def predict_proba(self, text: str) -> np.ndarray:
         """Positive-class probability per head for the whole text, as sklearn gives it."""
-        return _sigmoid(self.decision_function(text))
+        return _sigmoid(self._logits([text])[0])
+
+    def score_many(self, texts: Sequence[str]) -> np.ndarray:
+        """Per text and head, the max probability over the text's chunks (`chunk_text`)."""
+        if not texts:
+            return np.zeros((0, len(self.heads)))
+        chunks = [chunk_text(text) for text in texts]
+        if len(chunks) == 1:
+            return _sigmoid(self._logits(chunks[0])).max(axis=0, keepdims=True)
+        firsts = np.cumsum([0] + [len(c) for c in chunks[:-1]])
+        proba = _sigmoid(self._logits(list(chain.from_iterable(chunks))))
+        return np.maximum.reduceat(proba, firsts, axis=0)
 
     def score(self, text: str) -> np.ndarray:
         """Per-head max probability over overlapping chunks of at most CHUNK_CHARS."""
-        if len(text) <= CHUNK_CHARS:
-            return self.predict_proba(text)
-        step = CHUNK_CHARS - CHUNK_OVERLAP
-        best = np.zeros(len(self.heads))
-        start = 0
-        while True:
-            best = np.maximum(best, self.predict_proba(text[start : start + CHUNK_CHARS]))
-            if start + CHUNK_CHARS >= len(text):
-                return best
-            start += step
+        return _sigmoid(self._logits(chunk_text(text))).max(axis=0)
 
 
 class LexicalClassifier:
@@ -278,10 +501,11 @@ class LexicalClassifier:
     max_state_bytes = 256
 
     def __init__(self, models_dir: Path = MODELS_DIR, *, roles: Collection[str] = SCORED_ROLES) -> None:
-        """`roles`: item roles that are scored. The default includes system and developer
-        prompts; the model tends to flag benign "You are a ... assistant" prompts (no
-        such negatives exist in the training data, see models/README.md), so a deployment
-        that trusts its own system prompts may pass roles={"user", "tool"}."""
+        """`roles`: item roles that are scored, by default user and tool. System and
+        developer prompts come from the application's operator and the model flags
+        benign "You are a ... assistant" prompts (no such negatives exist in the training
+        data, see models/README.md); pass e.g. roles={"user", "tool", "system",
+        "developer"} to score them anyway."""
         self.models_dir = Path(models_dir)
         self.roles = frozenset(roles)
         self._model: LexicalModel | None = None
@@ -327,15 +551,14 @@ class LexicalClassifier:
         return {head: float(p) for head, p in zip(self.categories, model.score(text), strict=True)}
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
-        self._require_model()
-        item_scores: list[Scores] = []
-        tokens = 0
-        for item in items:
-            if item.scored and item.role in self.roles:
-                item_scores.append(self.score_text(item.text))
-                tokens += count_tokens(item.text)
-            else:
-                item_scores.append(zero_scores(self.categories))
+        model = self._require_model()
+        item_scores = [zero_scores(self.categories) for _ in items]
+        scored = [i for i, item in enumerate(items) if item.scored and item.role in self.roles]
+        tokens = sum(items[i].tokens for i in scored)  # counted once, when the item was parsed
+        with_text = [i for i in scored if items[i].text.strip()]
+        if with_text:  # one featurisation pass for all of this update's items
+            for i, row in zip(with_text, model.score_many([items[i].text for i in with_text]), strict=True):
+                item_scores[i] = {head: float(p) for head, p in zip(self.categories, row, strict=True)}
         previous = state.get("max") or zero_scores(self.categories)
         scores = running_max(previous, item_scores)
         return Update(state={"max": dict(scores)}, item_scores=item_scores, scores=scores, tokens=tokens)

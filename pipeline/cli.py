@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     rp = sub.add_parser("replay", help="score every conversation of a transcript file turn by turn")
-    rp.add_argument("file", type=Path, help="transcript file (JSONL, format v1)")
+    rp.add_argument("file", type=Path, nargs="?", help="transcript file (JSONL, format v1)")
     rp.add_argument("--mode", choices=("delta", "full"), default="delta")
     rp.add_argument("--json", dest="json_out", type=Path, help="write the per-turn verdicts here")
     rp.add_argument(
@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a category's threshold (repeatable)",
     )
     rp.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    from pipeline.replay_diff import add_replay_options
+
+    add_replay_options(rp)
 
     sp = sub.add_parser("serve", help="the gateway (Responses API) with the safety stage attached")
     sp.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -51,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--flags", help="append flag events to this JSONL file")
     sp.add_argument("--billing", help="append billing events to this JSONL file")
+    sp.add_argument("--record", metavar="PATH", help="record flagged conversations to this SQLite file")
+    sp.add_argument(
+        "--record-no-redact", action="store_true", help="keep secret and PII values in the recordings"
+    )
+    sp.add_argument("--spool", default="deltaguard-undelivered.jsonl", help="where undeliverable events go")
     sp.add_argument("--log-level", default="info")
 
     dp = sub.add_parser("demo", help="start the gateway and drive a scripted agent loop through it")
@@ -61,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     from pipeline.kafka.cli import add_worker_parser
 
     add_worker_parser(sub)
+    from pipeline.bench import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -76,6 +87,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         monitor_classifiers=tuple(n for n in args.monitor.split(",") if n),
         flags_path=args.flags,
         billing_path=args.billing,
+        record_path=args.record,
+        record_redact=not args.record_no_redact,
+        spool_path=args.spool,
     )
     serve(config, log_level=args.log_level)
     return 0
@@ -91,13 +105,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from pipeline.replay import replay
-    from pipeline.runtime import build_scorer
+    from pipeline.replay_diff import cmd_replay_store, replay_scorer
     from pipeline.transcripts import count_lines, read_transcripts
 
+    if args.from_store is not None:
+        return cmd_replay_store(args)
+    if args.file is None or args.diff:
+        print(
+            "deltaguard replay: give a transcript FILE, or --from-store PATH (needed by --diff)",
+            file=sys.stderr,
+        )
+        return 2
     if not args.file.is_file():
         print(f"deltaguard replay: {args.file}: no such file", file=sys.stderr)
         return 2
-    scorer = build_scorer(thresholds=dict(args.threshold))
+    scorer = replay_scorer(args)
     show = sys.stderr.isatty() and not args.no_progress
     with tqdm(total=count_lines(args.file), unit="conv", disable=not show, file=sys.stderr) as bar:
         result = replay(read_transcripts(args.file), scorer, args.mode, on_line=lambda: bar.update(1))
@@ -118,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "demo":
             return cmd_demo(args)
+        if args.command == "bench":
+            from pipeline.bench import cmd_bench
+
+            return cmd_bench(args)
         if args.command == "worker":
             from pipeline.kafka.cli import cmd_worker
 

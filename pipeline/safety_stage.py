@@ -28,15 +28,18 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pipeline.errors import LaneClosed
-from pipeline.events import BillingEvent, FlagEvent, TurnEvent
+from pipeline.errors import LaneClosed, PreviousResponseNotFound
+from pipeline.events import BillingEvent, Event, FlagEvent, TurnEvent
 from pipeline.items import Item
 from pipeline.metrics import NullMetrics, StageMetrics
 from pipeline.scoring import Scorer, TurnVerdict
 from pipeline.sinks import EventSink, MemorySink, SinkWriter
 from pipeline.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits, TrackedTurn
+
+if TYPE_CHECKING:
+    from pipeline.recording import FlagRecorder
 
 log = logging.getLogger("deltaguard.stage")
 DEFAULT_TENANT = "default"
@@ -113,10 +116,12 @@ class SafetyStage:
         config: StageConfig | None = None,
         turn_sink: EventSink | None = None,
         metrics: StageMetrics | None = None,
+        recorder: FlagRecorder | None = None,
     ) -> None:
         """`turn_sink`: where turn deltas go for remote monitor workers (distributed
         mode); the in-process monitor lane then runs nothing, and remote flags come back
-        through `mark_flagged`."""
+        through `mark_flagged`. `recorder`: records flagged conversations (gate and
+        monitor flags; `pipeline.recording`), started and drained with the stage."""
         self.config = config or StageConfig()
         unknown = set(monitor) - {c.name for c in scorer.classifiers}
         if unknown:
@@ -133,11 +138,14 @@ class SafetyStage:
         self.billing_sink = billing_sink or MemorySink()
         self.turn_sink = turn_sink
         self.metrics = metrics or NullMetrics()
+        self.recorder = recorder
         # (tenant, conversation id) -> categories the monitor lane flagged (enforced next turn)
         self._monitor_flags: LruTtlMap[tuple[str, str], frozenset[str]] = LruTtlMap(
             self.config.store.max_responses, self.config.store.ttl_s
         )
         self._state: Literal["new", "running", "closing", "closed"] = "new"
+        # Events that could not be delivered by the shutdown deadline: the owner spools them.
+        self.undelivered: list[Event] = []
 
     def _tracker(self, lane: str, scorer: Scorer, tenant: str) -> ConversationTracker:
         tracker = self._trackers.get((lane, tenant))
@@ -192,6 +200,8 @@ class SafetyStage:
             asyncio.create_task(self._consume(self._monitor_q, self._run_monitor), name="lane:monitor"),
             asyncio.create_task(self._consume(self._post_q, self._run_post), name="lane:post"),
         ]
+        if self.recorder is not None:
+            await self.recorder.start()
         self._state = "running"
 
     async def aclose(self) -> dict[str, int]:
@@ -212,13 +222,21 @@ class SafetyStage:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # Post-inference jobs still queued at the deadline keep their billing event.
+        while not self._post_q.empty():
+            self.undelivered.append(self._billing_event(self._post_q.get_nowait(), 0.0))
         remaining = max(0.0, deadline - time.monotonic())
-        left = {
-            "flags": len(await self._flags.aclose(remaining)),
-            "billing": len(await self._billing.aclose(remaining)),
-        }
+        writers = {"flags": self._flags, "billing": self._billing}
         if self._turns is not None:
-            left["turns"] = len(await self._turns.aclose(remaining))
+            writers["turns"] = self._turns
+        left = {}
+        for name, writer in writers.items():
+            events = await writer.aclose(remaining)
+            self.undelivered.extend(events)
+            left[name] = len(events)
+        left["billing"] = sum(isinstance(e, BillingEvent) for e in self.undelivered)
+        if self.recorder is not None:
+            left["recordings"] = await self.recorder.aclose(max(0.0, deadline - time.monotonic()))
         self._limiter.close()
         self._state = "closed"
         return left
@@ -304,17 +322,17 @@ class SafetyStage:
             blocked_categories=blocked_categories,
         )
         if verdict.flagged_categories:
-            await self._flags.put(
-                FlagEvent.build(
-                    conversation_id=rec.conversation_id,
-                    response_id=rec.response_id,
-                    lane="gate",
-                    decision="block" if result.blocked else "flag",
-                    categories=verdict.flagged_categories,
-                    scores=verdict.category_scores,
-                    classifier_versions=self.gate_scorer.versions,
-                )
+            event = FlagEvent.build(
+                conversation_id=rec.conversation_id,
+                response_id=rec.response_id,
+                lane="gate",
+                decision="block" if result.blocked else "flag",
+                categories=verdict.flagged_categories,
+                scores=verdict.category_scores,
+                classifier_versions=self.gate_scorer.versions,
             )
+            await self._flags.put(event)
+            await self._record_flag(event, tenant)
         if self._turns is not None:
             await self._turns.put(
                 TurnEvent.build(
@@ -378,17 +396,31 @@ class SafetyStage:
         if not verdict.flagged_categories:
             return
         self.mark_flagged(job.conversation_id, verdict.flagged_categories, job.tenant)
-        await self._flags.put(
-            FlagEvent.build(
-                conversation_id=job.conversation_id,
-                response_id=job.response_id,
-                lane="monitor",
-                decision="block" if verdict.decision == "block" else "flag",
-                categories=verdict.flagged_categories,
-                scores=verdict.category_scores,
-                classifier_versions=monitor.scorer.versions,
-            )
+        event = FlagEvent.build(
+            conversation_id=job.conversation_id,
+            response_id=job.response_id,
+            lane="monitor",
+            decision="block" if verdict.decision == "block" else "flag",
+            categories=verdict.flagged_categories,
+            scores=verdict.category_scores,
+            classifier_versions=monitor.scorer.versions,
         )
+        await self._flags.put(event)
+        await self._record_flag(event, job.tenant)
+
+    async def _record_flag(self, event: FlagEvent, tenant: str) -> None:
+        """Queue the flagged conversation for the recorder (off the response path).
+
+        The history comes from the gate lane's record of the flagged response: it holds
+        the model's outputs of earlier turns too (the monitor lane's store does not)."""
+        if self.recorder is None:
+            return
+        try:
+            record = self.gate_tracker(tenant)._record(event.response_id)
+        except PreviousResponseNotFound:
+            log.warning("flag %s not recorded: response %s evicted", event.event_id, event.response_id)
+            return
+        await self.recorder.submit(event, record, tenant)
 
     async def flag_output(self, gate: GateResult, categories: list[str], scores: dict[str, float]) -> None:
         """A flag raised while the model's output is still streaming."""
@@ -425,13 +457,16 @@ class SafetyStage:
                 await self.flag_output(gate, new, verdict.category_scores)
         finally:
             # Billing is emitted even when output scoring failed: usage must never be lost.
-            await self._billing.put(
-                BillingEvent.build(
-                    conversation_id=gate.conversation_id,
-                    response_id=gate.response_id,
-                    input_tokens=job.usage.input_tokens,
-                    cached_input_tokens=job.usage.cached_input_tokens,
-                    output_tokens=job.usage.output_tokens,
-                    classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
-                )
-            )
+            await self._billing.put(self._billing_event(job, output_ms))
+
+    @staticmethod
+    def _billing_event(job: _PostJob, output_ms: float) -> BillingEvent:
+        gate = job.gate
+        return BillingEvent.build(
+            conversation_id=gate.conversation_id,
+            response_id=gate.response_id,
+            input_tokens=job.usage.input_tokens,
+            cached_input_tokens=job.usage.cached_input_tokens,
+            output_tokens=job.usage.output_tokens,
+            classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,6 +34,9 @@ def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> uvicorn.C
 def serve(config: GatewayConfig, scorer: Scorer | None = None, log_level: str = "info") -> None:
     """Serve until SIGINT/SIGTERM; lanes and sinks drain on the way out."""
     app = create_app(config, scorer or build_scorer())
+    # uvicorn drains on SIGTERM, then re-raises it to the handler it found: make that
+    # handler a no-op so a drained shutdown exits 0 instead of dying by the signal.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     uvicorn.Server(_uvicorn_config(app, config.host, config.port, log_level)).run()
 
 

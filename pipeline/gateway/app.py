@@ -28,6 +28,7 @@ from pipeline.gateway.service import ResponsesService, not_found
 from pipeline.gateway.upstream import HttpUpstream, SimulatedModel, Upstream
 from pipeline.gateway.wire import RequestError, error_event, parse_body, parse_create
 from pipeline.metrics import PrometheusMetrics
+from pipeline.recording import TranscriptRecorder
 from pipeline.safety_stage import DEFAULT_TENANT, SafetyStage, StageConfig
 from pipeline.scoring import Scorer
 from pipeline.sinks import EventSink, JsonlSink, MemorySink
@@ -47,6 +48,18 @@ def build_upstream(config: GatewayConfig) -> Upstream:
 
 def _sink(path: str | None) -> EventSink:
     return JsonlSink(Path(path)) if path else MemorySink()
+
+
+def _recorder(config: GatewayConfig, scorer: Scorer) -> TranscriptRecorder | None:
+    if config.record_path is None:
+        return None
+    return TranscriptRecorder(
+        config.record_path,
+        scorer,
+        redact=config.record_redact,
+        max_conversations=config.record_max_conversations,
+        max_age_s=config.record_max_age_s,
+    )
 
 
 class Gateway:
@@ -71,6 +84,7 @@ class Gateway:
             billing_sink=billing_sink or _sink(config.billing_path),
             config=stage_config,
             metrics=self.metrics,
+            recorder=_recorder(config, scorer),
         )
         self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
         self.upstream = upstream or build_upstream(config)
@@ -84,8 +98,13 @@ class Gateway:
             yield
         finally:
             left = await self.stage.aclose()
-            if any(left.values()):
-                log.error("events not delivered at shutdown: %s", left)
+            if self.stage.undelivered:
+                # Spooled, never dropped: one JSON event per line, re-sendable as is.
+                path = Path(self.config.spool_path)
+                with path.open("a", encoding="utf-8") as f:
+                    for event in self.stage.undelivered:
+                        f.write(json.dumps(event.model_dump(mode="json")) + "\n")
+                log.error("events not delivered by the shutdown deadline (%s) spooled to %s", left, path)
             await self.upstream.aclose()
 
     def tenant_of(self, headers: Any) -> str | None:

@@ -29,6 +29,7 @@ class GatewayConfig(BaseModel):
         default_factory=lambda: os.environ.get("DELTAGUARD_UPSTREAM_API_KEY")
     )
     upstream_timeout_s: float = 120.0
+    upstream_stall_timeout_s: float = Field(30.0, gt=0)  # longest silence mid-stream
     sim_tokens_per_s: float = Field(1000.0, gt=0)
     sim_reply_tokens: int = Field(40, ge=1)
     sim_tool_calls: int = Field(3, ge=0)  # tool calls per user request before the final answer
@@ -41,10 +42,19 @@ class GatewayConfig(BaseModel):
     # Classifiers that score the model's output while it streams (flags before the end).
     output_stream_classifiers: tuple[str, ...] = ("secrets", "pii")
     flags_path: str | None = None  # JSONL file for flag events (in memory when unset)
+    # Events that could not be delivered by the shutdown deadline are appended here.
+    spool_path: str = "deltaguard-undelivered.jsonl"
     billing_path: str | None = None  # JSONL file for billing events (in memory when unset)
+    # Flagged conversations recorded to this SQLite file (pipeline/recording.py), replayable
+    # with `deltaguard replay --from-store`; not recorded when unset.
+    record_path: str | None = None
+    record_redact: bool = True  # secrets and PII values replaced by [REDACTED:<kind>]
+    record_max_conversations: int = Field(10_000, ge=1)  # recordings kept (least recent go)
+    record_max_age_s: float | None = Field(30 * 24 * 3600.0, gt=0)  # None: no age limit
 
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)
+    max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
     max_connection_age_s: float = Field(3600.0, gt=0)  # like the hosted API's 60-minute cap
     max_cached_responses_per_connection: int = Field(256, ge=1)
     max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)

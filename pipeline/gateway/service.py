@@ -9,14 +9,15 @@ output as Responses API events through `emit`, and queues the post-inference wor
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from classifiers.base import count_tokens
 from pipeline.errors import PreviousResponseNotFound
 from pipeline.gateway.config import GatewayConfig
-from pipeline.gateway.upstream import FunctionCall, TextDelta, Upstream, UpstreamError
+from pipeline.gateway.upstream import FunctionCall, TextDelta, Upstream, UpstreamError, UpstreamEvent
 from pipeline.gateway.wire import (
     CreateRequest,
     RequestError,
@@ -54,6 +55,7 @@ class ResponsesService:
         self._tools: LruTtlMap[tuple[str, str], list[dict[str, Any]] | None] = LruTtlMap(
             limits.max_responses, limits.ttl_s
         )
+        self.inflight = 0
         self._history_tokens: LruTtlMap[tuple[str, str], int] = LruTtlMap(limits.max_responses, limits.ttl_s)
 
     async def _gate(
@@ -85,6 +87,20 @@ class ResponsesService:
     ) -> dict[str, Any]:
         """Run one response for `tenant`. Raises `RequestError` (incl. `SafetyBlocked`)
         before any event; previous responses are looked up in the tenant's own state."""
+        if self.inflight >= self.config.max_inflight_responses:
+            raise RequestError(
+                f"the gateway has {self.inflight} responses in flight, its limit; retry later",
+                code="server_overloaded",
+                status=503,
+                type="server_error",
+            )
+        self.inflight += 1
+        try:
+            return await self._create(req, emit, tenant)
+        finally:
+            self.inflight -= 1
+
+    async def _create(self, req: CreateRequest, emit: Emit | None, tenant: str) -> dict[str, Any]:
         response_id = new_id("resp")
         created_at = int(time.time())
         gate, history, cached_tokens = await self._gate(req, response_id, tenant)
@@ -124,7 +140,9 @@ class ResponsesService:
         text_parts: list[str] = []
         msg_id: str | None = None
         try:
-            async for event in self.upstream.stream(req, history):
+            async for event in _with_stall_timeout(
+                self.upstream.stream(req, history), self.config.upstream_stall_timeout_s
+            ):
                 if isinstance(event, TextDelta):
                     if msg_id is None:
                         msg_id = new_id("msg")
@@ -257,6 +275,21 @@ class ResponsesService:
         item = message_item(msg_id, text)
         output.append(item)
         await send({"type": "response.output_item.done", "output_index": index, "item": item})
+
+
+async def _with_stall_timeout(
+    events: AsyncIterator[UpstreamEvent], timeout_s: float
+) -> AsyncIterator[UpstreamEvent]:
+    """The upstream's events, failing with `UpstreamError` when it goes quiet too long."""
+    iterator = aiter(events)
+    while True:
+        try:
+            event = await asyncio.wait_for(anext(iterator), timeout_s)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise UpstreamError(f"upstream sent nothing for {timeout_s:g} s") from None
+        yield event
 
 
 def safety_summary(gate: GateResult) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class KafkaSettings(BaseModel):
     )
     conversation_ttl_s: float = Field(24 * 3600.0, gt=0, description="idle conversations are dropped")
     sweep_interval_s: float = Field(300.0, gt=0, description="how often idle conversations are swept")
+    stats_interval_s: float = Field(60.0, gt=0, description="how often the worker logs its counters")
     fetch_max_wait_ms: int = Field(
         100, ge=0, le=30_000, description="consumer fetch wait (faust hard-codes 1500 ms; see worker.py)"
     )

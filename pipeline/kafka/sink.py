@@ -15,9 +15,15 @@ three parts, oldest first:
 empty (to keep the order), when the queue is full, or while the broker is out. When a
 delivery fails, the task marks an outage, moves what memory holds to the front of the
 spool (a crash then loses nothing that was waiting), reconnects with backoff (re-creating
-the topics if the broker came back empty), and re-sends the spool in order. A full
-spool raises `SinkFull` from `send()`: that is the only way the caller learns of an
-outage, and it is never made to wait for one.
+the topics if the broker came back empty), and re-sends the spool in order.
+
+`spool_max_bytes` bounds everything pending, memory included: the spool keeps room for
+what memory holds, so spilling it at an outage or at shutdown always fits. When an
+event does not fit, `send()` raises `SinkFull` and accepts none of its events: that is
+the only way the caller learns of an outage, and it is never made to wait for one.
+(Behind `SinkWriter`, a `SinkFull` is retried with backoff: the writer's bounded queue
+then applies backpressure.) What sits in memory, up to `publish_queue_size` events, is
+lost if the process is killed; with the broker up it is in flight for milliseconds.
 
 Delivery is at least once: records whose acknowledgement was not seen are sent again,
 so consumers drop duplicates by `event_id` (stable across retries).
@@ -36,12 +42,12 @@ from typing import Literal
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from pipeline.errors import LaneClosed
+from pipeline.errors import LaneClosed, SinkFull
 from pipeline.events import Event
 from pipeline.kafka.errors import BrokerUnavailable
 from pipeline.kafka.records import OutboundRecord
 from pipeline.kafka.settings import KafkaSettings
-from pipeline.kafka.spool import Spool
+from pipeline.kafka.spool import Spool, max_line_size
 from pipeline.kafka.topics import ensure_topics
 
 log = logging.getLogger("deltaguard.kafka.sink")
@@ -83,8 +89,10 @@ class KafkaEventSink:
         )
         self.spool_.open()
         self._queue: deque[OutboundRecord] = deque()
-        self._stranded: deque[OutboundRecord] = deque()  # sent, not acknowledged, to retry first
+        # sent but not acknowledged (spool full at the outage): first in line on reconnect
+        self._stranded: deque[OutboundRecord] = deque()
         self._inflight: list[OutboundRecord] = []
+        self._memory_bytes = 0  # upper bound of the spool bytes memory would take
         self._wakeup = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
         # Until the first connection attempt fails, events wait in memory: a refused
@@ -109,17 +117,24 @@ class KafkaEventSink:
             return
         room = self.settings.publish_queue_size - len(self._queue)
         if self._outage or self.spool_ or room < len(records):
-            self.spool_.append(records)
+            # Room stays reserved for what memory holds: an outage spills it here.
+            self.spool_.append(records, reserve=self._memory_bytes)
             self.spooled += len(records)
         else:
+            size = sum(max_line_size(r) for r in records)
+            if self.spool_.pending_bytes + self._memory_bytes + size > self.spool_.max_bytes:
+                raise SinkFull(
+                    f"kafka sink: {len(records)} events would not fit the spool {self.spool_.path} "
+                    f"if the broker went out ({self._memory_bytes} bytes already held in memory)"
+                )
             self._queue.extend(records)
+            self._memory_bytes += size
         self._wakeup.set()
 
     async def aclose(self) -> None:
         """Deliver what is pending within `close_timeout_s`; spool the rest for the next start.
 
-        Never loses an event it accepted, unless the spool is full at that moment (then
-        the count is logged as an error)."""
+        Loses no accepted event: the spool always has room for what memory holds."""
         if self._state in ("closing", "closed"):
             return
         if self._state == "new":
@@ -177,6 +192,7 @@ class KafkaEventSink:
     def _take_memory(self) -> list[OutboundRecord]:
         """Everything held in memory, oldest first, removed from memory."""
         out = [*self._inflight, *self._stranded, *self._queue]
+        self._memory_bytes = 0
         self._inflight = []
         self._stranded.clear()
         self._queue.clear()
@@ -224,19 +240,15 @@ class KafkaEventSink:
                 # Spool full: keep them in memory, first in line for the next attempt.
                 log.error("spool full: %d events stay in memory until the broker returns", len(memory))
                 self._stranded.extend(memory)
+                self._memory_bytes = sum(max_line_size(r) for r in memory)
 
     async def _connect(self) -> None:
         await self._stop_producer()
         if self.settings.create_topics:
-            await ensure_topics(
-                self.settings,
-                {
-                    t: n
-                    for t, n in self.settings.topic_partitions().items()
-                    if t
-                    in (self.settings.turns_topic, self.settings.flags_topic, self.settings.billing_topic)
-                },
-            )
+            # The topics it publishes to (a broker that came back empty has none).
+            s = self.settings
+            mine = (s.turns_topic, s.flags_topic, s.billing_topic)
+            await ensure_topics(s, {t: n for t, n in s.topic_partitions().items() if t in mine})
         producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.bootstrap_servers,
             client_id=f"{self.settings.client_id}-publisher",
@@ -307,6 +319,7 @@ class KafkaEventSink:
         self._inflight = batch
         ok, failure = await self._deliver(batch)
         self._inflight = []
+        self._memory_bytes -= sum(max_line_size(r) for r in batch[:ok])
         if failure is not None:
             self._stranded.extendleft(reversed(batch[ok:]))
             raise self._unavailable(failure)

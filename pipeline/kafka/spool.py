@@ -42,6 +42,15 @@ def encode_line(record: OutboundRecord) -> bytes:
     return head[:-1] + b',"value":' + record.value + b"}\n"
 
 
+def max_line_size(record: OutboundRecord) -> int:
+    """An upper bound of `len(encode_line(record))`, cheap enough to compute per event.
+
+    JSON escaping at most sextuples a key byte (`\\u0001`); topics and event ids are
+    plain ASCII; the value is spliced in as it is.
+    """
+    return len(record.value) + 6 * len(record.key) + len(record.topic) + len(record.event_id) + 64
+
+
 def decode_line(line: bytes) -> OutboundRecord:
     obj = json.loads(line)
     return OutboundRecord(
@@ -153,9 +162,13 @@ class Spool:
     def __bool__(self) -> bool:
         return self._file is not None and self.pending_records > 0
 
-    def append(self, records: Sequence[OutboundRecord]) -> None:
-        """Append records at the end, all or none; `SinkFull` when they do not fit."""
-        self._write(b"".join(encode_line(r) for r in records), len(records), at_front=False)
+    def append(self, records: Sequence[OutboundRecord], reserve: int = 0) -> None:
+        """Append records at the end, all or none; `SinkFull` when they do not fit.
+
+        `reserve`: bytes that must stay free besides (events held in memory that may
+        have to be spilled here later).
+        """
+        self._write(b"".join(encode_line(r) for r in records), len(records), at_front=False, reserve=reserve)
 
     def prepend(self, records: Sequence[OutboundRecord]) -> None:
         """Put records before every undelivered one (memory being spilled at an outage).
@@ -164,20 +177,21 @@ class Spool:
         """
         self._write(b"".join(encode_line(r) for r in records), len(records), at_front=True)
 
-    def _write(self, data: bytes, count: int, at_front: bool) -> None:
+    def _write(self, data: bytes, count: int, at_front: bool, reserve: int = 0) -> None:
         if not data:
             return
         f = self._require_open()
-        if self.size_ + len(data) > self.max_bytes or at_front:
+        if self.size_ + len(data) + reserve > self.max_bytes or at_front:
+            if not at_front and self.pending_bytes + len(data) + reserve > self.max_bytes:
+                raise SinkFull(
+                    f"spool {self.path} is full: {self.pending_bytes} bytes pending and {reserve} "
+                    f"reserved, {len(data)} more would pass the bound of {self.max_bytes} bytes"
+                )
             self._compact(front=data if at_front else b"")
             if at_front:
                 self.pending_records += count
                 return
-            if self.size_ + len(data) > self.max_bytes:
-                raise SinkFull(
-                    f"spool {self.path} is full: {self.pending_bytes} bytes pending, "
-                    f"{len(data)} more would pass the bound of {self.max_bytes} bytes"
-                )
+            f = self._require_open()  # compaction replaced the file
         f.seek(0, os.SEEK_END)
         f.write(data)
         f.flush()

@@ -170,6 +170,7 @@ class MonitorWorker:
         self.flagged = 0
         self.errored = 0
         self.duplicates = 0
+        self._logged = (0, 0, 0, 0)
 
     async def process(self, events: Sequence[Any]) -> None:
         log.debug("batch of %d turns", len(events))
@@ -211,7 +212,12 @@ class MonitorWorker:
         await asyncio.gather(*pending)
         for conv, (partition, value) in result.writes.items():
             self.table.write(conv, value, partition)
-        log.debug("batch done")
+
+    def log_stats(self) -> None:
+        counts = (self.scored, self.flagged, self.errored, self.duplicates)
+        if counts != self._logged:
+            log.info("turns scored %d, flagged %d, errors %d, redelivered %d", *counts)
+            self._logged = counts
 
     def sweep(self, now: float) -> int:
         """Drop conversations idle for longer than `conversation_ttl_s` (owned ones only)."""
@@ -250,6 +256,9 @@ def faust_options(settings: KafkaSettings) -> dict[str, Any]:
         "broker_request_timeout": max(settings.request_timeout_s, settings.session_timeout_s + 1.0),
         "stream_buffer_maxsize": settings.stream_buffer_maxsize,
         "stream_publish_on_commit": False,
+        # A revoked partition's batch finishes (events and state written) before the
+        # partition moves: the next owner never races a late write of the last one.
+        "stream_wait_empty": True,
         "producer_acks": -1,
         "web_enabled": settings.web_enabled,
         "web_bind": "127.0.0.1",
@@ -280,6 +289,10 @@ def build_worker_app(settings: KafkaSettings, scorer: Scorer) -> tuple[WorkerApp
     @app.timer(settings.sweep_interval_s)
     async def sweep() -> None:
         worker.sweep(time.time())
+
+    @app.timer(settings.stats_interval_s)
+    async def stats() -> None:
+        worker.log_stats()
 
     return app, worker
 

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from pipeline.errors import TranscriptError
 from pipeline.transcripts import Conversation, read_transcripts
 
@@ -62,3 +65,24 @@ def test_deep_nesting_is_an_error_not_a_crash(tmp_path):
     deep = '{"id": "a", "turns": ' + "[" * 100_000 + "]" * 100_000 + "}"
     (err,) = read_transcripts(write(tmp_path, [deep]))
     assert isinstance(err, TranscriptError)
+
+
+lines = st.binary(max_size=120) | st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=15),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["id", "turns", "input", "output", "role", "content", "type"]), inner, max_size=4
+        )
+    ),
+    max_leaves=12,
+).map(lambda v: json.dumps(v).encode())
+
+
+@settings(max_examples=5_000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(batch=st.lists(lines, min_size=1, max_size=3))
+def test_reader_never_crashes_on_garbage(tmp_path_factory, batch):
+    path = tmp_path_factory.getbasetemp() / "fuzz.jsonl"
+    path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in batch) + b"\n")
+    for entry in read_transcripts(path):
+        assert isinstance(entry, Conversation | TranscriptError)

