@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--spool", default="deltaguard-undelivered.jsonl", help="where undeliverable events go")
     sp.add_argument("--log-level", default="info")
+    sp.add_argument(
+        "--broker", help="kafka://HOST:PORT: publish turns and events to Kafka (distributed mode)"
+    )
+    sp.add_argument("--kafka-config", help="JSON file of KafkaSettings fields (topics, partitions, spool...)")
 
     dp = sub.add_parser("demo", help="start the gateway and drive a scripted agent loop through it")
     dp.add_argument("--turns", type=int, default=24)
@@ -90,6 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         record_path=args.record,
         record_redact=not args.record_no_redact,
         spool_path=args.spool,
+        broker=args.broker,
+        kafka_config=args.kafka_config,
     )
     serve(config, log_level=args.log_level)
     return 0

@@ -62,6 +62,19 @@ def _recorder(config: GatewayConfig, scorer: Scorer) -> TranscriptRecorder | Non
     )
 
 
+class _Unowned:
+    """A sink shared by several writers: closing one writer must not close it."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+
+    async def send(self, events: Any) -> None:
+        await self._sink.send(events)
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Gateway:
     """Holds the running parts; built once per app, started by the app's lifespan."""
 
@@ -77,11 +90,29 @@ class Gateway:
     ) -> None:
         self.config = config
         self.metrics = PrometheusMetrics()
+        self.kafka: Any = None
+        self.flag_subscriber: Any = None
+        turn_sink = None
+        if config.broker:
+            # Distributed mode: turns, flags and billing go to Kafka; workers run the
+            # monitor lane and their flags come back through the subscriber.
+            from pipeline.kafka.settings import KafkaSettings
+            from pipeline.kafka.sink import KafkaEventSink
+            from pipeline.kafka.subscriber import FlagSubscriber
+
+            settings = (
+                KafkaSettings.from_file(Path(config.kafka_config), broker=config.broker)
+                if config.kafka_config
+                else KafkaSettings(broker=config.broker)
+            )
+            self.kafka = KafkaEventSink(settings)
+            turn_sink = flag_sink = billing_sink = _Unowned(self.kafka)
         self.stage = SafetyStage(
             scorer,
             monitor=config.monitor_classifiers,
             flag_sink=flag_sink or _sink(config.flags_path),
             billing_sink=billing_sink or _sink(config.billing_path),
+            turn_sink=turn_sink,
             config=stage_config,
             metrics=self.metrics,
             recorder=_recorder(config, scorer),
@@ -90,14 +121,22 @@ class Gateway:
         self.upstream = upstream or build_upstream(config)
         self.service = ResponsesService(config, self.stage, self.upstream)
         self.connections = 0
+        if self.kafka is not None:
+            self.flag_subscriber = FlagSubscriber(settings, self.stage.mark_flagged)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.kafka is not None:
+            await self.kafka.start()  # never waits for the broker: it spools meanwhile
+            await self.flag_subscriber.start()
         await self.stage.start()
         try:
             yield
         finally:
             left = await self.stage.aclose()
+            if self.kafka is not None:
+                await self.flag_subscriber.aclose()
+                await self.kafka.aclose()  # flushes, or spools what the broker did not take
             if self.stage.undelivered:
                 # Spooled, never dropped: one JSON event per line, re-sendable as is.
                 path = Path(self.config.spool_path)

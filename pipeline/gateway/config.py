@@ -34,6 +34,10 @@ class GatewayConfig(BaseModel):
     sim_reply_tokens: int = Field(40, ge=1)
     sim_tool_calls: int = Field(3, ge=0)  # tool calls per user request before the final answer
 
+    # Distributed mode: kafka://HOST:PORT, and optionally a JSON file of KafkaSettings.
+    broker: str | None = None
+    kafka_config: str | None = None
+
     # API key -> tenant. Empty: no authentication, every client is tenant "default".
     api_keys: dict[str, str] = Field(default_factory=api_keys_from_env)
 

@@ -1,11 +1,15 @@
 """Distributed mode on Kafka (CONTRACT.md section 5).
 
 - `settings.KafkaSettings`: every setting (topics, partitions, timeouts, spool, ...).
-- `topics.ensure_topics`: creates the topics explicitly, with their partition counts.
-- `sink.KafkaEventSink`: the gateway's publisher (an `EventSink`); spools to disk when
-  the broker is out.
-- `subscriber.FlagSubscriber`: monitor-lane flags back to the gateway.
-- `worker`: the faust-streaming worker (`deltaguard worker`); `monitor`: its scoring.
+- `topics`: creates the topics explicitly, with their partition counts.
+- `sink.KafkaEventSink`: the gateway's publisher (an `EventSink`); spools to disk
+  (`spool.Spool`) while the broker is out.
+- `subscriber.FlagSubscriber`: monitor-lane flags back to the gateway (`mark_flagged`).
+- `worker`: the faust-streaming worker (`deltaguard worker`); `monitor`: its scoring,
+  pure and broker-free; `records`: wire values and the `TurnError` dead letters.
+- `transcripts`: transcripts as turn events; `testing`: tansu and worker processes on
+  127.0.0.1 for tests and benchmarks.
 
-Nothing is imported here: faust is heavy and only the worker needs it.
+Nothing is imported here, and only `worker` imports faust (heavy, and with import-time
+state of its own).
 """
