@@ -47,6 +47,7 @@ Lane = Literal["gate", "monitor"]
 
 CATEGORIES: tuple[str, ...] = ("prompt_injection", "jailbreak", "toxicity", "pii", "secrets")
 
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One detection, e.g. an AWS key: where it completed and a redacted preview."""

@@ -1,4 +1,8 @@
-"""The default classifier set, loaded once at startup."""
+"""The default classifier set, loaded once at startup.
+
+Model-backed classifiers are wrapped in `ThresholdScaled` with the thresholds their
+manifest entry records, so that every classifier's threshold is 0.5 (classifiers/scaled.py).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,10 @@ from pathlib import Path
 from classifiers.base import Classifier
 from classifiers.lexical import LexicalClassifier
 from classifiers.pii import PiiClassifier
+from classifiers.scaled import ThresholdScaled
 from classifiers.secrets import SecretsClassifier
 from models import MODELS_DIR
+from pipeline.artifacts import manifest_entry
 
 DEFAULT_NAMES = ("secrets", "pii", "lexical")
 
@@ -24,7 +30,14 @@ def load_classifiers(
         elif name == "pii":
             out.append(PiiClassifier())
         elif name == "lexical":
-            out.append(LexicalClassifier(models_dir).load())
+            out.append(
+                ThresholdScaled(LexicalClassifier(models_dir).load(), model_thresholds(name, models_dir))
+            )
         else:
             raise ValueError(f"unknown classifier {name!r}; known: {', '.join(DEFAULT_NAMES)}")
     return out
+
+
+def model_thresholds(name: str, models_dir: Path = MODELS_DIR) -> dict[str, float]:
+    """The thresholds chosen on validation data for manifest entry `name`."""
+    return dict(manifest_entry(name, models_dir).get("thresholds", {}))

@@ -15,9 +15,12 @@ side, interleaved turn by turn so that all three see the same machine conditions
   or verdict around it): the raw model cost of exactly the delta. `pipeline / floor`
   is what the pipeline's machinery adds.
 
-Latencies are wall-clock milliseconds from `time.perf_counter`. Per classifier, the
-delta and full figures are the fold's own per-classifier timings; `pipeline` is the
-wall time of the whole call, so `pipeline - sum(classifiers)` is the overhead.
+Times are milliseconds on one clock for all three (`--clock`): `wall`
+(`time.perf_counter`, latency as a caller sees it) or `cpu` (`time.process_time`, the
+work itself, which other processes competing for the cores do not inflate). Each
+classifier is wrapped (`TimedClassifier`) so its share of a delta or full turn is read
+on that clock; `pipeline` is the whole call, so `pipeline - sum(classifiers)` is the
+pipeline's overhead.
 
     from pipeline.bench import BenchConfig, run_bench, write_outputs
     result = run_bench(BenchConfig(turns=20, tool_tokens=200))
@@ -585,7 +588,7 @@ def _series(turns: Sequence[dict[str, Any]], mode: str, key: str) -> tuple[list[
     return xs, ys
 
 
-def _latency_axes(ax: Any, turns: Sequence[dict[str, Any]], key: str, title: str) -> None:
+def _latency_axes(ax: Any, turns: Sequence[dict[str, Any]], key: str, title: str, unit: str) -> None:
     full = _series(turns, "full", key)
     sparse = len(full[0]) < len(turns)  # measured every k-th turn: show the points
     ax.plot(*full, color=_FULL, label="full rescoring", marker="." if sparse else None)
@@ -594,18 +597,18 @@ def _latency_axes(ax: Any, turns: Sequence[dict[str, Any]], key: str, title: str
     ax.plot(*_series(turns, "floor", floor_key), color=_FLOOR, linestyle="--", label="floor (raw models)")
     ax.set_yscale("log")
     ax.set_xlabel("turn")
-    ax.set_ylabel("latency per turn (ms)")
+    ax.set_ylabel(f"{unit} per turn (ms)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.25)
 
 
-def _breakdown_axes(ax: Any, turns: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
+def _breakdown_axes(ax: Any, turns: Sequence[dict[str, Any]], names: Sequence[str], unit: str) -> None:
     xs = [r["index"] for r in turns]
     layers = [[_p50(r, "delta", n) for r in turns] for n in names]
     overhead = [max(0.0, _p50(r, "delta") - _p50(r, "delta", TOTAL)) for r in turns]
     ax.stackplot(xs, *layers, overhead, labels=[*names, "pipeline overhead"], alpha=0.85)
     ax.set_xlabel("turn")
-    ax.set_ylabel("delta latency per turn (ms)")
+    ax.set_ylabel(f"delta {unit} per turn (ms)")
     ax.set_title("Where a delta turn's time goes")
     ax.legend(loc="upper left", fontsize="small")
     ax.grid(True, alpha=0.25)
@@ -621,6 +624,9 @@ def plot_all(data: dict[str, Any], out: Path) -> dict[str, Path]:
     turns = data["turns"]
     names = list(data["classifiers"])
     s = data["summary"]
+    cpu = data["config"].get("clock") == "cpu"
+    unit = "CPU time" if cpu else "latency"
+    whole = "pipeline, CPU time" if cpu else "pipeline wall time"
     paths = {
         "main_png": out / "bench.png",
         "per_classifier_png": out / "latency_per_classifier.png",
@@ -628,9 +634,9 @@ def plot_all(data: dict[str, Any], out: Path) -> dict[str, Path]:
     }
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    _latency_axes(ax1, turns, PIPELINE, "Safety latency per turn (pipeline wall time)")
+    _latency_axes(ax1, turns, PIPELINE, f"Safety cost per turn ({whole})", unit)
     ax1.legend(loc="upper left", fontsize="small")
-    _breakdown_axes(ax2, turns, names)
+    _breakdown_axes(ax2, turns, names, unit)
     ratio = s.get("full_over_delta_at_turn")
     flat = s.get("delta_flatness_last20_over_10_29")
     cfg = data["config"]
@@ -653,7 +659,7 @@ def plot_all(data: dict[str, Any], out: Path) -> dict[str, Path]:
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.8 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys, strict=False):
-        _latency_axes(ax, turns, key, "all classifiers (pipeline wall time)" if key == PIPELINE else key)
+        _latency_axes(ax, turns, key, f"all classifiers ({whole})" if key == PIPELINE else key, unit)
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     axes.flat[0].legend(loc="upper left", fontsize="small")
@@ -663,7 +669,7 @@ def plot_all(data: dict[str, Any], out: Path) -> dict[str, Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    _breakdown_axes(ax, turns, names)
+    _breakdown_axes(ax, turns, names, unit)
     fig.tight_layout()
     fig.savefig(paths["breakdown_png"], dpi=110)
     plt.close(fig)

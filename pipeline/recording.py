@@ -804,7 +804,12 @@ class TranscriptRecorder:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltaguard-recorder")
         self._queue: asyncio.Queue[_Job] = asyncio.Queue(self.queue_size)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._open_store)  # fail at startup, not later
+        try:
+            await loop.run_in_executor(self._executor, self._open_store)  # fail at startup, not later
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            self._state = "closed"
+            raise
         self._task = asyncio.create_task(self._run(), name="recorder")
         self._state = "running"
 

@@ -176,7 +176,7 @@ def diff_report(
 
 
 def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return "-" if value is None else f"{value:.4g}"
 
 
 def _ms(value: float | None) -> str:

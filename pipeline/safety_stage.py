@@ -84,6 +84,7 @@ class _MonitorJob:
     items: Sequence[Item] | None  # None: a full history (stateless client)
     history: Sequence[Item] | None
     previous_response_id: str | None
+    output_only: bool = False  # `items` is the model output of `response_id`, to append
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +175,8 @@ class SafetyStage:
     async def start(self) -> None:
         if self._state != "new":
             raise RuntimeError(f"SafetyStage.start() called when {self._state}")
+        if self.recorder is not None:  # first: an unusable store fails startup cleanly
+            await self.recorder.start()
         self._limiter = InferenceLimiter(self.config.inference_threads)
         self._flags = SinkWriter(
             self.flag_sink,
@@ -200,8 +203,6 @@ class SafetyStage:
             asyncio.create_task(self._consume(self._monitor_q, self._run_monitor), name="lane:monitor"),
             asyncio.create_task(self._consume(self._post_q, self._run_post), name="lane:post"),
         ]
-        if self.recorder is not None:
-            await self.recorder.start()
         self._state = "running"
 
     async def aclose(self) -> dict[str, int]:
@@ -339,7 +340,7 @@ class SafetyStage:
                     conversation_id=rec.conversation_id,
                     response_id=rec.response_id,
                     previous_response_id=previous_response_id,
-                    items=[i.to_wire() for i in (history if history is not None else new_items or [])],
+                    items=[i.to_wire() for i in _turn_delta(rec, new_items, history)],
                     full_history=history is not None,
                 )
             )
@@ -379,6 +380,10 @@ class SafetyStage:
     async def _run_monitor(self, job: _MonitorJob) -> None:
         monitor = self.monitor_tracker(job.tenant)
         assert monitor is not None
+        if job.output_only:
+            # Queued after the turn's own job: its record exists; the next turn folds it.
+            monitor.append_output(job.response_id, job.items or ())
+            return
         if job.history is not None:
             tracked = await self._limiter.run(
                 monitor.score_history, job.response_id, job.history, job.conversation_id
@@ -416,7 +421,7 @@ class SafetyStage:
         if self.recorder is None:
             return
         try:
-            record = self.gate_tracker(tenant)._record(event.response_id)
+            record = self.gate_tracker(tenant).record(event.response_id)
         except PreviousResponseNotFound:
             log.warning("flag %s not recorded: response %s evicted", event.event_id, event.response_id)
             return
@@ -438,9 +443,24 @@ class SafetyStage:
 
     # -- post-inference lane ---------------------------------------------------------
 
-    async def complete_turn(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
-        """Queue output scoring and the billing event; returns without waiting for them."""
+    async def append_output(self, gate: GateResult, output: Sequence[Item]) -> None:
+        """Make the model's output part of the conversation's history, before the
+        response is returned (so an immediate continuation sees it); scoring it is
+        post-inference work (`complete_turn`)."""
         self._require_running()
+        self.gate_tracker(gate.tenant).append_output(gate.response_id, output)
+        if self.monitor_scorer is not None and self._turns is None:
+            await self._monitor_q.put(
+                _MonitorJob(gate.tenant, gate.response_id, gate.conversation_id, output, None, None, True)
+            )
+
+    async def complete_turn(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
+        """Queue output scoring and the billing event; returns without waiting for them.
+
+        Appends `output` to the history first unless `append_output` already did."""
+        self._require_running()
+        if output and self.gate_tracker(gate.tenant).record(gate.response_id).outputs == 0:
+            await self.append_output(gate, output)
         await self._post_q.put(_PostJob(gate, output, usage))
 
     async def _run_post(self, job: _PostJob) -> None:
@@ -448,7 +468,7 @@ class SafetyStage:
         output_ms = 0.0
         try:
             tracker = self.gate_tracker(gate.tenant)
-            tracked = await self._limiter.run(tracker.score_output, gate.response_id, job.output)
+            tracked = await self._limiter.run(tracker.score_pending, gate.response_id)
             output_ms = sum(tracked.fold.latency_ms.values())
             verdict = self.gate_scorer.verdict(tracked.fold)
             self.metrics.observe_turn("output", verdict)
@@ -470,3 +490,12 @@ class SafetyStage:
             output_tokens=job.usage.output_tokens,
             classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
         )
+
+
+def _turn_delta(rec: Any, new_items: Sequence[Item] | None, history: Sequence[Item] | None) -> Sequence[Item]:
+    """What a remote monitor worker has not seen of a conversation: the previous
+    response's output, then this turn's new items (or a resent full history)."""
+    if history is not None:
+        return history
+    parent = rec.parent
+    return [*(parent.output_items if parent is not None else ()), *(new_items or ())]

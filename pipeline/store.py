@@ -88,6 +88,11 @@ class ResponseRecord:
     items: tuple[Item, ...]
     chains: tuple[bytes, ...]  # chain value after each of `items`
     length: int  # items in the whole history up to and including these
+    outputs: int = 0  # how many of `items`, at the end, are the model's output
+
+    @property
+    def output_items(self) -> tuple[Item, ...]:
+        return self.items[len(self.items) - self.outputs :]
 
     @property
     def chain(self) -> bytes:
@@ -180,6 +185,7 @@ class ConversationStore:
             items=rec.items + tuple(items),
             chains=rec.chains + tuple(chain_of(items, rec.chain)),
             length=rec.length + len(items),
+            outputs=rec.outputs + len(items),
         )
         self.responses.put(response_id, new)
         return new
@@ -232,7 +238,12 @@ class ConversationTracker:
                     break
                 pending.append(node.items[i])
                 pending_chains.append(node.chains[i])
-            self.store.stats.rebuilds += 1
+            # Output appended after the turn was scored is expected to be pending;
+            # anything more means the snapshot had been evicted.
+            if len(pending) <= rec.outputs and base is not None:
+                self.store.stats.hits += 1
+            else:
+                self.store.stats.rebuilds += 1
         if base is None:
             base = self.scorer.empty()
         pending.reverse()
@@ -242,7 +253,8 @@ class ConversationTracker:
             self.store.put_snapshot(fold.after)
         return fold.after, fold
 
-    def _record(self, response_id: str) -> ResponseRecord:
+    def record(self, response_id: str) -> ResponseRecord:
+        """The response's record; `PreviousResponseNotFound` when unknown or evicted."""
         with self._lock:
             return self.store.record(response_id)
 
@@ -259,7 +271,7 @@ class ConversationTracker:
         Raises `PreviousResponseNotFound` when the previous response is unknown or
         its record expired, rather than scoring the turn without its history.
         """
-        parent = self._record(previous_response_id) if previous_response_id else None
+        parent = self.record(previous_response_id) if previous_response_id else None
         base, rebuild = self._snapshot_at(parent)
         chains = chain_of(new_items, base.chain)
         fold = self.scorer.fold(base, new_items, chains=chains)
@@ -268,14 +280,25 @@ class ConversationTracker:
             rec = self.store.add_record(response_id, parent, new_items, chains, conversation_id)
         return TrackedTurn(fold, rec, rebuild)
 
+    def append_output(self, response_id: str, output_items: Sequence[Item]) -> ResponseRecord:
+        """Append a response's output to its history, unscored (cheap: no classifier runs).
+
+        Done before the response is returned, so a continuation that arrives at once
+        already sees the output in its history; `score_pending` scores it later.
+        """
+        with self._lock:
+            return self.store.extend_record(response_id, output_items)
+
+    def score_pending(self, response_id: str) -> TrackedTurn:
+        """Score what the response's history has beyond its newest snapshot (its output)."""
+        rec = self.record(response_id)
+        base, fold = self._snapshot_at(rec)
+        return TrackedTurn(fold if fold is not None else self.scorer.fold(base, []), rec)
+
     def score_output(self, response_id: str, output_items: Sequence[Item]) -> TrackedTurn:
         """Append a response's output items to its history and score them."""
-        base, rebuild = self._snapshot_at(self._record(response_id))
-        fold = self.scorer.fold(base, output_items)
-        with self._lock:
-            self.store.put_snapshot(fold.after)
-            rec = self.store.extend_record(response_id, output_items)
-        return TrackedTurn(fold, rec, rebuild)
+        self.append_output(response_id, output_items)
+        return self.score_pending(response_id)
 
     def score_history(
         self, response_id: str, items: Sequence[Item], conversation_id: str | None = None

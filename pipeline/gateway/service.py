@@ -235,9 +235,10 @@ class ResponsesService:
             response_id, req, status="completed", output=output, usage=usage, created_at=created_at
         )
         final["safety"] = safety_summary(gate)
+        output_items = parse_items([_history_item(o) for o in output], "output")
+        await self.stage.append_output(gate, output_items)  # history first: cheap, no scoring
         await send({"type": "response.completed", "response": final})
         # After response.completed: queued, overlapped with the client's next request.
-        output_items = parse_items([_history_item(o) for o in output], "output")
         self._tools.put((tenant, response_id), req.tools)
         self._history_tokens.put(
             (tenant, response_id), input_tokens + sum(count_tokens(i.text) for i in output_items)

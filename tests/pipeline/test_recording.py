@@ -249,3 +249,12 @@ def test_the_gateway_records_what_it_blocks(tmp_path, scorer):
     assert rec.conversation_id == first.id and rec.decision == "block" and rec.redacted
     assert rec.response_ids[0] == first.id and len(rec.transcript["turns"]) == 2
     assert AWS_KEY.encode() not in db_bytes(db)
+
+
+async def test_an_unusable_store_fails_at_startup(tmp_path, rules_scorer):
+    from pipeline.recording import RecordingStoreError
+
+    (tmp_path / "not-a-db").write_bytes(b"this is not sqlite" * 100)
+    stage = SafetyStage(rules_scorer, recorder=TranscriptRecorder(tmp_path / "not-a-db", rules_scorer))
+    with pytest.raises(RecordingStoreError):
+        await stage.start()

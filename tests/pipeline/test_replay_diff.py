@@ -7,6 +7,8 @@ import shutil
 
 import pytest
 
+from classifiers.registry import model_thresholds
+from classifiers.scaled import scale
 from models import MODELS_DIR
 from pipeline.artifacts import MANIFEST_NAME
 from pipeline.cli import main
@@ -91,12 +93,20 @@ def store(tmp_path, scorer):
     return db
 
 
-def expected_changes(store, policy: Policy, drop: tuple[str, ...] = ()):
-    """The oracle: recorded scores under another policy (and classifiers dropped)."""
+def unscale(value: float, t: float) -> float:
+    return 2 * value * t if value < 0.5 else t + (value - 0.5) * 2 * (1 - t)
+
+
+def expected_changes(store, policy: Policy, drop: tuple[str, ...] = (), rescale=None):
+    """The oracle: recorded scores under another policy (and classifiers dropped, or a
+    model's threshold moved from old to new: `rescale={category: (old, new)}`)."""
+    rescale = rescale or {}
     rows = set()
     for rec in read_recorded(store):
         for v in rec.verdicts:
             scores = {c: (0.0 if c in drop else s) for c, s in v["category_scores"].items()}
+            for c, (old, new) in rescale.items():
+                scores[c] = scale(unscale(scores[c], old), new)
             decision, flagged = policy.decide(scores)
             for c, s in scores.items():
                 if abs(s - v["category_scores"][c]) > 1e-6 or (c in flagged) != (
@@ -181,7 +191,8 @@ def test_another_model_version_from_another_models_directory(store, tmp_path, sc
     assert new.versions["lexical"] == "2-test"
     result, recorded = replay_store(store, new)
     diff = diff_report(recorded, result, new, str(store))
-    want = expected_changes(store, new.policy)
+    old_t = model_thresholds("lexical")
+    want = expected_changes(store, new.policy, rescale={c: (t, 0.001) for c, t in old_t.items()})
     assert want  # the user messages score above 0.001
     assert actual_changes(diff) == want
     assert {c["classifier_versions"]["recorded"]["lexical"] for c in diff["conversations"]} == {

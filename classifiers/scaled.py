@@ -1,0 +1,57 @@
+"""Threshold-scaled scores: each model's validated threshold becomes 0.5.
+
+Two models that cover one category (the lexical model and the encoder both score
+`prompt_injection`) are calibrated on different data and get different thresholds on
+validation. The conversation's category score is the max over classifiers, which only
+means something if their scales agree; so each model-backed classifier is wrapped to map
+its threshold t to 0.5, piecewise linearly (monotonic: ROC curves are unchanged):
+
+    s < t:  0.5 * s / t            s >= t:  0.5 + 0.5 * (s - t) / (1 - t)
+
+A category is then flagged when any of its classifiers is over its own threshold, and
+the policy's default threshold is 0.5 for every category.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from classifiers.base import Classifier, Scores, State, Update
+from pipeline.items import Item
+
+
+def scale(score: float, threshold: float) -> float:
+    if score < threshold:
+        return 0.5 * score / threshold if threshold > 0 else 0.5
+    return 0.5 + 0.5 * (score - threshold) / (1.0 - threshold) if threshold < 1 else 1.0
+
+
+class ThresholdScaled:
+    """Wraps a classifier; everything but its scores passes through unchanged."""
+
+    def __init__(self, inner: Classifier, thresholds: Mapping[str, float]) -> None:
+        self.inner = inner
+        self.thresholds = dict(thresholds)
+        self.name = inner.name
+        self.version = inner.version
+        self.categories = inner.categories
+        self.lane = inner.lane
+        self.max_state_bytes = inner.max_state_bytes
+
+    def _scaled(self, scores: Mapping[str, float]) -> Scores:
+        return {
+            cat: scale(v, self.thresholds[cat]) if cat in self.thresholds else v for cat, v in scores.items()
+        }
+
+    def initial_state(self) -> State:
+        return self.inner.initial_state()
+
+    def update(self, state: State, items: Sequence[Item]) -> Update:
+        upd = self.inner.update(state, items)
+        return Update(
+            state=upd.state,
+            item_scores=[self._scaled(row) for row in upd.item_scores],
+            scores=self._scaled(upd.scores),
+            tokens=upd.tokens,
+            findings=upd.findings,
+        )

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from classifiers.scaled import ThresholdScaled, scale
+from pipeline.items import parse_item
+from tests.pipeline.toy import ItemCounter
+
+unit = st.floats(0.0, 1.0)
+
+
+@given(a=unit, b=unit, t=st.floats(0.01, 0.99))
+def test_scale_is_monotonic_and_maps_the_threshold_to_half(a, b, t):
+    lo, hi = sorted((a, b))
+    assert scale(lo, t) <= scale(hi, t)
+    assert 0.0 <= scale(a, t) <= 1.0
+    assert abs(scale(t, t) - 0.5) < 1e-12 and scale(0.0, t) == 0.0 and abs(scale(1.0, t) - 1.0) < 1e-12
+
+
+def test_wrapper_scales_scores_and_passes_state_through():
+    inner = ItemCounter()
+    wrapped = ThresholdScaled(inner, {"secrets": 0.8})
+    upd = wrapped.update(wrapped.initial_state(), [parse_item({"role": "user", "content": "BOOM"})])
+    assert upd.item_scores == [{"secrets": 1.0}] and upd.state == {"n": 1, "max": {"secrets": 1.0}}
+    assert (wrapped.name, wrapped.categories) == (inner.name, inner.categories)
