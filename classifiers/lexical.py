@@ -17,24 +17,28 @@ of the two vectorizers, concatenated as a `FeatureUnion` does, followed by
 recipe checks that the two agree within 1e-6 on its whole test split.
 
 By default only what users and tools say is scored. System and developer messages come
-from the application's operator, and the model flags ordinary "You are a helpful ..."
+from the application's operator, and the model can flag ordinary "You are a helpful ..."
 prompts (see models/README.md), so they are scored only when asked for with `roles`.
 The assistant's own messages and function calls always get zero. Long items are scored
 in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in the
 text length.
 
 Speed: all chunks of all items of one `update` are featurised together, in a few numpy
-passes over the whole text (no Python loop per n-gram or per chunk). Characters map to
-small integer codes, each char n-gram is packed into one uint64 together with its
-chunk number, duplicates are counted with one sort, and the distinct n-grams are looked
-up in an exact open-addressing table (`_PackedIndex`) whose keys are the vocabulary's
-n-grams packed the same way, so lookups are exact, never subject to hash collisions.
+passes over their code points (no Python loop per token, n-gram or chunk), and scoring
+gives the same numbers as scoring each chunk alone, to the bit. Char n-grams are packed
+into one uint64 each (small per-character codes, plus the chunk number in the high bits),
+counted with one sort and looked up in an open-addressing table of the vocabulary's
+n-grams packed the same way: the packing is exact, so lookups cannot collide. Word tokens
+are runs of word characters, identified by a polynomial hash of their code points that is
+looked up among the vocabulary tokens' hashes and then checked character by character,
+so a hash collision cannot turn one token into another.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import zipfile
 from collections.abc import Collection, Mapping, Sequence
 from itertools import chain
@@ -64,6 +68,19 @@ _SMALL = 64  # below this many open queries, a binary search beats another probe
 _POLY_BASE = 0xC2B2AE3D27D4EB4F  # odd, so invertible modulo 2**64
 _POLY_INVERSE = pow(_POLY_BASE, -1, 1 << 64)
 
+_ARRAYS = frozenset(
+    {
+        "format_version",
+        "config",
+        "heads",
+        "word_vocab",
+        "word_idf",
+        "char_vocab",
+        "char_idf",
+        "coef",
+        "intercept",
+    }
+)
 _EXPECTED_CONFIG = {
     "word": {
         "analyzer": "word",
@@ -98,8 +115,8 @@ class _PackedIndex:
 
     A lookup probes an open-addressing table (linear probing, load factor at most 1/4)
     once or twice with numpy, then settles the few queries still open with a binary
-    search over the sorted keys. Every probe compares the stored key itself, so a hash collision can
-    cost time but never returns a wrong value.
+    search over the sorted keys. Every probe compares the stored key itself, so a hash
+    collision can cost time but never returns a wrong value.
     """
 
     def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -112,29 +129,19 @@ class _PackedIndex:
             raise ValueError("index keys must be distinct and nonzero")
         bits = max(4, (4 * n - 1).bit_length())
         self._shift = np.uint64(64 - bits)
-        self._mask = (1 << bits) - 1
-        self._keys = np.zeros(1 << bits, dtype=np.uint64)
-        self._values = np.full(1 << bits, -1, dtype=np.int32)
-        # Every round, each still-unplaced key takes its current slot if that is free
-        # (the first such key wins a contested slot), else moves on to the next slot.
-        # A key only moves past occupied slots, so probing from its home slot finds it.
-        slot = self._home(keys)
-        pending = np.arange(n)
-        while pending.size:
-            at = slot[pending]
-            free = self._keys[at] == 0
-            candidates, candidate_slots = pending[free], at[free]
-            won_slots, first = np.unique(candidate_slots, return_index=True)
-            winners = candidates[first]
-            self._keys[won_slots] = keys[winners]
-            self._values[won_slots] = values[winners]
-            placed = np.zeros(n, dtype=bool)
-            placed[winners] = True
-            pending = pending[~placed[pending]]
-            slot[pending] = (slot[pending] + 1) & self._mask
-
-    def _home(self, keys: np.ndarray) -> np.ndarray:
-        return ((keys * _HASH_MULTIPLIER) >> self._shift).astype(np.intp)
+        # Linear probing, built in one pass: in order of home slot, each key takes the
+        # first free slot from its home on, so the slots between a key's home and its
+        # place are all taken and probing from home reaches it. Slots past 2**bits
+        # take the overflow instead of wrapping around.
+        home = ((keys * _HASH_MULTIPLIER) >> self._shift).astype(np.int64)
+        order = np.argsort(home, kind="stable")
+        steps = np.arange(n)
+        place = np.maximum.accumulate(home[order] - steps) + steps if n else steps
+        size = max(1 << bits, int(place[-1]) + 1 if n else 0) + 1  # >= 1 empty slot at the end
+        self._keys = np.zeros(size, dtype=np.uint64)
+        self._values = np.full(size, -1, dtype=np.int32)
+        self._keys[place] = keys[order]
+        self._values[place] = values[order]
 
     def lookup(self, queries: np.ndarray) -> np.ndarray:
         """The value of each query key, -1 where the key is not in the index."""
@@ -145,7 +152,7 @@ class _PackedIndex:
         out[~hit] = -1
         open_ = (~hit & (found != 0)).nonzero()[0]  # an empty slot ends the probe: a miss
         if open_.size > _SMALL:  # one more vectorised probe, worth it for many queries
-            slot = (slot.take(open_) + 1) & self._mask
+            slot = slot.take(open_) + 1
             found = self._keys.take(slot)
             hit = found == queries.take(open_)
             out[open_[hit]] = self._values.take(slot[hit])
@@ -161,13 +168,18 @@ class _PackedIndex:
 
 @functools.cache
 def _unicode_classes() -> tuple[np.ndarray, np.ndarray]:
-    """Per code point: is it a regex word character (`\\w`: str.isalnum() or "_"), and
-    is it whitespace to str.split()? Computed with Python's own predicates, once."""
+    """Per code point: is it a word character to `re` (`\\w`, as in the token pattern),
+    and is it whitespace (`\\s`, the characters str.split() splits on)? Computed once by
+    running `re` over every code point."""
     every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    word = np.fromiter(map(str.isalnum, every), dtype=bool, count=0x110000)
-    word[ord("_")] = True
-    space = np.fromiter(map(str.isspace, every), dtype=bool, count=0x110000)
-    return word, space
+    classes = []
+    for pattern in (r"\w+", r"\s+"):
+        table = np.zeros(0x110000, dtype=bool)
+        for run in re.finditer(pattern, every):
+            table[run.start() : run.end()] = True
+        table.flags.writeable = False  # shared by every model of the process
+        classes.append(table)
+    return classes[0], classes[1]
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -208,7 +220,8 @@ def _block_logits(
 ) -> np.ndarray:
     """Per segment and head: coef . (l2-normalised sublinear tf-idf) of one feature block.
 
-    The triples come sorted by segment, so each segment's features are one contiguous run.
+    The triples come sorted by segment, and within a segment in an order that does not
+    depend on the other segments, so each segment's features are one contiguous run.
     """
     if not segment.size:
         return np.zeros((n, len(coef)))
@@ -216,8 +229,8 @@ def _block_logits(
     values += 1.0
     values *= idf.take(feature)
     weighted = coef.take(feature, axis=1)
-    if n == 1:
-        return (weighted @ values / np.sqrt(values @ values))[None, :]
+    # Always one reduceat per segment (never a dot product for a lone segment), so a
+    # text's score does not depend on which other texts share the pass, to the bit.
     edge = np.empty(segment.size, dtype=bool)
     edge[0] = True
     np.not_equal(segment[1:], segment[:-1], out=edge[1:])
@@ -248,6 +261,9 @@ class LexicalModel:
         return cls(arrays)
 
     def _build(self, arrays: Mapping[str, np.ndarray]) -> None:
+        missing = sorted(_ARRAYS - set(arrays))
+        if missing:
+            raise KeyError(f"missing arrays {missing}")
         if int(arrays["format_version"]) != FORMAT_VERSION:
             raise ValueError(f"format_version {int(arrays['format_version'])} != {FORMAT_VERSION}")
         config = json.loads(str(arrays["config"]))

