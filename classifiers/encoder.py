@@ -17,16 +17,19 @@ entry "encoder" lists three hash-checked files:
 Each scored item is tokenized once. Its token ids are cut into windows of at most
 `WINDOW_TOKENS` (with [CLS]/[SEP]) that overlap by `WINDOW_TOKENS - 2 - WINDOW_STRIDE`;
 the item's score per head is the max over its windows, because an injection anywhere
-in a tool output is an injection. An item that fits in one window also sees the last
-`CONTEXT_TOKENS` ids of the previous scored item (kept in the state, so history is
-never re-tokenized): they take part in attention but not in the pooled mean, so the
-item's score stays its own evidence. Assistant items get zeros and leave the context
-alone.
+in a tool output is an injection. With `context_tokens > 0` (off by default, see
+CONTEXT_TOKENS), an item that fits in one window also sees the last `context_tokens` ids
+of the previous scored item, kept in the state so history is never re-tokenized: they
+take part in attention but not in the pooled mean, so the item's score stays its own
+evidence. Assistant items get zeros and leave the context alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +48,14 @@ FORMAT_VERSION = 1
 ARTIFACT_FILES = ("model", "tokenizer", "heads")
 WINDOW_TOKENS = 256  # the model's max_seq_length in sentence-transformers, [CLS] and [SEP] included
 WINDOW_STRIDE = 192  # content tokens between window starts: 62 tokens of overlap
-CONTEXT_TOKENS = 16  # tail of the previous scored item that the next item's first window attends to
-BATCH_WINDOWS = 32  # windows per onnxruntime call
-MAX_ITEM_WINDOWS = 128  # per item (~24k tokens); longer items are sampled evenly, see _window_starts
+# Context off by default: measured on 150 held-back chitchat conversations and 300 S-Labs
+# injections split over two messages, 16 context tokens raised per-message FPR from 0.83%
+# to 1.26% and tokens by 48% for +1.4 points of split-injection recall (97.3% -> 98.7%).
+CONTEXT_TOKENS = 0
+BATCH_WINDOWS = 32  # windows per onnxruntime call, at most
+PAD_SLACK = 1.15  # padded tokens per call <= 15% more than real ones
+MAX_ITEM_WINDOWS = 64  # per item (~12k tokens, ~50 kB of English); longer items are sampled evenly
+MEMO_ITEMS = 4096  # item results remembered (an entry is ~100 bytes)
 SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
 EMBEDDING_DIM = 384
 
@@ -120,7 +128,7 @@ class EncoderModel:
             return self.tokenizer.encode(clean, add_special_tokens=False).ids
 
     def windows(self, ids: Sequence[int], context: Sequence[int], max_windows: int | None) -> list[Window]:
-        """The windows of one item's content ids; the first one carries `context`."""
+        """The windows of one item's content ids; `context` is used when the item fits in one."""
         content = WINDOW_TOKENS - 2
         first_content = content - len(context)
         out = []
@@ -140,16 +148,13 @@ class EncoderModel:
     def embed(self, windows: Sequence[Window], batch: int = BATCH_WINDOWS) -> np.ndarray:
         """Mean-pooled, L2-normalised embeddings (len(windows) x 384).
 
-        Windows are sorted by length and run `batch` at a time to limit padding; the
-        per-token quantization makes each row independent of its batch.
+        Windows are sorted by length and run in chunks (see `length_chunks`); the per-token
+        quantization makes each row independent of its chunk.
         """
         out = np.empty((len(windows), EMBEDDING_DIM), dtype=np.float32)
-        order = sorted(range(len(windows)), key=lambda i: len(windows[i].ids))
-        for lo in range(0, len(order), batch):
-            chunk = [windows[i] for i in order[lo : lo + batch]]
-            feed, pool = batch_inputs(chunk)
-            hidden = self.run(feed)
-            out[order[lo : lo + batch]] = pooled(hidden, pool)
+        for chunk in length_chunks([len(w.ids) for w in windows], batch):
+            members = [windows[i] for i in chunk]
+            out[chunk] = pooled(self.run(batch_inputs(members)), members)
         return out
 
     def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
@@ -176,32 +181,60 @@ class EncoderModel:
         return out
 
     def head_probabilities(self, embeddings: np.ndarray) -> np.ndarray:
-        """Calibrated probability per window and head (windows x heads)."""
-        return _sigmoid(embeddings.astype(np.float64) @ self.coef.T + self.intercept)
+        """Calibrated probability per window and head (windows x heads).
+
+        An elementwise product summed per row, not a matrix product: each window's result
+        is then bitwise the same whatever the number of windows scored with it.
+        """
+        products = embeddings.astype(np.float64)[:, None, :] * self.coef[None, :, :]
+        return _sigmoid(products.sum(axis=2) + self.intercept)
 
 
-def batch_inputs(windows: Sequence[Window]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The onnxruntime feed for `windows` (right-padded) and the pooling mask."""
+def length_chunks(lengths: Sequence[int], batch: int) -> list[list[int]]:
+    """Indices grouped for onnxruntime calls: sorted by length, at most `batch` per call,
+    and a new call whenever padding would exceed PAD_SLACK of the real tokens (on CPU a
+    padded token costs as much as a real one, and batching itself gains little)."""
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    real = 0
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        n = lengths[i]
+        if chunk and (len(chunk) == batch or n * (len(chunk) + 1) > PAD_SLACK * (real + n)):
+            chunks.append(chunk)
+            chunk, real = [], 0
+        chunk.append(i)
+        real += n
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+def batch_inputs(windows: Sequence[Window]) -> dict[str, np.ndarray]:
+    """The onnxruntime feed for `windows`, right-padded to the longest."""
     length = max(len(w.ids) for w in windows)
     ids = np.zeros((len(windows), length), dtype=np.int64)
     mask = np.zeros_like(ids)
-    pool = np.zeros((len(windows), length), dtype=np.float32)
     for row, w in enumerate(windows):
-        n = len(w.ids)
-        ids[row, :n] = w.ids
-        mask[row, :n] = 1
-        pool[row, :n] = 1.0
-        pool[row, 1 : 1 + w.context] = 0.0
-    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    return feed, pool
+        ids[row, : len(w.ids)] = w.ids
+        mask[row, : len(w.ids)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
-def pooled(hidden: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """Masked mean over tokens, then L2 normalisation (as sentence-transformers does)."""
-    sums = np.einsum("bld,bl->bd", hidden, pool)
-    means = sums / pool.sum(axis=1, keepdims=True)
-    norms = np.linalg.norm(means, axis=1, keepdims=True)
-    return means / np.maximum(norms, 1e-12)
+def pooled(hidden: np.ndarray, windows: Sequence[Window]) -> np.ndarray:
+    """Mean over each window's own tokens ([CLS], content, [SEP]; not context, not padding),
+    then L2 normalisation, as sentence-transformers does.
+
+    Row by row: a BLAS product over the padded batch could round differently with the
+    batch's shape, and delta mode must equal full mode exactly.
+    """
+    out = np.empty((len(windows), hidden.shape[2]), dtype=np.float32)
+    for row, w in enumerate(windows):
+        tokens = hidden[row, : len(w.ids)]
+        if w.context:
+            tokens = np.concatenate([tokens[:1], tokens[1 + w.context :]])
+        mean = tokens.mean(axis=0)
+        out[row] = mean / max(float(np.sqrt(np.sum(mean * mean))), 1e-12)
+    return out
 
 
 def _load_tokenizer(path: Path) -> Any:
@@ -266,11 +299,65 @@ def verified_files(models_dir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
     return paths, entry
 
 
+@dataclass(frozen=True, slots=True)
+class _ItemResult:
+    """An item's scores per head and its token cost (windows, overlap and context included)."""
+
+    scores: tuple[float, ...]
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A scored item whose windows are [lo, hi) of the batch's windows."""
+
+    lo: int
+    hi: int
+    key: bytes
+
+
+class _ItemMemo:
+    """Bounded, thread-safe LRU of item results keyed by (context, text).
+
+    The same system prompt, tool schema or fetched page recurs across conversations;
+    scoring it once is exact (scores depend on the text and context only).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[bytes, _ItemResult] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(text: str, context: Sequence[int]) -> bytes:
+        h = hashlib.blake2b(digest_size=20)
+        h.update(np.asarray(context, dtype=np.int64).tobytes())
+        h.update(b"\x00")
+        h.update(text.encode("utf-8", "surrogatepass"))
+        return h.digest()
+
+    def get(self, key: bytes) -> _ItemResult | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: bytes, result: _ItemResult) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._items[key] = result
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
 @dataclass(slots=True)
 class _Plan:
-    """One request's items, with the window range of each scored item."""
+    """One request's items: zero (None), already scored, or waiting for their windows."""
 
-    spans: list[tuple[int, int] | None]  # per item: [lo, hi) into the batch's windows
+    entries: list[_ItemResult | _Pending | None]
     context: list[int]  # the state's context after the request
 
 
@@ -283,14 +370,22 @@ class EncoderClassifier:
 
     name = "encoder"
     lane: Lane = "monitor"
-    max_state_bytes = 512
+    max_state_bytes = 1024  # {"max": two floats, "context": up to ~100 ids}
 
     def __init__(
-        self, models_dir: Path = MODELS_DIR, threads: int = 1, max_item_windows: int | None = MAX_ITEM_WINDOWS
+        self,
+        models_dir: Path = MODELS_DIR,
+        threads: int = 1,
+        max_item_windows: int | None = MAX_ITEM_WINDOWS,
+        context_tokens: int = CONTEXT_TOKENS,
+        memo_items: int = MEMO_ITEMS,
     ) -> None:
         self.models_dir = Path(models_dir)
         self.threads = threads
         self.max_item_windows = max_item_windows
+        self.context_tokens = context_tokens
+        self.memo_items = memo_items
+        self._memo = _ItemMemo(memo_items)
         self._model: EncoderModel | None = None
         self._entry: dict[str, Any] | None = None
 
@@ -320,8 +415,10 @@ class EncoderClassifier:
 
     @property
     def thresholds(self) -> dict[str, float]:
-        """Per-head decision thresholds chosen on validation (see models/README.md)."""
-        return {h: float(t) for h, t in self._loaded_entry("thresholds")["thresholds"].items()}
+        """Per-head thresholds chosen on validation (the manifest's `head_thresholds`);
+        the registry rescales the scores so that they become 0.5 (classifiers/scaled.py)."""
+        entry = self._loaded_entry("thresholds")
+        return {h: float(t) for h, t in entry["head_thresholds"].items()}
 
     @property
     def model(self) -> EncoderModel:
@@ -351,31 +448,53 @@ class EncoderClassifier:
 
     def _plan(self, model: EncoderModel, state: State, items: Sequence[Item], windows: list[Window]) -> _Plan:
         """Tokenize the request's scored items once and append their windows."""
-        context = [int(i) for i in state.get("context", [])][-CONTEXT_TOKENS:]
-        spans: list[tuple[int, int] | None] = []
+        context = self._tail(state.get("context", []))
+        entries: list[_ItemResult | _Pending | None] = []
         for item in items:
-            ids = model.tokenize(item.text) if item.scored and item.role in SCORED_ROLES else []
-            if not ids:
-                spans.append(None)
+            if not (item.scored and item.role in SCORED_ROLES and item.text):
+                entries.append(None)
                 continue
-            lo = len(windows)
-            windows.extend(model.windows(ids, context if CONTEXT_TOKENS else (), self.max_item_windows))
-            spans.append((lo, len(windows)))
-            context = ids[-CONTEXT_TOKENS:] if CONTEXT_TOKENS else []
-        return _Plan(spans=spans, context=context)
+            key = _ItemMemo.key(item.text, context)
+            known = self._memo.get(key)
+            if known is not None and not self.context_tokens:
+                entries.append(known)  # with context on, the tail needs the ids anyway
+                continue
+            ids = model.tokenize(item.text)
+            if not ids:
+                entries.append(None)
+                continue
+            if known is not None:
+                entries.append(known)
+            else:
+                lo = len(windows)
+                windows.extend(model.windows(ids, context, self.max_item_windows))
+                entries.append(_Pending(lo, len(windows), key))
+            context = self._tail(ids)
+        return _Plan(entries=entries, context=context)
+
+    def _tail(self, ids: Sequence[int]) -> list[int]:
+        """The last `context_tokens` ids (none when context is off: ids[-0:] is all of them)."""
+        n = self.context_tokens
+        return [int(i) for i in ids[len(ids) - n :]] if n > 0 else []
 
     def _finish(self, state: State, plan: _Plan, probs: np.ndarray, windows: Sequence[Window]) -> Update:
         cats = self.categories
         item_scores: list[Scores] = []
         tokens = 0
-        for span in plan.spans:
-            if span is None:
+        for entry in plan.entries:
+            if entry is None:
                 item_scores.append(zero_scores(cats))
                 continue
-            lo, hi = span
-            best = probs[lo:hi].max(axis=0)
-            item_scores.append({c: float(p) for c, p in zip(cats, best, strict=True)})
-            tokens += sum(len(w.ids) for w in windows[lo:hi])
+            if isinstance(entry, _Pending):
+                best = probs[entry.lo : entry.hi].max(axis=0)
+                cost = sum(len(w.ids) for w in windows[entry.lo : entry.hi])
+                result = _ItemResult(tuple(float(p) for p in best), cost)
+                self._memo.put(entry.key, result)
+                entry = result
+            item_scores.append(dict(zip(cats, entry.scores, strict=True)))
+            # The item's cost whether or not the memo saved the work: an Update is a pure
+            # function of (state, items).
+            tokens += entry.tokens
         previous = state.get("max") or zero_scores(cats)
         scores = running_max(previous, item_scores)
         new_state = {"max": dict(scores), "context": list(plan.context)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from classifiers.base import Classifier
+from classifiers.encoder import EncoderClassifier
 from classifiers.lexical import LexicalClassifier
 from classifiers.pii import PiiClassifier
 from classifiers.scaled import ThresholdScaled
@@ -17,6 +18,8 @@ from models import MODELS_DIR
 from pipeline.artifacts import manifest_entry
 
 DEFAULT_NAMES = ("secrets", "pii", "lexical")
+# Opt-in: the encoder (monitor lane) costs ~10-40 ms of CPU per 256-token window.
+KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 
 
 def load_classifiers(
@@ -33,8 +36,11 @@ def load_classifiers(
             out.append(
                 ThresholdScaled(LexicalClassifier(models_dir).load(), model_thresholds(name, models_dir))
             )
+        elif name == "encoder":
+            encoder = EncoderClassifier(models_dir).load()
+            out.append(ThresholdScaled(encoder, encoder.thresholds))
         else:
-            raise ValueError(f"unknown classifier {name!r}; known: {', '.join(DEFAULT_NAMES)}")
+            raise ValueError(f"unknown classifier {name!r}; known: {', '.join(KNOWN_NAMES)}")
     return out
 
 

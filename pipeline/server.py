@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from classifiers.registry import DEFAULT_NAMES
 from pipeline.gateway.app import create_app
 from pipeline.gateway.config import GatewayConfig
 from pipeline.runtime import build_scorer
@@ -31,9 +32,14 @@ def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> uvicorn.C
     )
 
 
+def scorer_for(config: GatewayConfig) -> Scorer:
+    """The default classifiers, plus any opt-in ones the monitor lane names (the encoder)."""
+    return build_scorer(tuple(dict.fromkeys((*DEFAULT_NAMES, *config.monitor_classifiers))))
+
+
 def serve(config: GatewayConfig, scorer: Scorer | None = None, log_level: str = "info") -> None:
     """Serve until SIGINT/SIGTERM; lanes and sinks drain on the way out."""
-    app = create_app(config, scorer or build_scorer())
+    app = create_app(config, scorer or scorer_for(config))
     # uvicorn drains on SIGTERM, then re-raises it to the handler it found: make that
     # handler a no-op so a drained shutdown exits 0 instead of dying by the signal.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
@@ -53,7 +59,7 @@ async def running_gateway(
     """Start the gateway on 127.0.0.1 in this event loop; yields (base URL, app)."""
     port = config.port or free_port()
     config = config.model_copy(update={"host": "127.0.0.1", "port": port})
-    app = create_app(config, scorer or build_scorer(), **app_kwargs)
+    app = create_app(config, scorer or scorer_for(config), **app_kwargs)
     server = uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port, log_level))
     task = asyncio.create_task(server.serve())
     while not server.started:

@@ -165,3 +165,24 @@ def test_the_property_catches_a_broken_state_update(loaded_classifiers, scorer):
 
     with pytest.raises(AssertionError):
         prop()
+
+
+@pytest.fixture(scope="module")
+def scorer_with_encoder():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    from pipeline.runtime import build_scorer
+
+    return build_scorer(("secrets", "pii", "lexical", "encoder"))
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(conv=conversations(), max_snapshots=st.integers(1, 64))
+def test_delta_equals_full_with_the_encoder(scorer_with_encoder, conv, max_snapshots):
+    """The encoder batches differently in delta and full mode; scores must not notice."""
+    turns, actions = conv
+    check_equivalence(scorer_with_encoder, turns, actions, max_snapshots)
