@@ -1,0 +1,228 @@
+"""DeltaGuard's lanes for a proxy that sees each turn's whole history (framework-free).
+
+Proxies such as LiteLLM forward Chat Completions and Responses requests whose body
+carries the conversation so far, with no id DeltaGuard issued. `HistoryGate` wraps a
+`SafetyStage` for them:
+
+    gate = HistoryGate(scorer, monitor=("lexical",), flag_sink=..., billing_sink=...)
+    await gate.start()
+    turn = await gate.check(items, tenant="team-a")       # pre-call: gate lane
+    if turn.blocked: ...
+    verdict = await gate.monitor(turn)                    # during the call: monitor lane
+    if verdict is not None and verdict.decision == "block": ...
+    await gate.complete(turn, output_items, usage)        # post-call: output + billing, queued
+    await gate.aclose()
+
+- Gate lane: `SafetyStage.check_history`, so only the suffix after the longest history
+  prefix already scored is folded (the hash chain over items finds it).
+- Conversations are told apart by that same chain: a turn whose history extends one
+  this gate has seen (its input, or its input and the model's answer) continues that
+  conversation's id, so flag and billing events group by conversation and monitor
+  flags are enforced on the conversation's next turn, with no session id from the client.
+- Monitor lane: the monitor classifiers fold the same history, delta-only, on their own
+  trackers, while the model runs; the caller decides whether a `block` verdict stops
+  the answer (LiteLLM's during-call contract) and the stage blocks the next turn anyway.
+- Responses API continuations (`previous_response_id` naming a response this gate
+  completed) are checked with `SafetyStage.check_turn`; an unknown id raises
+  `PreviousResponseNotFound`, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeline.errors import PreviousResponseNotFound
+from pipeline.events import Event, FlagEvent
+from pipeline.items import Item
+from pipeline.safety_stage import (
+    DEFAULT_TENANT,
+    GateResult,
+    InferenceLimiter,
+    SafetyStage,
+    StageConfig,
+    Usage,
+)
+from pipeline.scoring import Scorer, TurnVerdict, chain_of
+from pipeline.sinks import EventSink, MemorySink, SinkWriter
+from pipeline.store import ConversationStore, ConversationTracker, LruTtlMap
+
+log = logging.getLogger("deltaguard.integrations")
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyTurn:
+    """One request through the proxy: its history and the gate lane's result."""
+
+    tenant: str
+    items: tuple[Item, ...]  # the whole history the model is sent
+    gate: GateResult
+    chain: bytes | None  # hash chain after `items` (None for continuations)
+
+    @property
+    def response_id(self) -> str:
+        return self.gate.response_id
+
+    @property
+    def conversation_id(self) -> str:
+        return self.gate.conversation_id
+
+    @property
+    def blocked(self) -> bool:
+        return self.gate.blocked
+
+
+class HistoryGate:
+    """A `SafetyStage` fronted for full-history clients (see module docstring)."""
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        monitor: Sequence[str] = (),
+        flag_sink: EventSink | None = None,
+        billing_sink: EventSink | None = None,
+        config: StageConfig | None = None,
+    ) -> None:
+        self.config = config or StageConfig()
+        unknown = set(monitor) - {c.name for c in scorer.classifiers}
+        if unknown:
+            raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
+        self.flag_sink = flag_sink or MemorySink()
+        self.billing_sink = billing_sink or MemorySink()
+        gate = Scorer([c for c in scorer.classifiers if c.name not in monitor], scorer.policy)
+        watched = [c for c in scorer.classifiers if c.name in monitor]
+        self.monitor_scorer = Scorer(watched, scorer.policy) if watched else None
+        # The monitor lane is run here, per request, rather than queued by the stage:
+        # the proxy awaits its verdict beside the model call.
+        self.stage = SafetyStage(
+            gate, flag_sink=self.flag_sink, billing_sink=self.billing_sink, config=self.config
+        )
+        self._monitors: dict[str, ConversationTracker] = {}
+        limits = self.config.store
+        # (tenant, chain after a history) -> the conversation that history belongs to
+        self._conversations: LruTtlMap[tuple[str, bytes], str] = LruTtlMap(limits.max_snapshots, limits.ttl_s)
+        # (tenant, the proxy's response id) -> DeltaGuard's response id, for continuations
+        self._responses: LruTtlMap[tuple[str, str], str] = LruTtlMap(limits.max_responses, limits.ttl_s)
+        self._started = False
+
+    async def start(self) -> None:
+        await self.stage.start()
+        self._limiter = InferenceLimiter(self.config.inference_threads)
+        self._monitor_flags = SinkWriter(self.flag_sink, "flags:monitor", self.config.sink_queue_size)
+        self._monitor_flags.start()
+        self._started = True
+
+    async def aclose(self) -> dict[str, int]:
+        """Drain every lane and sink; `undelivered` then holds what could not be written."""
+        if not self._started:
+            return await self.stage.aclose()
+        self._started = False
+        left_monitor = await self._monitor_flags.aclose(self.config.drain_timeout_s)
+        self._limiter.close()
+        left = await self.stage.aclose()
+        self.stage.undelivered.extend(left_monitor)
+        left["flags"] = left.get("flags", 0) + len(left_monitor)
+        return left
+
+    @property
+    def undelivered(self) -> list[Event]:
+        return self.stage.undelivered
+
+    # -- pre-call: gate lane -----------------------------------------------------------
+
+    def _conversation_of(self, tenant: str, chains: Sequence[bytes]) -> str | None:
+        for chain in reversed(chains):
+            conversation = self._conversations.get((tenant, chain))
+            if conversation is not None:
+                return conversation
+        return None
+
+    async def check(self, items: Sequence[Item], tenant: str = DEFAULT_TENANT) -> ProxyTurn:
+        """Gate a turn from its whole history; only the unseen suffix is scored."""
+        response_id = f"dg_{uuid.uuid4().hex}"
+        chains = chain_of(items)
+        conversation = self._conversation_of(tenant, chains) or response_id
+        gate = await self.stage.check_history(response_id, items, conversation_id=conversation, tenant=tenant)
+        chain = chains[-1] if chains else None
+        if chain is not None:
+            self._conversations.put((tenant, chain), conversation)
+        return ProxyTurn(tenant, tuple(items), gate, chain)
+
+    async def check_continuation(
+        self, previous_response_id: str, new_items: Sequence[Item], tenant: str = DEFAULT_TENANT
+    ) -> ProxyTurn:
+        """Gate a Responses API turn continuing a response this gate completed.
+
+        `previous_response_id` is the proxy's id (what the client holds). Raises
+        `PreviousResponseNotFound` when it is unknown here or its history was evicted.
+        """
+        previous = self._responses.get((tenant, previous_response_id))
+        if previous is None:
+            raise PreviousResponseNotFound(previous_response_id)
+        response_id = f"dg_{uuid.uuid4().hex}"
+        gate = await self.stage.check_turn(response_id, new_items, previous, tenant=tenant)
+        history = self.stage.gate_tracker(tenant).store.record(response_id).history()
+        return ProxyTurn(tenant, tuple(history), gate, None)
+
+    # -- during the call: monitor lane -------------------------------------------------
+
+    def _monitor_tracker(self, tenant: str) -> ConversationTracker:
+        assert self.monitor_scorer is not None
+        tracker = self._monitors.get(tenant)
+        if tracker is None:
+            tracker = ConversationTracker(self.monitor_scorer, ConversationStore(self.config.store))
+            self._monitors[tenant] = tracker
+        return tracker
+
+    async def monitor(self, turn: ProxyTurn) -> TurnVerdict | None:
+        """Score the turn with the monitor classifiers (None when there are none).
+
+        What they flag goes to the flag sink and is enforced on the conversation's next
+        turn by the gate; whether a `block` stops this turn's answer is the caller's call.
+        """
+        if self.monitor_scorer is None:
+            return None
+        tracker = self._monitor_tracker(turn.tenant)
+        tracked = await self._limiter.run(
+            tracker.score_history, turn.response_id, turn.items, turn.conversation_id
+        )
+        verdict = tracker.scorer.verdict(tracked.fold)
+        if verdict.flagged_categories:
+            self.stage.mark_flagged(turn.conversation_id, verdict.flagged_categories, turn.tenant)
+            await self._monitor_flags.put(
+                FlagEvent.build(
+                    conversation_id=turn.conversation_id,
+                    response_id=turn.response_id,
+                    lane="monitor",
+                    decision="block" if verdict.decision == "block" else "flag",
+                    categories=verdict.flagged_categories,
+                    scores=verdict.category_scores,
+                    classifier_versions=self.monitor_scorer.versions,
+                )
+            )
+        return verdict
+
+    def blocking(self, categories: Sequence[str]) -> list[str]:
+        """The categories among `categories` whose policy action is `block`."""
+        cats = self.stage.policy.categories
+        return [c for c in categories if c in cats and cats[c].action == "block"]
+
+    # -- post-call: output scoring and billing -----------------------------------------
+
+    async def complete(
+        self,
+        turn: ProxyTurn,
+        output: Sequence[Item],
+        usage: Usage,
+        upstream_response_id: str | None = None,
+    ) -> None:
+        """Queue output scoring and billing (returns at once); remember the answer's
+        history so the client's next turn, which echoes it, continues this conversation."""
+        await self.stage.complete_turn(turn.gate, output, usage)
+        if turn.chain is not None and output:
+            end = chain_of(output, turn.chain)[-1]
+            self._conversations.put((turn.tenant, end), turn.conversation_id)
+        if upstream_response_id:
+            self._responses.put((turn.tenant, upstream_response_id), turn.response_id)
