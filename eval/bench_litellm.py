@@ -15,7 +15,7 @@ response headers, which are recorded.
 
 Needs the `litellm` extra (a venv of its own; see tests/pipeline/integrations):
 
-    .cache/venv-litellm/bin/python -m eval.bench_litellm --turns 100 --tool-tokens 300
+    .venv-litellm/bin/python -m eval.bench_litellm --turns 100 --tool-tokens 300
 
 Prints a table and writes eval/out/bench_litellm.json.
 """
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if find_spec("litellm") is None:
         print(
             "bench_litellm needs the `litellm` extra: run it from a venv with "
-            "pip install -e '.[dev,litellm]' (e.g. .cache/venv-litellm/bin/python -m eval.bench_litellm)",
+            "pip install -e '.[dev,litellm]' (e.g. .venv-litellm/bin/python -m eval.bench_litellm)",
             file=sys.stderr,
         )
         return 2

@@ -7,9 +7,9 @@ resend their whole history every turn, as Chat Completions clients do.
 litellm[proxy] pins websockets<16 and is a large install, so it is not in the `dev`
 extra: these tests run in a venv with the `litellm` extra and are skipped elsewhere:
 
-    python3 -m venv .cache/venv-litellm
-    .cache/venv-litellm/bin/pip install -e '.[dev,litellm]'
-    .cache/venv-litellm/bin/pytest -q tests/pipeline/integrations
+    python3 -m venv .venv-litellm
+    .venv-litellm/bin/pip install -e '.[dev,litellm]'
+    .venv-litellm/bin/pytest -q tests/pipeline/integrations
 """
 
 from __future__ import annotations
