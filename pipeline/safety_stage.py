@@ -37,6 +37,7 @@ from pipeline.metrics import NullMetrics, StageMetrics
 from pipeline.scoring import Scorer, TurnVerdict
 from pipeline.sinks import EventSink, MemorySink, SinkWriter
 from pipeline.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits, TrackedTurn
+from pipeline.tracing import lane_span
 
 if TYPE_CHECKING:
     from pipeline.recording import FlagRecorder
@@ -280,9 +281,10 @@ class SafetyStage:
         gate = self.gate_tracker(tenant)
         if self.config.rescore_history:
             gate.store.snapshots.clear()
-        tracked = await self._limiter.run(
-            gate.score_turn, response_id, new_items, previous_response_id, conversation_id
-        )
+        with lane_span("gate", response_id=response_id, tenant=tenant, items=len(new_items)):
+            tracked = await self._limiter.run(
+                gate.score_turn, response_id, new_items, previous_response_id, conversation_id
+            )
         return await self._gate(tenant, tracked, new_items, None, previous_response_id)
 
     async def check_history(
@@ -297,7 +299,8 @@ class SafetyStage:
         gate = self.gate_tracker(tenant)
         if self.config.rescore_history:
             gate.store.snapshots.clear()
-        tracked = await self._limiter.run(gate.score_history, response_id, items, conversation_id)
+        with lane_span("gate", response_id=response_id, tenant=tenant, items=len(items)):
+            tracked = await self._limiter.run(gate.score_history, response_id, items, conversation_id)
         return await self._gate(tenant, tracked, None, items, None)
 
     async def _gate(
@@ -378,6 +381,10 @@ class SafetyStage:
                 queue.task_done()
 
     async def _run_monitor(self, job: _MonitorJob) -> None:
+        with lane_span("monitor", response_id=job.response_id, tenant=job.tenant):
+            await self._monitor(job)
+
+    async def _monitor(self, job: _MonitorJob) -> None:
         monitor = self.monitor_tracker(job.tenant)
         assert monitor is not None
         if job.output_only:
@@ -464,6 +471,10 @@ class SafetyStage:
         await self._post_q.put(_PostJob(gate, output, usage))
 
     async def _run_post(self, job: _PostJob) -> None:
+        with lane_span("post_inference", response_id=job.gate.response_id, tenant=job.gate.tenant):
+            await self._post(job)
+
+    async def _post(self, job: _PostJob) -> None:
         gate = job.gate
         output_ms = 0.0
         try:
