@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from classifiers.base import Classifier
+from classifiers.conversation import ConversationClassifier
 from classifiers.encoder import EncoderClassifier
 from classifiers.lexical import LexicalClassifier
 from classifiers.pii import PiiClassifier
@@ -18,8 +19,9 @@ from models import MODELS_DIR
 from pipeline.artifacts import manifest_entry
 
 DEFAULT_NAMES = ("secrets", "pii", "lexical")
-# Opt-in: the encoder (monitor lane) costs ~10-40 ms of CPU per 256-token window.
-KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
+# Opt-in: the conversation-level classifier (multi-turn attacks; see its docstring for why
+# it is not a default yet) and the encoder (~10-40 ms of CPU per 256-token window).
+KNOWN_NAMES = (*DEFAULT_NAMES, "conversation", "encoder")
 
 
 def load_classifiers(
@@ -36,6 +38,12 @@ def load_classifiers(
             out.append(
                 ThresholdScaled(LexicalClassifier(models_dir).load(), model_thresholds(name, models_dir))
             )
+        elif name == "conversation":
+            # Shares the lexical model when it is loaded too; its scores are 0.5-scaled already.
+            lexical = next(
+                (c.inner for c in out if isinstance(c, ThresholdScaled) and c.name == "lexical"), None
+            )
+            out.append(ConversationClassifier(models_dir, lexical=lexical).load())
         elif name == "encoder":
             encoder = EncoderClassifier(models_dir).load()
             out.append(ThresholdScaled(encoder, encoder.thresholds))
