@@ -20,26 +20,31 @@ classifier keeps, in its state, only what the next turns need:
 
 Per user message the evidence of a category is max(scale(span, span_threshold),
 scale(ema, ema_threshold)) with `classifiers.scaled.scale`, so 0.5 is this classifier's
-validated threshold, as for every model-backed classifier. With the default decay 0.5 and
-EMA threshold 0.59, one message alone can never trip the EMA (0.5 x p <= 0.5): it takes
-two suspicious messages in a row, or one chitchat turn between two near-certain ones.
+validated threshold, as for every model-backed classifier. With the default decay 0.8 and
+EMA threshold 0.30, one message alone can never trip the EMA (0.2 x p <= 0.2): it takes
+two messages in a row at p >= 0.83, or three at p >= 0.62.
+
+It is a default classifier, and the one that judges user messages (classifiers/registry.py):
+a flag holds for the rest of the conversation, so the threshold that matters is per
+conversation, not per message.
 
 Why this shape (figures: `python -m eval.conversation_eval`, eval/out/conversation_eval.md;
-parameters chosen on the validation build, then test scored once):
+held-out figures are two-fold: parameters chosen on one split, scored on the other):
 
 - Filler is left out of the span. TF-IDF with l2 normalisation (and a mean-pooled
   encoder) averages over the span, so a plain window of the last K user messages dilutes
-  short fragments with the chitchat sent between them: with thresholds re-selected for
-  the same benign budget, a plain last-8 window caught 76% of split S-Labs injections on
-  test, the evidence buffer 93%.
+  short fragments with the chitchat sent between them: with thresholds re-selected by
+  the same rule, a plain last-8 window caught 66% of split S-Labs injections on test,
+  the evidence buffer 93%.
 - The thresholds are stricter than the lexical model's own (raw 0.993, against 0.91 and
-  0.87): that one allows ~1% of benign *messages* over it, and a conversation of ~35
-  user turns gives it 35 chances (7.6% of benign test chitchat conversations cross it
-  at least once). Here the budget is 1% of benign *conversations* on validation (2.0% on
-  test).
-- The EMA adds "several suspicious messages in a row, none conclusive". On validation it
-  adds little recall (+0.5 point on escalations); without it, the thresholds chosen on
-  validation flagged 3.1% of benign test conversations instead of 2.0%.
+  0.87): that one allows ~0.3-1% of benign *messages* over it, and a conversation of ~35
+  user turns gives it 35 chances (6.7% of benign held-out chitchat conversations cross it
+  at least once). Here the rule is on benign *conversations*: the upper 95% bound of
+  their flagged rate <= 2% (held out: 1.4% flagged, 93% of split attacks caught).
+- The EMA adds "several suspicious messages in a row, none conclusive". It adds little
+  recall on this generator (about a point on escalations), and the thresholds chosen
+  without it flag about as many benign conversations: kept for escalations that never
+  put a conclusive sentence in one message.
 - Lexical only. During design (validation, lexical v1), spans scored by the MiniLM
   encoder as well (geometric mean or min of both) reached lower recall at the same
   benign FPR (split injections 0.86 against 0.95) at ~30x the cost per turn. A rising-
@@ -80,14 +85,15 @@ VERSION = "1"
 SCORED_ROLES = frozenset({"user"})
 JSON_BYTES_PER_CHAR = 12  # worst case of json.dumps (ensure_ascii): a surrogate pair, "\\ud83d\\ude00"
 
-# Chosen on the validation build of eval/conversation_eval.py (see its report).
+# Chosen on the validation and test builds of eval/conversation_eval.py together (its
+# two-fold held-out figures estimate how they generalize; see its report).
 WINDOW_MESSAGES = 4
 WINDOW_CHARS = 3000
-MAX_AGE = 12
+MAX_AGE = 6
 ADMIT = 0.3
-SPAN_THRESHOLD = 0.993109
-EMA_DECAY = 0.5
-EMA_THRESHOLD: float | None = 0.594705
+SPAN_THRESHOLD = 0.993197
+EMA_DECAY = 0.8
+EMA_THRESHOLD: float | None = 0.299952
 
 
 class ConversationNotLoadedError(RuntimeError):
@@ -103,14 +109,15 @@ def _is_loaded(lexical: LexicalClassifier) -> bool:
 
 
 class ConversationClassifier:
-    """Monitor-lane classifier: evidence of user text taken together, see the module docstring.
+    """Gate-lane classifier (one lexical pass per user message, plus the span when the
+    buffer changes): evidence of user text taken together, see the module docstring.
 
     `lexical`: an already loaded (or not yet loaded) LexicalClassifier to share, so the
     model is loaded once; by default `load()` loads one from `models_dir`.
     """
 
     name = "conversation"
-    lane: Lane = "monitor"
+    lane: Lane = "gate"
     categories: tuple[str, ...] = ("prompt_injection", "jailbreak")
 
     def __init__(

@@ -538,6 +538,14 @@ class LexicalClassifier:
         self._model, self._entry = model, entry
         return self
 
+    def share(self, loaded: LexicalClassifier | None) -> LexicalClassifier:
+        """Serve the model `loaded` already holds (no second copy in memory), or load it
+        when `loaded` is None; this instance keeps its own `roles`."""
+        if loaded is None:
+            return self.load()
+        self._model, self._entry = loaded._require_model(), loaded._entry
+        return self
+
     @property
     def version(self) -> str:
         if self._entry is None:

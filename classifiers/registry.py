@@ -2,6 +2,17 @@
 
 Model-backed classifiers are wrapped in `ThresholdScaled` with the thresholds their
 manifest entry records, so that every classifier's threshold is 0.5 (classifiers/scaled.py).
+
+One lexical model serves two views, and each item role is judged by exactly one of them:
+
+    lexical        per item, at the model's per-message threshold: tool outputs (an
+                   injection in a web page or a file is judged where it arrives);
+    conversation   user messages, at a threshold calibrated per *conversation*
+                   (classifiers/conversation.py): a ~1% per-message false-positive rate
+                   would flag ~7% of ordinary 35-turn chats, and a flagged conversation
+                   stays flagged.
+
+With `conversation` left out, `lexical` judges user messages itself, per message.
 """
 
 from __future__ import annotations
@@ -9,8 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from classifiers.base import Classifier
+from classifiers.conversation import SCORED_ROLES as CONVERSATION_ROLES
 from classifiers.conversation import ConversationClassifier
 from classifiers.encoder import EncoderClassifier
+from classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
 from classifiers.lexical import LexicalClassifier
 from classifiers.pii import PiiClassifier
 from classifiers.scaled import ThresholdScaled
@@ -18,16 +31,20 @@ from classifiers.secrets import SecretsClassifier
 from models import MODELS_DIR
 from pipeline.artifacts import manifest_entry
 
-DEFAULT_NAMES = ("secrets", "pii", "lexical")
-# Opt-in: the conversation-level classifier (multi-turn attacks; see its docstring for why
-# it is not a default yet) and the encoder (~10-40 ms of CPU per 256-token window).
-KNOWN_NAMES = (*DEFAULT_NAMES, "conversation", "encoder")
+DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation")
+# Opt-in: the encoder (~10-40 ms of CPU per 256-token window; `serve --monitor encoder`).
+KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 
 
 def load_classifiers(
     names: tuple[str, ...] = DEFAULT_NAMES, models_dir: Path = MODELS_DIR
 ) -> list[Classifier]:
     """Build and load the named classifiers; artifact problems raise `ModelArtifactError`."""
+    unknown = [n for n in names if n not in KNOWN_NAMES]
+    if unknown:
+        raise ValueError(f"unknown classifier {unknown[0]!r}; known: {', '.join(KNOWN_NAMES)}")
+    # The lexical model is loaded once, whichever of its views are named.
+    model = LexicalClassifier(models_dir).load() if {"lexical", "conversation"} & set(names) else None
     out: list[Classifier] = []
     for name in names:
         if name == "secrets":
@@ -35,20 +52,14 @@ def load_classifiers(
         elif name == "pii":
             out.append(PiiClassifier())
         elif name == "lexical":
-            out.append(
-                ThresholdScaled(LexicalClassifier(models_dir).load(), model_thresholds(name, models_dir))
-            )
+            roles = LEXICAL_ROLES - CONVERSATION_ROLES if "conversation" in names else LEXICAL_ROLES
+            view = LexicalClassifier(models_dir, roles=roles).share(model)
+            out.append(ThresholdScaled(view, model_thresholds(name, models_dir)))
         elif name == "conversation":
-            # Shares the lexical model when it is loaded too; its scores are 0.5-scaled already.
-            lexical = next(
-                (c.inner for c in out if isinstance(c, ThresholdScaled) and c.name == "lexical"), None
-            )
-            out.append(ConversationClassifier(models_dir, lexical=lexical).load())
+            out.append(ConversationClassifier(models_dir, lexical=model).load())  # 0.5-scaled already
         elif name == "encoder":
             encoder = EncoderClassifier(models_dir).load()
             out.append(ThresholdScaled(encoder, encoder.thresholds))
-        else:
-            raise ValueError(f"unknown classifier {name!r}; known: {', '.join(KNOWN_NAMES)}")
     return out
 
 

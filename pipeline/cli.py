@@ -52,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--monitor", default="", help="comma-separated classifiers to run beside inference instead of gating"
     )
+    sp.add_argument(
+        "--block-limit",
+        type=int,
+        default=3,
+        metavar="N",
+        help="after N turns of a conversation are blocked, refuse the rest of it (0: never)",
+    )
     sp.add_argument("--flags", help="append flag events to this JSONL file")
     sp.add_argument("--billing", help="append billing events to this JSONL file")
     sp.add_argument("--record", metavar="PATH", help="record flagged conversations to this SQLite file")
@@ -89,6 +96,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         upstream=args.upstream,
         sim_tokens_per_s=args.sim_tokens_per_s,
         monitor_classifiers=tuple(n for n in args.monitor.split(",") if n),
+        block_limit=args.block_limit or None,
         flags_path=args.flags,
         billing_path=args.billing,
         record_path=args.record,

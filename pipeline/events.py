@@ -36,6 +36,9 @@ class FlagEvent(_Event):
     categories: list[str]
     scores: dict[str, float]
     classifier_versions: dict[str, str]
+    # Why, when it is not a score crossing a threshold: "repeated_blocks" when a client kept
+    # sending blocked turns and the whole conversation is now refused (SafetyStage).
+    reason: Literal["repeated_blocks"] | None = None
 
     @classmethod
     def build(
@@ -48,9 +51,11 @@ class FlagEvent(_Event):
         categories: list[str],
         scores: dict[str, float],
         classifier_versions: dict[str, str],
+        reason: Literal["repeated_blocks"] | None = None,
     ) -> FlagEvent:
+        parts = (conversation_id, response_id, lane, ",".join(categories), *((reason,) if reason else ()))
         return cls(
-            event_id=stable_event_id("flag", conversation_id, response_id, lane, ",".join(categories)),
+            event_id=stable_event_id("flag", *parts),
             conversation_id=conversation_id,
             response_id=response_id,
             lane=lane,
@@ -58,6 +63,7 @@ class FlagEvent(_Event):
             categories=categories,
             scores=scores,
             classifier_versions=classifier_versions,
+            reason=reason,
         )
 
 

@@ -58,6 +58,11 @@ class StageConfig:
     # Baseline for benchmarks: rescore the whole history from the empty state at every
     # turn, as a classic guardrail does (verdicts are the same, only slower).
     rescore_history: bool = False
+    # A blocked turn never joins the history, so a client can rephrase it again and again
+    # from the same point until one version passes. After this many turns of one
+    # conversation blocked on their own content, every later turn of it is refused too.
+    # None: never.
+    block_limit: int | None = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,10 @@ class SafetyStage:
         self.recorder = recorder
         # (tenant, conversation id) -> categories the monitor lane flagged (enforced next turn)
         self._monitor_flags: LruTtlMap[tuple[str, str], frozenset[str]] = LruTtlMap(
+            self.config.store.max_responses, self.config.store.ttl_s
+        )
+        # (tenant, conversation id) -> (turns blocked on their own content, their categories)
+        self._blocked_turns: LruTtlMap[tuple[str, str], tuple[int, frozenset[str]]] = LruTtlMap(
             self.config.store.max_responses, self.config.store.ttl_s
         )
         self._state: Literal["new", "running", "closing", "closed"] = "new"
@@ -337,6 +346,9 @@ class SafetyStage:
             )
             await self._flags.put(event)
             await self._record_flag(event, tenant)
+        own = [c for c in verdict.flagged_categories if self._blocks(c)]
+        if own:
+            await self._count_blocked_turn(tenant, rec.conversation_id, rec.response_id, own, verdict)
         if self._turns is not None:
             await self._turns.put(
                 TurnEvent.build(
@@ -355,10 +367,44 @@ class SafetyStage:
             )
         return result
 
+    async def _count_blocked_turn(
+        self,
+        tenant: str,
+        conversation_id: str,
+        response_id: str,
+        categories: Sequence[str],
+        verdict: TurnVerdict,
+    ) -> None:
+        """Count a turn blocked on its own content; at `block_limit`, refuse the conversation."""
+        limit = self.config.block_limit
+        if limit is None:
+            return
+        key = (tenant, conversation_id)
+        count, seen = self._blocked_turns.get(key) or (0, frozenset())
+        count, seen = count + 1, seen | set(categories)
+        self._blocked_turns.put(key, (count, seen))
+        if count != limit:
+            return
+        log.warning("conversation %s: %d turns blocked, refusing the rest of it", conversation_id, count)
+        self.mark_flagged(conversation_id, sorted(seen), tenant)
+        event = FlagEvent.build(
+            conversation_id=conversation_id,
+            response_id=response_id,
+            lane="gate",
+            decision="block",
+            categories=sorted(seen),
+            scores=verdict.category_scores,
+            classifier_versions=self.gate_scorer.versions,
+            reason="repeated_blocks",
+        )
+        await self._flags.put(event)
+        await self._record_flag(event, tenant)
+
     def mark_flagged(
         self, conversation_id: str, categories: Sequence[str], tenant: str = DEFAULT_TENANT
     ) -> None:
-        """Record monitor-lane flags (local or from remote workers) for enforcement."""
+        """Refuse the conversation's later turns in `categories` (those whose action is block):
+        monitor-lane flags, local or from remote workers, and repeated blocks."""
         key = (tenant, conversation_id)
         self._monitor_flags.put(key, (self._monitor_flags.get(key) or frozenset()) | set(categories))
 

@@ -113,7 +113,7 @@ class Gateway:
             flag_sink=flag_sink or _sink(config.flags_path),
             billing_sink=billing_sink or _sink(config.billing_path),
             turn_sink=turn_sink,
-            config=stage_config,
+            config=stage_config or StageConfig(block_limit=config.block_limit),
             metrics=self.metrics,
             recorder=_recorder(config, scorer),
         )

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from classifiers.registry import DEFAULT_NAMES
 from pipeline.bench import (
     PIPELINE,
     TOTAL,
@@ -40,7 +41,7 @@ def test_the_report_has_the_expected_keys(tiny, tmp_path):
     data = tiny.to_json()
     assert set(data) >= {"config", "environment", "classifiers", "summary", "per_classifier", "turns"}
     names = list(data["classifiers"])
-    assert names == ["secrets", "pii", "lexical"]
+    assert names == list(DEFAULT_NAMES)
     s = data["summary"]
     for key in (
         "full_over_delta_at_turn",

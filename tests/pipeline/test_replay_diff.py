@@ -86,6 +86,13 @@ def record_conversations(recorder, scorer, convs):
     recorder.close()
 
 
+@pytest.fixture(scope="module")
+def scorer():
+    """The per-message lexical view judges user messages here: the oracles below rescale
+    its scores by the manifest's thresholds (the conversation view has its own)."""
+    return build_scorer(("secrets", "pii", "lexical"))
+
+
 @pytest.fixture
 def store(tmp_path, scorer):
     db = tmp_path / "flags.db"
@@ -140,7 +147,10 @@ def test_same_policy_and_models_reproduce_every_recorded_verdict(store, scorer, 
 def test_a_threshold_swap_shows_exactly_the_verdicts_it_flips(store, tmp_path, scorer, capsys):
     out = tmp_path / "replay.json"
     code = main(
-        ["replay", "--from-store", str(store), "--threshold", "pii=0.9", "--diff", "--json", str(out)]
+        [
+            *("replay", "--from-store", str(store), "--classifiers", "secrets,pii,lexical"),
+            *("--threshold", "pii=0.9", "--diff", "--json", str(out)),
+        ]
     )
     assert code == 0
     data = json.loads(out.read_text())
@@ -187,7 +197,7 @@ def test_another_model_version_from_another_models_directory(store, tmp_path, sc
         entry["thresholds"] = {"prompt_injection": 0.001, "jailbreak": 0.001}
 
     models = models_copy(tmp_path, lower_thresholds)
-    new = build_scorer(models_dir=models)
+    new = build_scorer(("secrets", "pii", "lexical"), models_dir=models)
     assert new.versions["lexical"] == "2-test"
     result, recorded = replay_store(store, new)
     diff = diff_report(recorded, result, new, str(store))

@@ -81,6 +81,31 @@ async def test_monitor_flag_only_flags_by_default():
     assert flags.events and flags.events[0].categories == ["toxicity"]
 
 
+async def test_a_conversation_that_keeps_sending_blocked_turns_is_refused():
+    stage, flags, _ = await started()
+    assert not (await stage.check_turn("r1", [user("hello")])).blocked
+    # Rephrased attempts, each from the same accepted point: never in the history.
+    for n in range(3):
+        assert (await stage.check_turn(f"try{n}", [user(f"BOOM {n}")], "r1")).blocked
+    benign = await stage.check_turn("r2", [user("just a question")], "r1")
+    assert benign.blocked and benign.blocked_categories == ["secrets"]
+    # Another conversation is not affected.
+    assert not (await stage.check_turn("other", [user("hello")])).blocked
+    await stage.aclose()
+    lockout = [e for e in flags.events if e.reason == "repeated_blocks"]
+    assert len(lockout) == 1 and lockout[0].response_id == "try2" and lockout[0].decision == "block"
+    assert len({e.event_id for e in flags.events}) == len(flags.events) == 4
+
+
+async def test_the_block_limit_can_be_turned_off():
+    stage, _, _ = await started(block_limit=None)
+    await stage.check_turn("r1", [user("hello")])
+    for n in range(5):
+        assert (await stage.check_turn(f"try{n}", [user(f"BOOM {n}")], "r1")).blocked
+    assert not (await stage.check_turn("r2", [user("just a question")], "r1")).blocked
+    await stage.aclose()
+
+
 async def test_billing_is_emitted_after_completion_and_drained_on_close():
     stage, flags, billing = await started()
     prev = None

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from classifiers.registry import DEFAULT_NAMES
 from pipeline.events import FlagEvent, TurnEvent
 from pipeline.kafka.sink import KafkaEventSink
 from pipeline.kafka.topics import ensure_topics
@@ -24,7 +25,7 @@ from tests.pipeline.kafka.corpus import (
 
 pytestmark = pytest.mark.kafka
 
-CLASSIFIERS = "secrets,pii,lexical"
+CLASSIFIERS = ",".join(DEFAULT_NAMES)
 
 
 def flags_by_response(collector: Collector) -> dict[str, FlagEvent]:
