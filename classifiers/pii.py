@@ -18,9 +18,10 @@ completes), the state layout and the fold are `WindowedRuleClassifier`'s (`class
 from __future__ import annotations
 
 import re
+import string
 
 from classifiers.base import Lane
-from classifiers.rules import Hit, Rule, WindowedRuleClassifier, redact, rule
+from classifiers.rules import Buffer, Hit, Rule, WindowedRuleClassifier, redact, rule, view_table
 
 EMAIL = 0.8
 PHONE = 0.7
@@ -240,6 +241,101 @@ def _check_dni(m: re.Match[str]) -> Hit | None:
     return Hit(kind, CHECKSUM, redact(m.group("m")))
 
 
+# --- Where rules can start ----------------------------------------------------------
+
+# Emails: each "@" and the run of local-part chars before it.
+_LOCAL_CHARS = frozenset(string.ascii_letters + string.digits + "._%+-")
+
+
+def _email_starts(buf: Buffer) -> list[int]:
+    text, lo = buf.text, buf.lo
+    out = []
+    at = text.find("@", lo)
+    while at >= 0:
+        start = at
+        while start > lo and at - start < 64 and text[start - 1] in _LOCAL_CHARS:
+            start -= 1
+        if start < at:
+            out.append(start)
+        at = text.find("@", at + 1)
+    return out
+
+
+# The other rules are read on a view in which every digit is "0" and every capital "A",
+# so that the engine can search for a literal. Phones, cards, SSNs, NINOs and DNIs hold
+# a number: a digit after a non-digit, then five more of [0-9 ().-] (a NINO without
+# spaces has just six digits); they start at it or a few chars before it.
+_VIEW = view_table({string.digits: "0", string.ascii_uppercase: "A", " ().+-": ""}, "?")
+_NUMBER = re.compile(rb"0(?<!00)(?=[0 ().-]{5})")
+_PHONE_AT = re.compile(rb"0[0 ().-]{5,20}0")
+_CARD_AT = re.compile(rb"0(?:[ -]?0){12}")
+_SSN_AT = re.compile(rb"000[- ]00[- ]0000")
+_NINO_AT = re.compile(rb"00 ?00 ?00 ?A")
+_DNI_AT = re.compile(rb"0{7}")
+_IBAN_AT = re.compile(rb"AA00(?= ?[A0]{4} ?[A0]{4})")  # no IBAN starts inside "AA00"
+
+
+def _numbers(buf: Buffer) -> tuple[bytes, list[int]]:
+    def find() -> tuple[bytes, list[int]]:
+        view = buf.view(_VIEW)
+        return view, [m.start() for m in _NUMBER.finditer(view, buf.lo)]
+
+    return buf.memo(_numbers, find)
+
+
+def _phone_starts(buf: Buffer) -> list[int]:
+    """At the number, or at a "+", "(" or "(+" just before it."""
+    view, numbers = _numbers(buf)
+    out = []
+    for at in numbers:
+        if _PHONE_AT.match(view, at):
+            if at >= 2 and view[at - 2 : at] == b"(+":
+                out.append(at - 2)
+            if at >= 1 and view[at - 1] in b"+(":
+                out.append(at - 1)
+            out.append(at)
+    return [at for at in out if at >= buf.lo]
+
+
+def _card_starts(buf: Buffer) -> list[int]:
+    view, numbers = _numbers(buf)
+    return [at for at in numbers if _CARD_AT.match(view, at)]
+
+
+def _ssn_starts(buf: Buffer) -> list[int]:
+    view, numbers = _numbers(buf)
+    return [at for at in numbers if _SSN_AT.match(view, at)]
+
+
+def _nino_starts(buf: Buffer) -> list[int]:
+    """Two capitals, then (with or without a space) the number."""
+    view, numbers = _numbers(buf)
+    out = []
+    for at in numbers:
+        if _NINO_AT.match(view, at):
+            if at >= 3 and view[at - 3 : at] == b"AA ":
+                out.append(at - 3)
+            if at >= 2 and view[at - 2 : at] == b"AA":
+                out.append(at - 2)
+    return [at for at in out if at >= buf.lo]
+
+
+def _dni_starts(buf: Buffer) -> list[int]:
+    """At the number, or at the X, Y or Z of a NIE just before it."""
+    view, numbers = _numbers(buf)
+    out = []
+    for at in numbers:
+        if _DNI_AT.match(view, at):
+            if at >= 1 and view[at - 1] == ord("A"):
+                out.append(at - 1)
+            out.append(at)
+    return [at for at in out if at >= buf.lo]
+
+
+def _iban_starts(buf: Buffer) -> list[int]:
+    return [m.start() for m in _IBAN_AT.finditer(buf.view(_VIEW), buf.lo)]
+
+
 PII_RULES: tuple[Rule, ...] = (
     rule(
         r"(?<![A-Za-z0-9._%+@-])[A-Za-z0-9._%+-]{1,64}@"
@@ -247,39 +343,46 @@ PII_RULES: tuple[Rule, ...] = (
         r"(?![A-Za-z0-9-]|\.[A-Za-z0-9])",
         _check_email,
         trigger="@",
+        starts=_email_starts,
     ),
     # A run of phone characters ending in a digit; _check_phone decides on its shape.
     rule(
         r"(?<![A-Za-z0-9_+@/.-])(?<![0-9] )(?:\+|\(\+?)?[0-9][0-9 ().-]{5,20}[0-9](?![0-9])",
         _check_phone,
         trigger=r"[0-9][0-9 ().-]{5,20}[0-9]",
+        starts=_phone_starts,
     ),
     rule(
         r"(?<![0-9])(?<![0-9][ -])[0-9](?:[ -]?[0-9]){12,18}(?![ -]?[0-9])",
         _check_card,
         r"[0-9](?:[ -]?[0-9]){12}",
+        _card_starts,
     ),
     rule(
         r"(?<![A-Za-z0-9])[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])",
         _check_iban,
         trigger="[A-Z]{2}[0-9]{2}",
+        starts=_iban_starts,
     ),
     rule(
         r"(?<![A-Za-z0-9-])(?<![0-9] )(?P<a>[0-9]{3})(?P<sep>[- ])(?P<g>[0-9]{2})(?P=sep)(?P<s>[0-9]{4})"
         r"(?![A-Za-z0-9]|[- ][0-9])",
         _check_ssn,
         trigger=r"[0-9]{3}[- ][0-9]{2}[- ][0-9]{4}",
+        starts=_ssn_starts,
     ),
     rule(
         r"(?<![A-Za-z0-9])(?P<p>[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z])(?P<sep> ?)"
         r"[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)[A-D](?![A-Za-z0-9])",
         _check_nino,
         trigger="[A-Z]{2} ?[0-9]{2} ?[0-9]{2} ?[0-9]{2}",
+        starts=_nino_starts,
     ),
     rule(
         r"(?<![A-Za-z0-9])(?P<num>[XYZ][0-9]{7}|[0-9]{8})-?(?P<letter>[A-Z])(?![A-Za-z0-9])",
         _check_dni,
         "[0-9]{7}",
+        _dni_starts,
     ),
 )
 

@@ -22,6 +22,12 @@ implements that with a bounded window:
 
 Everything a verdict needs is in the state, so `update` is a left fold over items and
 associative over item boundaries by construction.
+
+Trying a pattern at every position costs the regex engine a full attempt per character,
+so a rule may name its candidate starts instead (`Rule.starts`): positions found by
+searches that run in C (a literal, or a literal on a `Buffer.view` in which a character
+class is one byte), at which the pattern is then tried. Candidates are a superset of
+the starts where the pattern matches, so what is found does not change.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from classifiers.base import Finding, Lane, Scores, State, Update, count_tokens, running_max, zero_scores
@@ -45,10 +52,28 @@ MAX_SEEN = 64  # reported starts remembered inside the tail (only pathological t
 # use \s, which would treat \f and \v as spaces) becomes \x7f. A tail then costs at most
 # two JSON bytes per character, and scanning it behaves exactly as scanning the original.
 _OPAQUE = re.compile(r"[^\t\n\r\x20-\x7e]")
+_OPAQUE_ASCII = bytes(0x7F if c < 0x20 and c not in b"\t\n\r" else c for c in range(256))
 
 
 def _opaque(text: str) -> str:
+    if text.isascii():  # by a byte table: the same result, many times faster
+        return text.encode("ascii").translate(_OPAQUE_ASCII).decode("ascii")
     return _OPAQUE.sub("\x7f", text)
+
+
+# ASCII chars as `count_tokens` sees them: "w" (\w), " " (\s) or "p" (a token of its own).
+_TOKEN_CLASSES = bytes(
+    ord("w") if chr(c).isalnum() or c == ord("_") else ord(" ") if chr(c).isspace() else ord("p")
+    for c in range(128)
+) + bytes(128)  # (never used: only ASCII text is translated)
+
+
+def _count_tokens(text: str) -> int:
+    """`count_tokens`; for ASCII text (every tail) by byte counts: word runs plus punctuation."""
+    if not text.isascii():
+        return count_tokens(text)
+    b = text.encode("ascii").translate(_TOKEN_CLASSES)
+    return b.count(b"p") + b.count(b" w") + b.count(b"pw") + b.startswith(b"w")
 
 
 def redact(value: str) -> str:
@@ -74,6 +99,9 @@ class Hit(NamedTuple):
 
 
 Check = Callable[[re.Match[str]], Hit | None]
+# Candidate starts in a buffer: ascending, distinct, >= buf.lo, and including every
+# position >= buf.lo at which the rule's pattern matches.
+Starts = Callable[["Buffer"], Iterable[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +111,10 @@ class Rule:
     pattern: re.Pattern[str]
     check: Check
     trigger: re.Pattern[str] | None = None  # must occur in every match: no trigger, no scan
+    starts: Starts | None = None  # where to try `pattern`; None: at every position
 
 
-def rule(body: str, check: Check, trigger: str | None = None) -> Rule:
+def rule(body: str, check: Check, trigger: str | None = None, starts: Starts | None = None) -> Rule:
     """Compile `body` so that `finditer` yields its match at every start position.
 
     The match is captured inside a lookahead, so the scan advances one character at a
@@ -95,11 +124,82 @@ def rule(body: str, check: Check, trigger: str | None = None) -> Rule:
 
     Scanning every position is the slow part, so `trigger`, a plain pattern that every
     match contains (a literal prefix, an "@"), lets a scan be skipped exactly when the
-    text cannot match.
+    text cannot match, and `starts` narrows the positions to try (see `Starts`).
     """
     return Rule(
-        re.compile(rf"(?=(?P<m>{body}))", re.ASCII), check, re.compile(trigger, re.ASCII) if trigger else None
+        re.compile(rf"(?=(?P<m>{body}))", re.ASCII),
+        check,
+        re.compile(trigger, re.ASCII) if trigger else None,
+        starts,
     )
+
+
+def view_table(classes: dict[str, str], other: str) -> bytes:
+    """A `Buffer.view` table: the (ASCII) chars of each key become its value, or stay
+    themselves when it is empty; every other char, non-ASCII ones included, becomes `other`.
+    """
+    table = bytearray(other.encode("ascii") * 256)
+    for chars, to in classes.items():
+        for c in chars:
+            table[ord(c)] = ord(to or c)
+    return bytes(table)
+
+
+class Buffer:
+    """The text a scan reads, the first position a start may take, and views of the text.
+
+    A view maps each char to one byte through a `view_table` table (chars outside Latin-1
+    are "?" before that, which tables do not list), so its positions are the text's.
+    Views and other per-buffer work are made once, on first use, and shared by the rules.
+    """
+
+    __slots__ = ("_memo", "lo", "text")
+
+    def __init__(self, text: str, lo: int) -> None:
+        self.text = text
+        self.lo = lo
+        self._memo: dict[Any, Any] = {}
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def view(self, table: bytes) -> bytes:
+        return self.memo(table, lambda: self.text.encode("latin-1", "replace").translate(table))
+
+
+def find_all(haystack: Any, needle: Any, lo: int) -> list[int]:
+    """Every position >= lo at which `needle` occurs, overlapping occurrences included."""
+    out = []
+    i = haystack.find(needle, lo)
+    while i >= 0:
+        out.append(i)
+        i = haystack.find(needle, i + 1)
+    return out
+
+
+def literal(*needles: str) -> Starts:
+    """Starts for a rule whose every match begins with one of `needles`."""
+
+    def starts(buf: Buffer) -> list[int]:
+        return sorted({i for needle in needles for i in find_all(buf.text, needle, buf.lo)})
+
+    return starts
+
+
+def anchor(pattern: str) -> Starts:
+    """Starts for a rule whose every match begins where `pattern` matches.
+
+    `pattern` must consume one literal char and check the rest with a lookahead: the
+    engine then skips to that char in C, and no match hides a start after it.
+    """
+    compiled = re.compile(pattern, re.ASCII)
+
+    def starts(buf: Buffer) -> list[int]:
+        return [m.start() for m in compiled.finditer(buf.text, buf.lo)]
+
+    return starts
 
 
 def channel(item: Item) -> str:
@@ -168,14 +268,19 @@ class WindowedRuleClassifier:
             blocks = {key: stream[key] for key in self._blocks_initial()}
             buf = tail + item.text
             new = len(tail)
-            tokens += item.tokens + count_tokens(tail)
+            tokens += item.tokens + _count_tokens(tail)
             lo = CONTEXT_CHARS if cut else 0
+            scan = Buffer(buf, lo)
             reported = {(r, new - dist) for r, dist in stream["seen"]}
             hits: list[tuple[int, int, Hit]] = []
             for r, rl in enumerate(self.rules):
-                if rl.trigger is not None and rl.trigger.search(buf, lo) is None:
+                if rl.starts is not None:
+                    matches = filter(None, map(rl.pattern.match, repeat(buf), rl.starts(scan)))
+                elif rl.trigger is None or rl.trigger.search(buf, lo) is not None:
+                    matches = rl.pattern.finditer(buf, lo)
+                else:
                     continue
-                for m in rl.pattern.finditer(buf, lo):
+                for m in matches:
                     start = m.start()
                     if (r, start) in reported:
                         continue

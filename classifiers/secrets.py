@@ -20,11 +20,26 @@ import base64
 import binascii
 import json
 import re
+import string
 from itertools import pairwise
 from typing import Any
 
 from classifiers.base import Lane
-from classifiers.rules import Check, Hit, Rule, WindowedRuleClassifier, redact, rule, shannon_entropy
+from classifiers.rules import (
+    Buffer,
+    Check,
+    Hit,
+    Rule,
+    Starts,
+    WindowedRuleClassifier,
+    anchor,
+    find_all,
+    literal,
+    redact,
+    rule,
+    shannon_entropy,
+    view_table,
+)
 
 STRUCTURED = 1.0
 GENERIC = 0.8
@@ -145,30 +160,120 @@ def _check_bearer(m: re.Match[str]) -> Hit | None:
     return Hit("bearer_token", GENERIC, redact(value)) if looks_random(value) else None
 
 
+# --- Where rules can start ------------------------------------------------------------
+
+# Matches of all rules but the Slack token's hold a run of 20+ chars of this class (an
+# AWS key id, a webhook's path, a value, a bearer credential; the other tokens are
+# longer). In a view where the class is one byte such runs are found by a literal
+# search, and a rule is not looked for when no run is long enough for it.
+_VALUE_VIEW = view_table({string.ascii_letters + string.digits + "_+/=.~-": "v"}, " ")
+_MIN_RUN = 20
+_KEY_CHARS = string.ascii_letters + string.digits + "_.-"
+_GLUE = "\"'` \t:=>"  # what may stand between a key and its value: quotes, separators
+_GLUE_MAX = 12  # a quote, 4 blanks, "=>" or ":=", 4 blanks, a quote
+
+
+def _runs(buf: Buffer) -> list[tuple[int, int]]:
+    """The maximal runs of _MIN_RUN+ value chars from buf.lo, as (start, end)."""
+
+    def find() -> list[tuple[int, int]]:
+        view, lo = buf.view(_VALUE_VIEW), buf.lo
+        # Found by their end: a needle ending in a char it has nowhere else is searched
+        # fast; one that is all "v" is slow in text that is mostly "v".
+        needle = b"v" * _MIN_RUN + b" "
+        out = []
+        i = view.find(needle, lo)
+        while i >= 0:
+            end = i + _MIN_RUN
+            out.append((max(lo, view.rfind(b" ", lo, i) + 1), end))
+            i = view.find(needle, end)
+        start = max(lo, view.rfind(b" ", lo) + 1)
+        if len(view) - start >= _MIN_RUN:
+            out.append((start, len(view)))
+        return out
+
+    return buf.memo(_runs, find)
+
+
+def _longest_run(buf: Buffer) -> int:
+    return buf.memo(_longest_run, lambda: max((end - start for start, end in _runs(buf)), default=0))
+
+
+def _needs_run(length: int, starts: Starts) -> Starts:
+    """`starts`, looked for only when a run of `length` value chars exists."""
+    return lambda buf: starts(buf) if _longest_run(buf) >= length else ()
+
+
+def _assignment_starts(buf: Buffer) -> list[int]:
+    """Where `key = value` can start: for each place a value can begin, the key before it.
+
+    A value begins a run, or follows an "=" inside one (the only value char that can end
+    the glue). Before it, up to _GLUE_MAX glue chars, then the key: the run of key chars
+    ending there (keys are at most 64 chars).
+    """
+    text, lo = buf.text, buf.lo
+    found = set()
+    for start, end in _runs(buf):
+        value = start
+        while value >= 0:
+            a = max(lo, value - _GLUE_MAX)
+            key_end = a + len(text[a:value].rstrip(_GLUE))
+            if lo < key_end < value and text[key_end - 1] in _KEY_CHARS:
+                b = max(lo, key_end - 64)
+                found.add(b + len(text[b:key_end].rstrip(_KEY_CHARS)))
+            eq = text.find("=", value, end - _MIN_RUN)
+            value = eq + 1 if eq >= 0 else -1
+    return sorted(found)
+
+
+def _bearer_starts(buf: Buffer) -> list[int]:
+    lower = buf.memo(_bearer_starts, lambda: buf.text.encode("latin-1", "replace").lower())
+    return find_all(lower, b"bearer", buf.lo)
+
+
 SECRET_RULES: tuple[Rule, ...] = (
     rule(
         r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
         _token("aws_access_key_id", 4),
         trigger="AKIA|ASIA|ABIA|ACCA",
+        starts=_needs_run(20, anchor("A(?=KIA|SIA|BIA|CCA)")),
     ),
-    rule(r"(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])", _token("gcp_api_key", 4), "AIza"),
+    rule(
+        r"(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])",
+        _token("gcp_api_key", 4),
+        "AIza",
+        _needs_run(39, literal("AIza")),
+    ),
     rule(
         r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})"
         r"(?![A-Za-z0-9_])",
         _token("github_token", 4),
         trigger="gh[pousr]_|github_pat_",
+        starts=_needs_run(40, anchor("g(?=h[pousr]_|ithub_pat_)")),
     ),
-    rule(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,80}", _token("gitlab_token", 6), "glpat-"),
-    rule(r"(?<![A-Za-z0-9_-])xox[abeprs]-[A-Za-z0-9-]{10,200}", _check_slack_token, "xox[abeprs]-"),
+    rule(
+        r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,80}",
+        _token("gitlab_token", 6),
+        "glpat-",
+        _needs_run(26, literal("glpat-")),
+    ),
+    rule(
+        r"(?<![A-Za-z0-9_-])xox[abeprs]-[A-Za-z0-9-]{10,200}",
+        _check_slack_token,
+        "xox[abeprs]-",
+        anchor("x(?=ox[abeprs]-)"),
+    ),
     rule(
         r"https://hooks\.slack\.com/services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}/[A-Za-z0-9]{20,32}",
         _token("slack_webhook", 33),
         trigger=r"hooks\.slack\.com",
+        starts=_needs_run(20, literal("https://hooks.slack.com/services/T")),
     ),
     rule(
         r"(?<![A-Za-z0-9])(?P<k>AccountKey|SharedAccessKey)[ \t]*=[ \t]*(?P<v>[A-Za-z0-9+/]{40,86}={0,2})",
         _check_azure,
         trigger="AccountKey|SharedAccessKey",
+        starts=_needs_run(40, literal("AccountKey", "SharedAccessKey")),
     ),
     rule(
         r"(?<![A-Za-z0-9_.-])(?P<key>[A-Za-z0-9_.-]{1,64})[\"']?"
@@ -176,11 +281,13 @@ SECRET_RULES: tuple[Rule, ...] = (
         r"(?P<val>[A-Za-z0-9_+/=.~-]{20,256})",
         _check_assignment,
         trigger=r"[A-Za-z0-9_+/=.~-]{20}",
+        starts=_needs_run(_MIN_RUN, _assignment_starts),
     ),
     rule(
         r"(?<![A-Za-z0-9_-])(?i:bearer)[ \t]+(?P<val>[A-Za-z0-9._~+/-]{20,256}={0,2})",
         _check_bearer,
         "(?i:bearer)",
+        _needs_run(_MIN_RUN, _bearer_starts),
     ),
 )
 
@@ -243,7 +350,9 @@ def _scan_pem(pem: dict[str, Any] | None, buf: str, new: int, lo: int) -> tuple[
     return pem, hits
 
 
-_JWT_HEADER = re.compile(r"(?<![A-Za-z0-9_.-])eyJ[A-Za-z0-9_-]{8,400}\.", re.ASCII)
+# "eyJ" not preceded by a token char; the lookbehind comes after the literal so that the
+# engine can search for the literal.
+_JWT_HEADER = re.compile(r"eyJ(?<![A-Za-z0-9_.-]eyJ)[A-Za-z0-9_-]{8,400}\.", re.ASCII)
 _JWT_HEADER_MAX = 405
 _JWT_CHARS = re.compile(r"[A-Za-z0-9_-]*", re.ASCII)
 JWT_MIN_SIGNATURE = 16  # "alg": "none" tokens (empty signature) are not credentials
@@ -279,7 +388,9 @@ def _jwt_run(
 def _scan_jwt(jwt: dict[str, Any] | None, buf: str, new: int, lo: int) -> tuple[Any, list[tuple[int, Hit]]]:
     hits: list[tuple[int, Hit]] = []
     pos = new
-    for m in _JWT_HEADER.finditer(buf, max(lo, new - _JWT_HEADER_MAX)):
+    first = buf.find("eyJ", max(lo, new - _JWT_HEADER_MAX))
+    headers = _JWT_HEADER.finditer(buf, first) if first >= 0 else ()  # most text has none
+    for m in headers:
         if m.end() <= new:
             continue
         # A header needs a non-token char before it, which closed any open token.

@@ -153,7 +153,13 @@ class KeywordModel:
 
 def keyword_clf(**options) -> tuple[ConversationClassifier, KeywordModel]:
     model = KeywordModel()
-    defaults = {"admit": 0.2, "span_threshold": 0.99, "ema_threshold": None, "window_messages": 4}
+    defaults = {
+        "admit": 0.2,
+        "span_threshold": 0.99,
+        "ema_threshold": None,
+        "window_messages": 4,
+        "max_age": 12,
+    }
     return ConversationClassifier(lexical=model, **(defaults | options)).load(), model  # type: ignore[arg-type]
 
 
@@ -302,8 +308,7 @@ def test_folding_by_parts_equals_folding_whole(lexical, options, case):
 @given(conv=equivalence.conversations(), max_snapshots=st.integers(1, 64))
 def test_pipeline_verdicts_equal_full_rescoring(clf, conv, max_snapshots):
     """The pipeline's delta-equivalence property (forks, evictions) with this classifier in."""
-    turns, actions = conv
-    equivalence.check_equivalence(Scorer([clf, SecretsClassifier()]), turns, actions, max_snapshots)
+    equivalence.check_equivalence(Scorer([clf, SecretsClassifier()]), *conv, max_snapshots)
 
 
 # -- the conformance suite, parametrized over this classifier --------------------------------
