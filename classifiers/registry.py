@@ -63,6 +63,11 @@ def load_classifiers(
     return out
 
 
+def parse_names(text: str) -> tuple[str, ...]:
+    """A command line's comma-separated classifier names ("secrets, pii,lexical")."""
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
 def model_thresholds(name: str, models_dir: Path = MODELS_DIR) -> dict[str, float]:
     """The thresholds chosen on validation data for manifest entry `name`."""
     return dict(manifest_entry(name, models_dir).get("thresholds", {}))

@@ -691,6 +691,8 @@ def _positive(text: str) -> int:
 
 def add_bench_parser(sub: Any) -> None:
     """Add the `bench` subcommand to the CLI's subparsers."""
+    from classifiers.registry import parse_names
+
     bp = sub.add_parser(
         "bench",
         help="per-turn classifier latency, delta against full rescoring; JSON, markdown and PNG plots",
@@ -718,7 +720,7 @@ def add_bench_parser(sub: Any) -> None:
     )
     bp.add_argument(
         "--classifiers",
-        type=lambda text: tuple(n.strip() for n in text.split(",") if n.strip()),
+        type=parse_names,
         help="comma-separated classifier names (default: the default set)",
     )
     bp.add_argument("--models-dir", type=Path, metavar="DIR")

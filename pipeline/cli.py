@@ -24,6 +24,8 @@ def _threshold(text: str) -> tuple[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from classifiers.registry import DEFAULT_NAMES, parse_names
+
     parser = argparse.ArgumentParser(prog="deltaguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -49,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=8400)
     sp.add_argument("--upstream", default="sim", help="'sim' (simulated model) or a Responses API base URL")
     sp.add_argument("--sim-tokens-per-s", type=float, default=1000.0, help="simulated model speed")
+    sp.add_argument(
+        "--classifiers",
+        type=parse_names,
+        default=DEFAULT_NAMES,
+        help=f"comma-separated classifier names (default: {','.join(DEFAULT_NAMES)})",
+    )
     sp.add_argument(
         "--monitor", default="", help="comma-separated classifiers to run beside inference instead of gating"
     )
@@ -87,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from classifiers.registry import parse_names
     from pipeline.gateway.config import GatewayConfig
     from pipeline.server import serve
 
@@ -95,7 +104,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         upstream=args.upstream,
         sim_tokens_per_s=args.sim_tokens_per_s,
-        monitor_classifiers=tuple(n for n in args.monitor.split(",") if n),
+        classifiers=args.classifiers,
+        monitor_classifiers=parse_names(args.monitor),
         block_limit=args.block_limit or None,
         flags_path=args.flags,
         billing_path=args.billing,

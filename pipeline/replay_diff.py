@@ -271,6 +271,8 @@ def replay_store(
 
 def add_replay_options(rp: argparse.ArgumentParser) -> None:
     """`replay`'s options for recorded transcripts, other models and diffs."""
+    from classifiers.registry import parse_names
+
     rp.add_argument("--from-store", type=Path, metavar="PATH", help="replay the recordings of this store")
     rp.add_argument("--conversation", metavar="ID", help="only this conversation (with --from-store)")
     rp.add_argument("--tenant", help="only this tenant's recordings (with --from-store)")
@@ -279,7 +281,7 @@ def add_replay_options(rp: argparse.ArgumentParser) -> None:
     )
     rp.add_argument(
         "--classifiers",
-        type=lambda text: tuple(n.strip() for n in text.split(",") if n.strip()),
+        type=parse_names,
         help="comma-separated classifier names (default: the default set)",
     )
     rp.add_argument(

@@ -12,7 +12,6 @@ from typing import Any
 
 import uvicorn
 
-from classifiers.registry import DEFAULT_NAMES
 from pipeline.gateway.app import create_app
 from pipeline.gateway.config import GatewayConfig
 from pipeline.runtime import build_scorer
@@ -33,8 +32,8 @@ def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> uvicorn.C
 
 
 def scorer_for(config: GatewayConfig) -> Scorer:
-    """The default classifiers, plus any opt-in ones the monitor lane names (the encoder)."""
-    return build_scorer(tuple(dict.fromkeys((*DEFAULT_NAMES, *config.monitor_classifiers))))
+    """The configured classifiers, plus any opt-in ones the monitor lane names (the encoder)."""
+    return build_scorer(tuple(dict.fromkeys((*config.classifiers, *config.monitor_classifiers))))
 
 
 def serve(config: GatewayConfig, scorer: Scorer | None = None, log_level: str = "info") -> None:

@@ -6,6 +6,8 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from classifiers.registry import DEFAULT_NAMES
+
 
 def api_keys_from_env() -> dict[str, str]:
     """`DELTAGUARD_API_KEYS="tenant-a:key1,tenant-b:key2"` -> {key: tenant}."""
@@ -41,6 +43,8 @@ class GatewayConfig(BaseModel):
     # API key -> tenant. Empty: no authentication, every client is tenant "default".
     api_keys: dict[str, str] = Field(default_factory=api_keys_from_env)
 
+    # The classifier set (classifiers/registry.py), plus any the monitor lane names.
+    classifiers: tuple[str, ...] = DEFAULT_NAMES
     # Classifiers run in the monitor lane (beside inference) instead of the gate lane.
     monitor_classifiers: tuple[str, ...] = ()
     # Classifiers that score the model's output while it streams (flags before the end).

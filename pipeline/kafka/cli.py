@@ -15,11 +15,13 @@ from pipeline.kafka.settings import KafkaSettings
 
 def add_worker_parser(sub: Any) -> None:
     """Add the `worker` subcommand to the CLI's subparsers."""
+    from classifiers.registry import parse_names
+
     wk = sub.add_parser("worker", help="run a monitor-lane worker on Kafka (faust-streaming)")
     wk.add_argument("--broker", help="kafka://HOST:PORT (overrides --config)")
     wk.add_argument(
         "--classifiers",
-        type=lambda text: tuple(n.strip() for n in text.split(",") if n.strip()),
+        type=parse_names,
         help="comma-separated classifier names (default: the default set)",
     )
     wk.add_argument("--config", type=Path, help="JSON file of KafkaSettings fields")
