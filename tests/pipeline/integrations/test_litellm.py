@@ -85,8 +85,9 @@ def proxy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def monitor_proxy(tmp_path_factory):
-    # The lexical model (injection, jailbreak) moved to the during-call monitor lane.
-    with litellm_proxy(tmp_path_factory.mktemp("litellm-monitor"), monitor=["lexical"]) as running:
+    # The lexical model's two views (injection, jailbreak) moved to the during-call monitor lane.
+    monitor = ["lexical", "conversation"]
+    with litellm_proxy(tmp_path_factory.mktemp("litellm-monitor"), monitor=monitor) as running:
         yield running
 
 
