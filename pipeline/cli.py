@@ -11,6 +11,8 @@ from pathlib import Path
 from pipeline.errors import DeltaGuardError
 from pipeline.summary import replay_summary
 
+POLICY_HELP = 'JSON thresholds and actions per category, e.g. {"categories": {"pii": {"action": "block"}}}'
+
 
 def _threshold(text: str) -> tuple[str, float]:
     name, sep, value = text.partition("=")
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CATEGORY=VALUE",
         help="override a category's threshold (repeatable)",
     )
+    rp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     rp.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     from pipeline.replay_diff import add_replay_options
 
@@ -60,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--monitor", default="", help="comma-separated classifiers to run beside inference instead of gating"
     )
+    sp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     sp.add_argument(
         "--block-limit",
         type=int,
@@ -107,6 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         classifiers=args.classifiers,
         monitor_classifiers=parse_names(args.monitor),
         block_limit=args.block_limit or None,
+        policy_path=str(args.policy) if args.policy else None,
         flags_path=args.flags,
         billing_path=args.billing,
         record_path=args.record,

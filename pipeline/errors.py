@@ -5,6 +5,7 @@ DeltaGuardError
 ├── TranscriptError            a transcript line cannot be used (file, line, field)
 ├── PreviousResponseNotFound   a continuation can be neither resumed nor rebuilt
 ├── ModelArtifactError         a model artifact is missing or its hash is wrong
+├── PolicyError                a policy file cannot be used (file, field)
 ├── LaneClosed                 work submitted to a lane that is shutting down
 └── SinkFull                   a bounded sink or spool refused an event
 """
@@ -41,6 +42,10 @@ class PreviousResponseNotFound(DeltaGuardError):
 
 
 class ModelArtifactError(DeltaGuardError):
+    pass
+
+
+class PolicyError(DeltaGuardError):
     pass
 
 

@@ -2,16 +2,23 @@
 
 A category is *flagged* for a conversation once its conversation-level score reaches
 its threshold. A turn is *blocked* when a flagged category's action is `block`.
+
+A policy file (`--policy FILE`) overrides the defaults per category and per field:
+
+    {"categories": {"pii": {"action": "block"}, "prompt_injection": {"threshold": 0.6}}}
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from classifiers.base import CATEGORIES
+from pipeline.errors import PolicyError
 
 Decision = Literal["allow", "flag", "block"]
 
@@ -63,6 +70,31 @@ class Policy(BaseModel):
         if any(self.categories[c].action == "block" for c in flagged if c in self.categories):
             return "block", flagged
         return ("flag" if flagged else "allow"), flagged
+
+
+def load_policy(path: Path) -> Policy:
+    """The default policy with a policy file's categories and fields laid over it;
+    a file that cannot be used raises `PolicyError` naming the file and the field."""
+    try:
+        raw: Any = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"{path}: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("categories", {}), dict):
+        raise PolicyError(f'{path}: expected {{"categories": {{CATEGORY: {{"threshold": T, "action": A}}}}}}')
+    if set(raw) - {"categories"}:
+        raise PolicyError(f"{path}: unknown field(s) {sorted(set(raw) - {'categories'})}")
+    cats = _default_categories()
+    for name, fields in raw.get("categories", {}).items():
+        base = cats.get(name, CategoryPolicy()).model_dump()
+        try:
+            if not isinstance(fields, dict):
+                raise PolicyError(f"{path}: categories.{name}: expected an object")
+            cats[name] = CategoryPolicy.model_validate({**base, **fields})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in ("categories", name, *err["loc"]))
+            raise PolicyError(f"{path}: {where}: {err['msg']}") from exc
+    return Policy(categories=cats)
 
 
 def ordered_categories(scores: Mapping[str, float]) -> list[str]:

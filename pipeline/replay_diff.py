@@ -293,11 +293,14 @@ def replay_scorer(args: argparse.Namespace) -> Scorer:
     """The scorer `replay` uses: classifiers, models directory and thresholds from args."""
     from classifiers.registry import DEFAULT_NAMES
     from models import MODELS_DIR
+    from pipeline.policy import load_policy
     from pipeline.runtime import build_scorer
 
+    policy_path = getattr(args, "policy", None)
     return build_scorer(
         getattr(args, "classifiers", None) or DEFAULT_NAMES,
         getattr(args, "models_dir", None) or MODELS_DIR,
+        policy=load_policy(policy_path) if policy_path else None,
         thresholds=dict(args.threshold),
     )
 

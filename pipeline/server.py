@@ -8,12 +8,14 @@ import contextlib
 import signal
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from pipeline.gateway.app import create_app
 from pipeline.gateway.config import GatewayConfig
+from pipeline.policy import load_policy
 from pipeline.runtime import build_scorer
 from pipeline.scoring import Scorer
 
@@ -32,8 +34,10 @@ def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> uvicorn.C
 
 
 def scorer_for(config: GatewayConfig) -> Scorer:
-    """The configured classifiers, plus any opt-in ones the monitor lane names (the encoder)."""
-    return build_scorer(tuple(dict.fromkeys((*config.classifiers, *config.monitor_classifiers))))
+    """The configured classifiers, plus any opt-in ones the monitor lane names (the encoder),
+    with the configured policy."""
+    names = tuple(dict.fromkeys((*config.classifiers, *config.monitor_classifiers)))
+    return build_scorer(names, policy=load_policy(Path(config.policy_path)) if config.policy_path else None)
 
 
 def serve(config: GatewayConfig, scorer: Scorer | None = None, log_level: str = "info") -> None:

@@ -60,6 +60,8 @@ class GatewayConfig(BaseModel):
     record_max_conversations: int = Field(10_000, ge=1)  # recordings kept (least recent go)
     record_max_age_s: float | None = Field(30 * 24 * 3600.0, gt=0)  # None: no age limit
 
+    # A policy file (pipeline/policy.py): thresholds and actions per category over the defaults.
+    policy_path: str | None = None
     # Turns of one conversation blocked on their own content after which all of its later
     # turns are refused (a client rephrasing a refused request); None: never.
     block_limit: int | None = Field(3, ge=1)
