@@ -113,7 +113,7 @@ async def flag_watch(settings: KafkaSettings) -> tuple[FlagSubscriber, dict[str,
     def on_event(event: FlagEvent) -> None:
         arrived.setdefault(event.response_id, time.perf_counter())
 
-    subscriber = FlagSubscriber(settings, lambda conv, cats: None, on_event=on_event)
+    subscriber = FlagSubscriber(settings, lambda conv, cats, tenant: None, on_event=on_event)
     await subscriber.start()
     await subscriber.ready(30)
     return subscriber, arrived

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+DEFAULT_TENANT = "default"
+
 
 def stable_event_id(kind: str, *parts: str) -> str:
     digest = hashlib.sha256("\x1f".join((kind, *parts)).encode("utf-8", "surrogatepass")).hexdigest()
@@ -25,6 +27,9 @@ class _Event(BaseModel):
     conversation_id: str
     response_id: str
     created_at: float = Field(default_factory=time.time)
+    # Whose conversation (gateway API keys): a flag from a remote worker is enforced, and
+    # billing is counted, for this tenant only.
+    tenant: str = DEFAULT_TENANT
 
 
 class FlagEvent(_Event):
@@ -52,6 +57,7 @@ class FlagEvent(_Event):
         scores: dict[str, float],
         classifier_versions: dict[str, str],
         reason: Literal["repeated_blocks"] | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> FlagEvent:
         parts = (conversation_id, response_id, lane, ",".join(categories), *((reason,) if reason else ()))
         return cls(
@@ -64,6 +70,7 @@ class FlagEvent(_Event):
             scores=scores,
             classifier_versions=classifier_versions,
             reason=reason,
+            tenant=tenant,
         )
 
 
@@ -86,6 +93,7 @@ class BillingEvent(_Event):
         cached_input_tokens: int,
         output_tokens: int,
         classifier_ms: float,
+        tenant: str = DEFAULT_TENANT,
     ) -> BillingEvent:
         return cls(
             event_id=stable_event_id("billing", response_id),
@@ -95,6 +103,7 @@ class BillingEvent(_Event):
             cached_input_tokens=cached_input_tokens,
             output_tokens=output_tokens,
             classifier_ms=classifier_ms,
+            tenant=tenant,
         )
 
 
@@ -119,6 +128,7 @@ class TurnEvent(_Event):
         previous_response_id: str | None,
         items: list[dict[str, Any]],
         full_history: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> TurnEvent:
         return cls(
             event_id=stable_event_id("turn", response_id),
@@ -127,6 +137,7 @@ class TurnEvent(_Event):
             previous_response_id=previous_response_id,
             items=items,
             full_history=full_history,
+            tenant=tenant,
         )
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pipeline.errors import LaneClosed, PreviousResponseNotFound
-from pipeline.events import BillingEvent, Event, FlagEvent, TurnEvent
+from pipeline.events import DEFAULT_TENANT, BillingEvent, Event, FlagEvent, TurnEvent
 from pipeline.items import Item
 from pipeline.metrics import NullMetrics, StageMetrics
 from pipeline.scoring import Scorer, TurnVerdict
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from pipeline.recording import FlagRecorder
 
 log = logging.getLogger("deltaguard.stage")
-DEFAULT_TENANT = "default"
 T = TypeVar("T")
 
 
@@ -343,6 +342,7 @@ class SafetyStage:
                 categories=verdict.flagged_categories,
                 scores=verdict.category_scores,
                 classifier_versions=self.gate_scorer.versions,
+                tenant=tenant,
             )
             await self._flags.put(event)
             await self._record_flag(event, tenant)
@@ -357,6 +357,7 @@ class SafetyStage:
                     previous_response_id=previous_response_id,
                     items=[i.to_wire() for i in _turn_delta(rec, new_items, history)],
                     full_history=history is not None,
+                    tenant=tenant,
                 )
             )
         elif self.monitor_scorer is not None:
@@ -396,6 +397,7 @@ class SafetyStage:
             scores=verdict.category_scores,
             classifier_versions=self.gate_scorer.versions,
             reason="repeated_blocks",
+            tenant=tenant,
         )
         await self._flags.put(event)
         await self._record_flag(event, tenant)
@@ -462,6 +464,7 @@ class SafetyStage:
             categories=verdict.flagged_categories,
             scores=verdict.category_scores,
             classifier_versions=monitor.scorer.versions,
+            tenant=job.tenant,
         )
         await self._flags.put(event)
         await self._record_flag(event, job.tenant)
@@ -491,6 +494,7 @@ class SafetyStage:
                 categories=categories,
                 scores=scores,
                 classifier_versions=self.gate_scorer.versions,
+                tenant=gate.tenant,
             )
         )
 
@@ -546,6 +550,7 @@ class SafetyStage:
             cached_input_tokens=job.usage.cached_input_tokens,
             output_tokens=job.usage.output_tokens,
             classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
+            tenant=gate.tenant,
         )
 
 

@@ -200,6 +200,7 @@ class HistoryGate:
                     categories=verdict.flagged_categories,
                     scores=verdict.category_scores,
                     classifier_versions=self.monitor_scorer.versions,
+                    tenant=turn.tenant,
                 )
             )
         return verdict

@@ -219,6 +219,7 @@ class MonitorLane:
                 categories=verdict.flagged_categories,
                 scores=verdict.category_scores,
                 classifier_versions=self.scorer.versions,
+                tenant=event.tenant,
             )
         return TurnOutcome(conv, event.response_id, flag=flag, decision=verdict.decision), conv, entry
 

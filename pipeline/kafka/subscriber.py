@@ -32,11 +32,11 @@ from pipeline.kafka.settings import KafkaSettings
 
 log = logging.getLogger("deltaguard.kafka.subscriber")
 
-FlagCallback = Callable[[str, Sequence[str]], Awaitable[None] | None]
+FlagCallback = Callable[[str, Sequence[str], str], Awaitable[None] | None]
 
 
 class FlagSubscriber:
-    """Calls `callback(conversation_id, categories)` for every new flag event.
+    """Calls `callback(conversation_id, categories, tenant)` for every new flag event.
 
     `callback` may be a function or a coroutine function; an exception it raises is
     logged and the next event is processed. `on_event`, when given, receives the whole
@@ -141,7 +141,7 @@ class FlagSubscriber:
         try:
             if self.on_event is not None:
                 self.on_event(event)
-            result = self.callback(event.conversation_id, event.categories)
+            result = self.callback(event.conversation_id, event.categories, event.tenant)
             if inspect.isawaitable(result):
                 await result
         except Exception:

@@ -54,11 +54,11 @@ def gateway(scorer):
         yield running
 
 
-def clients(base: str):
+def clients(base: str, api_key: str = "test"):
     ws = base.replace("http://", "ws://") + "/v1"
     return (
-        OpenAI(base_url=base + "/v1", api_key="test", max_retries=0),
-        AsyncOpenAI(base_url=base + "/v1", api_key="test", websocket_base_url=ws, max_retries=0),
+        OpenAI(base_url=base + "/v1", api_key=api_key, max_retries=0),
+        AsyncOpenAI(base_url=base + "/v1", api_key=api_key, websocket_base_url=ws, max_retries=0),
     )
 
 

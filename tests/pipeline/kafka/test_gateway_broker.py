@@ -1,5 +1,6 @@
 """`deltaguard serve --broker`: the gateway publishes turns and billing to Kafka, a worker
-runs the monitor lane, and its flag blocks the conversation's next turn at the gateway."""
+runs the monitor lane, and its flag blocks the conversation's next turn at the gateway,
+for the tenant whose conversation it is."""
 
 from __future__ import annotations
 
@@ -27,9 +28,15 @@ def test_worker_flag_blocks_the_next_turn_at_the_gateway(broker: Broker, workers
     asyncio.run(worker.ready(60))
 
     gate_only_pii = build_scorer(names=("pii",))  # secrets runs on the worker only
-    config = GatewayConfig(port=0, broker=broker.url, kafka_config=str(config_path), sim_tokens_per_s=20_000)
+    config = GatewayConfig(
+        port=0,
+        broker=broker.url,
+        kafka_config=str(config_path),
+        sim_tokens_per_s=20_000,
+        api_keys={"key-a": "tenant-a"},
+    )
     with gateway_thread(config, gate_only_pii) as (base, app):
-        client, _ = clients(base)
+        client, _ = clients(base, api_key="key-a")
         gateway = app.state.gateway
         asyncio.run(_wait(lambda: gateway.flag_subscriber is not None))
         first = client.responses.create(model="m", input="deploy with AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE")
@@ -52,7 +59,7 @@ def test_worker_flag_blocks_the_next_turn_at_the_gateway(broker: Broker, workers
             await collector.wait_for(
                 lambda: first.id in {b["response_id"] for b in collector.of_kind("billing")}, 20, "billing"
             )
-            return {b["response_id"] for b in collector.of_kind("billing")}
+            return {b["response_id"] for b in collector.of_kind("billing") if b["tenant"] == "tenant-a"}
         finally:
             await collector.aclose()
 

@@ -30,7 +30,7 @@ def billing(i: int, conv: str = "") -> BillingEvent:
     )
 
 
-def flag(i: int) -> FlagEvent:
+def flag(i: int, tenant: str = "default") -> FlagEvent:
     return FlagEvent.build(
         conversation_id=f"conv-{i % 7}",
         response_id=f"resp-{i}",
@@ -39,6 +39,7 @@ def flag(i: int) -> FlagEvent:
         categories=["pii"],
         scores={"pii": 0.9},
         classifier_versions={"pii": "1"},
+        tenant=tenant,
     )
 
 
@@ -170,16 +171,17 @@ async def test_flag_subscriber_calls_back_once_per_event(broker: Broker, tmp_pat
     sink = KafkaEventSink(settings)
     await sink.send([flag(1)])  # before the subscriber started: not for it
     await asyncio.sleep(0.5)
-    calls: list[tuple[str, list[str]]] = []
+    calls: list[tuple[str, list[str], str]] = []
 
-    async def mark_flagged(conversation_id: str, categories: list[str]) -> None:
-        calls.append((conversation_id, list(categories)))
+    async def mark_flagged(conversation_id: str, categories: list[str], tenant: str) -> None:
+        calls.append((conversation_id, list(categories), tenant))
 
     subscriber = FlagSubscriber(settings, mark_flagged)
     await subscriber.start()
     try:
         await subscriber.ready(10)
-        await sink.send([flag(2), flag(3), flag(2)])  # a duplicate, as a retry would make
+        # A duplicate, as a retry would make; the tenant travels with the flag.
+        await sink.send([flag(2), flag(3, tenant="tenant-a"), flag(2)])
         for _ in range(100):
             if len(calls) >= 2:
                 break
@@ -188,5 +190,6 @@ async def test_flag_subscriber_calls_back_once_per_event(broker: Broker, tmp_pat
     finally:
         await sink.aclose()
         await subscriber.aclose()
-    assert sorted(calls) == [("conv-2", ["pii"]), ("conv-3", ["pii"])]  # partitions: no global order
+    # Partitions: no global order.
+    assert sorted(calls) == [("conv-2", ["pii"], "default"), ("conv-3", ["pii"], "tenant-a")]
     assert subscriber.duplicates == 1
