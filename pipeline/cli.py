@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=3,
         metavar="N",
-        help="after N turns of a conversation are blocked, refuse the rest of it (0: never)",
+        help="after N turns of a conversation are blocked for injection, jailbreak or toxicity, "
+        "refuse the rest of it (0: never)",
     )
     sp.add_argument("--flags", help="append flag events to this JSONL file")
     sp.add_argument("--billing", help="append billing events to this JSONL file")

@@ -59,9 +59,11 @@ class StageConfig:
     rescore_history: bool = False
     # A blocked turn never joins the history, so a client can rephrase it again and again
     # from the same point until one version passes. After this many turns of one
-    # conversation blocked on their own content, every later turn of it is refused too.
-    # None: never.
+    # conversation blocked on their own content in `probe_categories`, every later turn of
+    # it is refused too. None: never. Secrets and PII are left out by default: an agent
+    # reading files that hold keys is not probing.
     block_limit: int | None = 3
+    probe_categories: frozenset[str] = frozenset({"prompt_injection", "jailbreak", "toxicity"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +348,7 @@ class SafetyStage:
             )
             await self._flags.put(event)
             await self._record_flag(event, tenant)
-        own = [c for c in verdict.flagged_categories if self._blocks(c)]
+        own = [c for c in verdict.flagged_categories if self._blocks(c) and c in self.config.probe_categories]
         if own:
             await self._count_blocked_turn(tenant, rec.conversation_id, rec.response_id, own, verdict)
         if self._turns is not None:

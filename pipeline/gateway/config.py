@@ -62,8 +62,8 @@ class GatewayConfig(BaseModel):
 
     # A policy file (pipeline/policy.py): thresholds and actions per category over the defaults.
     policy_path: str | None = None
-    # Turns of one conversation blocked on their own content after which all of its later
-    # turns are refused (a client rephrasing a refused request); None: never.
+    # Turns of one conversation blocked for injection, jailbreak or toxicity after which all
+    # of its later turns are refused (a client rephrasing a refused request); None: never.
     block_limit: int | None = Field(3, ge=1)
 
     # Limits (per process and per WebSocket connection).

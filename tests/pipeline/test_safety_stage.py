@@ -82,7 +82,7 @@ async def test_monitor_flag_only_flags_by_default():
 
 
 async def test_a_conversation_that_keeps_sending_blocked_turns_is_refused():
-    stage, flags, _ = await started()
+    stage, flags, _ = await started(probe_categories=frozenset({"secrets"}))
     assert not (await stage.check_turn("r1", [user("hello")])).blocked
     # Rephrased attempts, each from the same accepted point: never in the history.
     for n in range(3):
@@ -97,8 +97,13 @@ async def test_a_conversation_that_keeps_sending_blocked_turns_is_refused():
     assert len({e.event_id for e in flags.events}) == len(flags.events) == 4
 
 
-async def test_the_block_limit_can_be_turned_off():
-    stage, _, _ = await started(block_limit=None)
+@pytest.mark.parametrize(
+    "config",
+    [{"block_limit": None, "probe_categories": frozenset({"secrets"})}, {}],
+    ids=["limit off", "category not a probe by default"],
+)
+async def test_blocks_that_are_not_counted_never_refuse_the_conversation(config):
+    stage, _, _ = await started(**config)
     await stage.check_turn("r1", [user("hello")])
     for n in range(5):
         assert (await stage.check_turn(f"try{n}", [user(f"BOOM {n}")], "r1")).blocked
