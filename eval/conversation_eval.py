@@ -61,6 +61,8 @@ Writes eval/out/conversation_eval.md and .json. About 5 minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import json
 import math
@@ -494,6 +496,41 @@ def evaluate(
     return rows
 
 
+def through_replay(convs: Sequence[EvalConversation]) -> dict[str, Any]:
+    """`deltaguard replay` (the CLI, default classifiers) on `convs` as transcripts, an
+    assistant reply after every user turn: share of each kind flagged at or after its
+    start, in any category and in the attack categories."""
+    from pipeline.cli import main as cli
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "convs.jsonl", Path(tmp) / "verdicts.json"
+        reply = [{"role": "assistant", "content": "I see, tell me more."}]
+        lines = [
+            json.dumps(
+                {
+                    "id": c.id,
+                    "turns": [{"input": [{"role": "user", "content": t}], "output": reply} for t in c.turns],
+                }
+            )
+            for c in convs
+        ]
+        src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        with contextlib.redirect_stdout(io.StringIO()):  # its summary table: not this report's
+            code = cli(["replay", str(src), "--json", str(out), "--no-progress"])
+        if code != 0:
+            raise RuntimeError("deltaguard replay failed on the generated transcripts")
+        verdicts = {c["id"]: c["turns"] for c in json.loads(out.read_text(encoding="utf-8"))["conversations"]}
+    rates: dict[str, dict[str, list[bool]]] = {}
+    for c in convs:
+        turns = verdicts[c.id][start_turn(c) :]
+        row = rates.setdefault(c.kind, {"any": [], "attack": []})
+        row["any"].append(any(t["flagged_categories"] for t in turns))
+        row["attack"].append(
+            any({"prompt_injection", "jailbreak"} & set(t["flagged_categories"]) for t in turns)
+        )
+    return {k: {"n": len(v["any"]), **{m: float(np.mean(x)) for m, x in v.items()}} for k, v in rates.items()}
+
+
 def single_messages(message: MessageScorer, pipeline: Scorer) -> dict[str, Any]:
     """The S-Labs test rows as one-message conversations: recall on injections and share of
     benign prompts flagged, per-message view against the default pipeline."""
@@ -806,6 +843,17 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         *_summary_table(shipped["in_sample_summary"]),
     ]
+    replayed = report.get("through_replay")
+    if replayed:
+        lines += [
+            "",
+            "The test build through `deltaguard replay` (the CLI, default classifiers, an assistant",
+            "reply between user turns; shipped thresholds, so in-sample): share flagged.",
+            "",
+            "| kind | n | any category | prompt_injection or jailbreak |",
+            "|---|---|---|---|",
+            *(_row(k, v["n"], _pct(v["any"]), _pct(v["attack"])) for k, v in replayed.items()),
+        ]
     single = report.get("single_messages")
     if single:
         lines += [
@@ -989,6 +1037,8 @@ def main(argv: list[str] | None = None) -> int:
     in_sample = evaluate([*val, *test], shipped, message, with_conversation(base, shipped))
     log("single messages (S-Labs test)")
     single = single_messages(message, base)
+    log("the test build through `deltaguard replay`")
+    replayed = through_replay(test)
     log("ablations (thresholds re-selected on validation, then test)")
     parts = ablations(val, test, lexical, selection["validation"]["chosen"])
     rows = [*held_out["test"], *held_out["validation"]]
@@ -1020,6 +1070,7 @@ def main(argv: list[str] | None = None) -> int:
             "in_sample_summary": summarize(in_sample),
         },
         "single_messages": single,
+        "through_replay": replayed,
         "ablations": parts,
         "caveats": CAVEATS,
     }
