@@ -26,11 +26,16 @@ def add_worker_parser(sub: Any) -> None:
     )
     wk.add_argument("--config", type=Path, help="JSON file of KafkaSettings fields")
     wk.add_argument("--data-dir", type=Path, help="faust data directory (default: a temporary one)")
+    wk.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"
+    )
     wk.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
 
 
 def worker_settings(args: argparse.Namespace) -> KafkaSettings:
-    overrides = {"broker": args.broker, "data_dir": args.data_dir}
+    overrides: dict[str, Any] = {"broker": args.broker, "data_dir": args.data_dir}
+    if args.metrics_port is not None:
+        overrides |= {"web_enabled": True, "web_port": args.metrics_port}
     if args.config is not None:
         return KafkaSettings.from_file(args.config, **overrides)
     return KafkaSettings.model_validate({k: v for k, v in overrides.items() if v is not None})

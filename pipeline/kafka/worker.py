@@ -11,7 +11,9 @@
   keyed by conversation id, so each turns partition, and its conversations' state, is
   owned by exactly one worker; the changelog has as many partitions as the turns topic,
   and the worker that takes over turns partition N recovers changelog partition N,
-- flags go to `flags_topic`, turns that cannot be scored to `errors_topic`.
+- flags go to `flags_topic`, turns that cannot be scored to `errors_topic`,
+- with `web_enabled`, `GET /metrics` on 127.0.0.1:`web_port` serves Prometheus metrics
+  (`WorkerMetrics`: turns by outcome, conversations held, batch and scoring latency).
 
 Per batch, in this order, which is what makes redelivery safe (at least once):
 
@@ -53,6 +55,9 @@ import faust
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from pipeline.kafka.monitor import IncomingTurn, MonitorLane, expired
 from pipeline.kafka.records import decode_key, encode_json, encode_key
@@ -60,6 +65,7 @@ from pipeline.kafka.settings import KafkaSettings
 from pipeline.scoring import Scorer
 
 log = logging.getLogger("deltaguard.kafka.worker")
+EXPOSITION_TYPE = "text/plain; version=0.0.4"
 
 # -- faust patches ----------------------------------------------------------------------
 
@@ -171,8 +177,17 @@ class MonitorWorker:
         self.errored = 0
         self.duplicates = 0
         self._logged = (0, 0, 0, 0)
+        # Only when served: a worker without a web port keeps just its plain counters.
+        self.metrics = WorkerMetrics(self) if settings.web_enabled else None
 
     async def process(self, events: Sequence[Any]) -> None:
+        with self._timed("batch_seconds"):
+            await self._process(events)
+
+    def _timed(self, histogram: str) -> contextlib.AbstractContextManager[Any]:
+        return getattr(self.metrics, histogram).time() if self.metrics else contextlib.nullcontext()
+
+    async def _process(self, events: Sequence[Any]) -> None:
         log.debug("batch of %d turns", len(events))
         turns = [
             IncomingTurn(
@@ -187,7 +202,8 @@ class MonitorWorker:
         convs = {decode_key(t.key) for t in turns} - {None}
         values = {conv: self.table.get(conv) for conv in convs}
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self.executor, self.lane.score_batch, values, turns)
+        with self._timed("score_seconds"):
+            result = await loop.run_in_executor(self.executor, self.lane.score_batch, values, turns)
         pending = []
         for outcome in result.outcomes:
             record = outcome.flag or outcome.error
@@ -238,6 +254,51 @@ class MonitorWorker:
         return len(doomed)
 
 
+class WorkerMetrics(Collector):
+    """One worker's Prometheus metrics (`GET /metrics` on its web port, 127.0.0.1).
+
+    The turn counters are read from the worker at scrape time (the same numbers its log
+    reports); batch and scoring latency are histograms.
+    """
+
+    def __init__(self, worker: MonitorWorker) -> None:
+        self.worker = worker
+        # No auto-describe: collecting reads the table, which must not be touched before
+        # the app has started.
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self.batch_seconds = Histogram(
+            "deltaguard_worker_batch_seconds",
+            "Per batch of turns: score, publish the events, write the state",
+            registry=self.registry,
+        )
+        self.score_seconds = Histogram(
+            "deltaguard_worker_score_seconds",
+            "Per batch of turns: classifier folds only",
+            registry=self.registry,
+        )
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        w = self.worker
+        turns = CounterMetricFamily("deltaguard_worker_turns", "Turn events by outcome", labels=["outcome"])
+        for outcome, n in (
+            ("scored", w.scored),
+            ("flagged", w.flagged),
+            ("error", w.errored),
+            ("redelivered", w.duplicates),
+        ):
+            turns.add_metric([outcome], n)
+        yield turns
+        yield GaugeMetricFamily(
+            "deltaguard_worker_conversations",
+            "Conversations whose state this worker holds",
+            value=len(w.table),
+        )
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
 def faust_options(settings: KafkaSettings) -> dict[str, Any]:
     """faust settings derived from ours (one place, so tests can check them)."""
     options: dict[str, Any] = {
@@ -285,6 +346,14 @@ def build_worker_app(settings: KafkaSettings, scorer: Scorer) -> tuple[WorkerApp
     async def monitor(stream: faust.StreamT) -> None:
         async for events in stream.take_events(settings.batch_size, within=settings.batch_within_s):
             await worker.process(events)
+
+    if settings.web_enabled:
+
+        @app.page("/metrics")
+        async def metrics(web: Any, request: Any) -> Any:
+            # aiohttp takes the charset apart: the exposition format's type without it.
+            assert worker.metrics is not None  # made whenever the web server is
+            return web.bytes(worker.metrics.exposition(), content_type=EXPOSITION_TYPE)
 
     @app.timer(settings.sweep_interval_s)
     async def sweep() -> None:

@@ -4,16 +4,19 @@ rebalances and a killed worker (recovery from the changelog)."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from classifiers.registry import DEFAULT_NAMES
 from pipeline.events import FlagEvent, TurnEvent
 from pipeline.kafka.sink import KafkaEventSink
 from pipeline.kafka.topics import ensure_topics
 from pipeline.runtime import build_scorer
+from pipeline.server import free_port
 from tests.pipeline.kafka.conftest import Broker, Collector, WorkerProcess, test_settings
 from tests.pipeline.kafka.corpus import (
     assert_flags_match,
@@ -45,8 +48,8 @@ async def publish(sink: KafkaEventSink, events: list[TurnEvent], pause_every: in
             await asyncio.sleep(0.02)  # live-ish traffic, so rebalances happen mid-stream
 
 
-async def setup(broker: Broker, tmp_path: Path) -> tuple[Any, Collector, KafkaEventSink]:
-    settings = test_settings(broker.url, tmp_path)
+async def setup(broker: Broker, tmp_path: Path, **overrides: Any) -> tuple[Any, Collector, KafkaEventSink]:
+    settings = test_settings(broker.url, tmp_path, **overrides)
     await ensure_topics(settings)
     collector = await Collector(settings, [settings.flags_topic, settings.errors_topic]).start()
     sink = KafkaEventSink(settings)
@@ -55,7 +58,7 @@ async def setup(broker: Broker, tmp_path: Path) -> tuple[Any, Collector, KafkaEv
 
 
 async def test_flags_out_equal_embedded_replay(broker: Broker, workers: list[WorkerProcess], tmp_path: Path):
-    settings, collector, sink = await setup(broker, tmp_path)
+    settings, collector, sink = await setup(broker, tmp_path, web_enabled=True, web_port=free_port())
     convs = conversations()
     expected = expected_flags(convs, build_scorer())
     workers.append(WorkerProcess("w1", settings, tmp_path, CLASSIFIERS).start())
@@ -92,6 +95,24 @@ async def test_flags_out_equal_embedded_replay(broker: Broker, workers: list[Wor
     assert error["previous_response_id"] == "never-seen"
     assert error["turn"]["items"] == orphan.items
     assert "previous_response_not_found" in workers[0].log()
+    # The worker's Prometheus metrics, on loopback.
+    text = await asyncio.to_thread(scrape, f"http://127.0.0.1:{settings.web_port}/metrics")
+    samples = {
+        (s.name, s.labels.get("outcome")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    scored = samples[("deltaguard_worker_turns_total", "scored")]
+    assert scored >= len(list(interleaved_turn_events(convs))) + 1  # every turn, and the resent history
+    assert samples[("deltaguard_worker_turns_total", "flagged")] >= len(expected) + 1
+    assert samples[("deltaguard_worker_turns_total", "error")] == 1
+    assert samples[("deltaguard_worker_conversations", None)] == len(convs)  # the orphan is not kept
+    assert samples[("deltaguard_worker_batch_seconds_count", None)] >= 1
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode("utf-8")
 
 
 async def test_two_workers_rebalance_midway(broker: Broker, workers: list[WorkerProcess], tmp_path: Path):
