@@ -1000,7 +1000,7 @@ CAVEATS = [
     "below the admission floor, defeats the window; the running max and the per-message "
     "classifiers remain.",
     "Thresholds are on the lexical model's raw probabilities: retraining that model changes "
-    "them; rerun this script (selection is on validation) and update the classifier defaults.",
+    "them; rerun this script and update the classifier defaults to its shipped choice.",
     "About 360 benign multi-turn conversations per split: one conversation is ~0.3% of FPR.",
 ]
 
