@@ -256,6 +256,13 @@ class KafkaEventSink:
             linger_ms=self.settings.linger_ms,
             request_timeout_ms=int(self.settings.request_timeout_s * 1000),
             enable_idempotence=False,  # tansu has no idempotent producer; ids dedupe instead
+            # The same batch limit as the workers' producer (tansu's offsets after
+            # multi-record batches are wrong; KAFKA.md).
+            **(
+                {"max_batch_size": self.settings.producer_max_batch_size}
+                if self.settings.producer_max_batch_size is not None
+                else {}
+            ),
         )
         try:
             await producer.start()

@@ -145,7 +145,9 @@ async def test_two_workers_rebalance_midway(broker: Broker, workers: list[Worker
 async def test_killed_worker_partitions_recovered(
     broker: Broker, workers: list[WorkerProcess], tmp_path: Path
 ):
-    settings, collector, sink = await setup(broker, tmp_path)
+    # A session long enough that a worker busy scoring on a loaded machine keeps its
+    # partitions until it is killed (at 2 s, w2 could drop out before: nothing to recover).
+    settings, collector, sink = await setup(broker, tmp_path, session_timeout_s=6.0, heartbeat_interval_s=0.5)
     convs = conversations(n_synthetic=16, turns=8)
     expected = expected_flags(convs, build_scorer())
     events = list(interleaved_turn_events(convs))
