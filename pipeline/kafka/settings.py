@@ -71,8 +71,9 @@ class KafkaSettings(BaseModel):
         1.0, gt=0, description="how often processed offsets are committed (less to redo after a failure)"
     )
     heartbeat_interval_s: float = Field(3.0, gt=0)
-    # faust's producer_max_batch_size (bytes). 1 = one record per batch: needed against
-    # tansu, whose ListOffsets is wrong after multi-record batches (KAFKA.md).
+    # Producer batch size in bytes, for the workers (faust) and the gateway's publisher.
+    # 1 = one record per batch: needed against tansu, whose ListOffsets is wrong after
+    # multi-record batches (KAFKA.md).
     producer_max_batch_size: int | None = Field(None, ge=1)
     stream_buffer_maxsize: int = Field(1024, ge=1)
     data_dir: Path | None = Field(None, description="faust data dir; default: a fresh temporary directory")
