@@ -85,8 +85,10 @@ async def ensure_group_offsets(settings: KafkaSettings) -> int:
     seeks back to the committed offsets. A partition without one (a fresh group, before
     its first commit) is not sought back, and those turns would never be scored. So a
     partition without a committed offset gets its beginning committed before the
-    worker joins. Run while the group has no members (a first start); a commit refused
-    because the group is already active is harmless (its members commit themselves).
+    worker joins, and the worker seeks to a committed 0 as well
+    (`worker.seek_to_committed`). Run while the group has no members (a first start);
+    a commit refused because the group is already active is harmless (its members
+    commit themselves).
     """
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers,

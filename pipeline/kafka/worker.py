@@ -27,14 +27,16 @@ recovers the table and gets them again. Turns whose state was written are recogn
 response id and skipped (their flags went out in step 2); the others are scored again
 from the same snapshots, giving the same events with the same ids.
 
-Two patches of faust live here, each in one class:
+Three patches of faust and aiokafka live here:
 
 - `ConversationTable` can be written from a batch: faust's Table takes the changelog
   partition from the "current event", which `take()` batches do not set
   (faust-streaming issue #497); the agent names the partition explicitly.
-- `_FetchWaitConsumerThread` sets the consumer's fetch wait from the settings instead
-  of faust's hard-coded 1500 ms (a broker that answers waiting fetches late costs that
-  much per hop; KAFKA.md).
+- `_ConsumerThread` sets the consumer's fetch wait from the settings instead of
+  faust's hard-coded 1500 ms (a broker that answers waiting fetches late costs that
+  much per hop; KAFKA.md),
+- and seeks partitions committed at offset 0 back to it after a rebalance
+  (`seek_to_committed`): without that, turns fetched during the rebalance are skipped.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from pathlib import Path
@@ -52,9 +54,11 @@ from typing import Any
 
 import aiokafka
 import faust
+from aiokafka import TopicPartition
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
+from faust.types import TP
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -83,16 +87,38 @@ def set_fetch_max_wait(consumer: aiokafka.AIOKafkaConsumer, ms: int) -> None:
     consumer._fetch_max_wait_ms = ms
 
 
-class _FetchWaitConsumerThread(AIOKafkaConsumerThread):
+async def seek_to_committed(consumer: aiokafka.AIOKafkaConsumer) -> dict[TopicPartition, int | None]:
+    """aiokafka's `seek_to_committed`, which also seeks partitions committed at 0.
+
+    After a rebalance faust drops the messages it had fetched but not yet handed to the
+    stream, and counts on this seek to fetch them again. aiokafka seeks only to offsets
+    above 0 (`if offset and offset > 0`), so a partition whose owner died before
+    committing past its start kept the position of that last fetch: its new owner
+    skipped every turn fetched during the rebalance and waited at the end of the log.
+    """
+    offsets: dict[TopicPartition, int | None] = await consumer.seek_to_committed()
+    for tp, offset in offsets.items():
+        if offset == 0:
+            consumer.seek(tp, 0)
+    return offsets
+
+
+class _ConsumerThread(AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         set_fetch_max_wait(consumer, self.app.fetch_max_wait_ms)  # type: ignore[attr-defined]
         return consumer
 
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        return await self.call_thread(self._seek_to_committed)
+
+    async def _seek_to_committed(self) -> Mapping[TP, int]:
+        return await seek_to_committed(self._ensure_consumer())  # type: ignore[return-value]
+
 
 class _Consumer(AIOKafkaConsumer):
     def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
-        return _FetchWaitConsumerThread(self, loop=self.loop, beacon=self.beacon)
+        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
 class _Transport(AIOKafkaTransport):
@@ -188,7 +214,6 @@ class MonitorWorker:
         return getattr(self.metrics, histogram).time() if self.metrics else contextlib.nullcontext()
 
     async def _process(self, events: Sequence[Any]) -> None:
-        log.debug("batch of %d turns", len(events))
         turns = [
             IncomingTurn(
                 partition=e.message.partition,
@@ -199,6 +224,9 @@ class MonitorWorker:
             )
             for e in events
         ]
+        if log.isEnabledFor(logging.DEBUG):
+            offsets = " ".join(f"{t.partition}@{t.offset}" for t in turns)
+            log.debug("batch of %d turns (partition@offset): %s", len(turns), offsets)
         convs = {decode_key(t.key) for t in turns} - {None}
         values = {conv: self.table.get(conv) for conv in convs}
         loop = asyncio.get_running_loop()

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from classifiers.registry import DEFAULT_NAMES
 from pipeline.events import FlagEvent, TurnEvent
 from pipeline.kafka.sink import KafkaEventSink
 from pipeline.kafka.topics import ensure_topics
+from pipeline.kafka.worker import seek_to_committed
 from pipeline.runtime import build_scorer
 from pipeline.server import free_port
 from tests.pipeline.kafka.conftest import Broker, Collector, WorkerProcess, test_settings
@@ -177,3 +179,39 @@ async def test_killed_worker_partitions_recovered(
     assert not collector.of_kind("turn_error"), collector.of_kind("turn_error")[:3]
     assert_flags_match(flags_by_response(collector), expected)
     assert "Recovery complete" in w1.log()
+
+
+async def test_seek_to_committed_returns_to_a_start_committed_at_zero(broker: Broker, tmp_path: Path):
+    settings = test_settings(broker.url, tmp_path)
+    await ensure_topics(settings)
+    tp = TopicPartition(settings.turns_topic, 0)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        for _ in range(5):
+            await producer.send_and_wait(tp.topic, b"turn", partition=tp.partition)
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id="seek-test",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=20,
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.commit({tp: 0})
+        fetched = 0
+        while fetched < 5:
+            fetched += sum(map(len, (await consumer.getmany(tp, timeout_ms=1000)).values()))
+        assert await consumer.position(tp) == 5
+        # aiokafka alone leaves the position where the fetch left it (committed 0 is
+        # not sought to): the turns fetched there are never seen again.
+        await consumer.seek_to_committed()
+        assert await consumer.position(tp) == 5
+        assert await seek_to_committed(consumer) == {tp: 0}
+        assert await consumer.position(tp) == 0
+    finally:
+        await consumer.stop()
