@@ -1,6 +1,7 @@
 """Recording flagged conversations, for audit and for replay with another policy or model.
 
-When the safety stage emits a flag event (gate or monitor lane), it hands the event and
+When the safety stage emits a flag event (gate, monitor or output lane; an output flag
+once the post-inference lane has scored the whole output), it hands the event and
 the turn's `ResponseRecord` to a `TranscriptRecorder`. The recorder works off the
 response path (a bounded queue and one writer thread, like the sinks) and stores:
 

@@ -128,8 +128,9 @@ class SafetyStage:
     ) -> None:
         """`turn_sink`: where turn deltas go for remote monitor workers (distributed
         mode); the in-process monitor lane then runs nothing, and remote flags come back
-        through `mark_flagged`. `recorder`: records flagged conversations (gate and
-        monitor flags; `pipeline.recording`), started and drained with the stage."""
+        through `mark_flagged`. `recorder`: records flagged conversations (gate,
+        monitor and output flags; `pipeline.recording`), started and drained with the
+        stage."""
         self.config = config or StageConfig()
         unknown = set(monitor) - {c.name for c in scorer.classifiers}
         if unknown:
@@ -485,20 +486,27 @@ class SafetyStage:
             return
         await self.recorder.submit(event, record, tenant)
 
-    async def flag_output(self, gate: GateResult, categories: list[str], scores: dict[str, float]) -> None:
-        """A flag raised while the model's output is still streaming."""
-        await self._flags.put(
-            FlagEvent.build(
-                conversation_id=gate.conversation_id,
-                response_id=gate.response_id,
-                lane="output",
-                decision="flag",
-                categories=categories,
-                scores=scores,
-                classifier_versions=self.gate_scorer.versions,
-                tenant=gate.tenant,
-            )
+    async def flag_output(
+        self, gate: GateResult, categories: list[str], scores: dict[str, float]
+    ) -> FlagEvent:
+        """A flag on the model's output.
+
+        Raised while the output streams (the gateway's `OutputStreamScorer`), and again
+        when the post-inference lane scores it whole, which also records it: only then
+        is the output part of the conversation's record. The two share an event id when
+        they name the same categories, so consumers drop the second."""
+        event = FlagEvent.build(
+            conversation_id=gate.conversation_id,
+            response_id=gate.response_id,
+            lane="output",
+            decision="flag",
+            categories=categories,
+            scores=scores,
+            classifier_versions=self.gate_scorer.versions,
+            tenant=gate.tenant,
         )
+        await self._flags.put(event)
+        return event
 
     # -- post-inference lane ---------------------------------------------------------
 
@@ -537,7 +545,8 @@ class SafetyStage:
             self.metrics.observe_turn("output", verdict)
             new = [c for c in verdict.flagged_categories if c not in gate.verdict.flagged_categories]
             if new:
-                await self.flag_output(gate, new, verdict.category_scores)
+                event = await self.flag_output(gate, new, verdict.category_scores)
+                await self._record_flag(event, gate.tenant)
         finally:
             # Billing is emitted even when output scoring failed: usage must never be lost.
             await self._billing.put(self._billing_event(job, output_ms))

@@ -119,6 +119,24 @@ async def test_a_monitor_flag_records_with_the_model_outputs(tmp_path, scorer):
     assert rec.verdicts[1]["flagged_categories"] == ["pii"] and rec.verdicts[1]["decision"] == "flag"
 
 
+async def test_an_output_flag_records_the_output_that_raised_it(tmp_path, scorer):
+    db = tmp_path / "flags.db"
+    stage = SafetyStage(scorer, recorder=TranscriptRecorder(db, scorer, redact=False))
+    await stage.start()
+    gate = await stage.check_turn("o1", [user("what is in the deploy config?")])
+    assert not gate.verdict.flagged_categories
+    leak = parse_item({"role": "assistant", "content": f"It sets AWS_ACCESS_KEY_ID={AWS_KEY}."})
+    await stage.complete_turn(gate, [leak], Usage(5, 0, 9))
+    await asyncio.wait_for(stage._post_q.join(), 5)
+    await stage.aclose()
+    (rec,) = read_recorded(db)
+    assert [(f["lane"], f["categories"]) for f in rec.flags] == [("output", ["secrets"])]
+    assert rec.response_ids == ["o1"] and rec.categories == ["secrets"]
+    assert rec.transcript["turns"][0]["output"] == [{"role": "assistant", "content": leak.text}]
+    # A turn's verdict is its input's (CONTRACT.md section 2): the output counts from the next turn.
+    assert rec.verdicts[0]["flagged_categories"] == []
+
+
 def flag(rec, categories, decision="block", lane="gate"):
     return FlagEvent.build(
         conversation_id=rec.conversation_id,
