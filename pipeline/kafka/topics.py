@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
@@ -76,45 +75,3 @@ async def _check_partitions(
         if name in strict:
             raise TopicMismatch(name, expected[name], found)
         log.warning("topic %s has %d partitions, settings say %d", name, found, expected[name])
-
-
-async def ensure_group_offsets(settings: KafkaSettings) -> int:
-    """Give every turns partition a committed offset for the worker group; returns how many.
-
-    faust, after a rebalance, drops the messages it fetched during the rebalance and
-    seeks back to the committed offsets. A partition without one (a fresh group, before
-    its first commit) is not sought back, and those turns would never be scored. So a
-    partition without a committed offset gets its beginning committed before the
-    worker joins, and the worker seeks to a committed 0 as well
-    (`worker.seek_to_committed`). Run while the group has no members (a first start);
-    a commit refused because the group is already active is harmless (its members
-    commit themselves).
-    """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        client_id=f"{settings.client_id}-offsets",
-        group_id=settings.app_id,
-        enable_auto_commit=False,
-        request_timeout_ms=int(settings.request_timeout_s * 1000),
-    )
-    try:
-        await consumer.start()
-        tps = [TopicPartition(settings.turns_topic, p) for p in range(settings.turns_partitions)]
-        missing = [tp for tp in tps if await consumer.committed(tp) is None]
-        if not missing:
-            return 0
-        consumer.assign(missing)
-        starts = await consumer.beginning_offsets(missing)
-        try:
-            await consumer.commit({tp: starts[tp] for tp in missing})
-        except KafkaError as exc:
-            log.warning("could not commit start offsets for %d turns partitions: %r", len(missing), exc)
-            return 0
-        log.info("committed start offsets for %d turns partitions", len(missing))
-        return len(missing)
-    except KafkaError as exc:
-        raise BrokerUnavailable(settings.broker, f"reading group offsets failed: {exc!r}") from exc
-    except OSError as exc:
-        raise BrokerUnavailable(settings.broker, f"unreachable: {exc}") from exc
-    finally:
-        await consumer.stop()

@@ -35,8 +35,10 @@ Three patches of faust and aiokafka live here:
 - `_ConsumerThread` sets the consumer's fetch wait from the settings instead of
   faust's hard-coded 1500 ms (a broker that answers waiting fetches late costs that
   much per hop; KAFKA.md),
-- and seeks partitions committed at offset 0 back to it after a rebalance
-  (`seek_to_committed`): without that, turns fetched during the rebalance are skipped.
+- and, after a rebalance, seeks every partition back to its committed offset (or a
+  turns partition without one to its start) in one step (`seek_to_committed`):
+  aiokafka's own seek skips offset 0 and races the fetcher, and the turns fetched
+  during the rebalance would be skipped.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from pathlib import Path
@@ -87,20 +89,37 @@ def set_fetch_max_wait(consumer: aiokafka.AIOKafkaConsumer, ms: int) -> None:
     consumer._fetch_max_wait_ms = ms
 
 
-async def seek_to_committed(consumer: aiokafka.AIOKafkaConsumer) -> dict[TopicPartition, int | None]:
-    """aiokafka's `seek_to_committed`, which also seeks partitions committed at 0.
+async def seek_to_committed(
+    consumer: aiokafka.AIOKafkaConsumer, from_start: Collection[str] = ()
+) -> dict[TopicPartition, int | None]:
+    """Seek every assigned partition to its committed offset, all at once at the end.
 
-    After a rebalance faust drops the messages it had fetched but not yet handed to the
-    stream, and counts on this seek to fetch them again. aiokafka seeks only to offsets
-    above 0 (`if offset and offset > 0`), so a partition whose owner died before
-    committing past its start kept the position of that last fetch: its new owner
-    skipped every turn fetched during the rebalance and waited at the end of the log.
+    After a rebalance faust drops the messages it fetched while its flow was stopped,
+    and counts on this seek to fetch them again. aiokafka's own `seek_to_committed`
+    misses some: it seeks only to offsets above 0 (`if offset and offset > 0`), and it
+    seeks each partition as soon as its offset is read, so an early partition's
+    messages can be fetched and dropped again, after its seek, while later offsets are
+    being read. Either way the partition's next owner skipped those turns and waited at
+    the end of the log. Here the offsets are read first and every seek is made after the last
+    await. A partition of a `from_start` topic without a committed offset (a fresh
+    group, or an owner that died before its first commit) goes to its beginning, as the
+    worker's `earliest` reset policy would put it; other uncommitted partitions (faust's
+    changelogs) are left alone, as aiokafka leaves them.
     """
-    offsets: dict[TopicPartition, int | None] = await consumer.seek_to_committed()
-    for tp, offset in offsets.items():
-        if offset == 0:
-            consumer.seek(tp, 0)
-    return offsets
+    committed: dict[TopicPartition, int | None] = {}
+    for tp in consumer.assignment():
+        committed[tp] = await consumer.committed(tp)
+    fresh = [tp for tp, offset in committed.items() if offset is None and tp.topic in from_start]
+    starts = await consumer.beginning_offsets(fresh) if fresh else {}
+    # No await from here on: nothing is fetched between two of these seeks.
+    for tp, offset in committed.items():
+        target = offset if offset is not None else starts.get(tp)
+        if target is not None:
+            consumer.seek(tp, target)
+    log.debug(
+        "sought to committed offsets: %s", {f"{t.topic}:{t.partition}": committed[t] for t in committed}
+    )
+    return committed
 
 
 class _ConsumerThread(AIOKafkaConsumerThread):
@@ -113,7 +132,8 @@ class _ConsumerThread(AIOKafkaConsumerThread):
         return await self.call_thread(self._seek_to_committed)
 
     async def _seek_to_committed(self) -> Mapping[TP, int]:
-        return await seek_to_committed(self._ensure_consumer())  # type: ignore[return-value]
+        consumer = self._ensure_consumer()
+        return await seek_to_committed(consumer, self.app.seek_from_start)  # type: ignore[attr-defined,return-value]
 
 
 class _Consumer(AIOKafkaConsumer):
@@ -126,9 +146,11 @@ class _Transport(AIOKafkaTransport):
 
 
 class WorkerApp(faust.App):
-    """faust.App whose consumer's fetch wait is `fetch_max_wait_ms` (not 1500 ms)."""
+    """faust.App whose consumer's fetch wait is `fetch_max_wait_ms` (not 1500 ms), and
+    whose seek after a rebalance is `seek_to_committed`."""
 
     fetch_max_wait_ms: int = 1500
+    seek_from_start: frozenset[str] = frozenset()  # topics whose uncommitted partitions restart
 
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)
@@ -363,6 +385,7 @@ def build_worker_app(settings: KafkaSettings, scorer: Scorer) -> tuple[WorkerApp
     """The faust app of one worker process, and its `MonitorWorker` (for stats, tests)."""
     app = WorkerApp(settings.app_id, **faust_options(settings))
     app.fetch_max_wait_ms = settings.fetch_max_wait_ms
+    app.seek_from_start = frozenset({settings.turns_topic})
     lane = MonitorLane(
         scorer,
         max_responses=settings.max_responses_per_conversation,
@@ -396,7 +419,7 @@ def build_worker_app(settings: KafkaSettings, scorer: Scorer) -> tuple[WorkerApp
 
 def run_worker(settings: KafkaSettings, classifier_names: Sequence[str], loglevel: str = "info") -> int:
     """Run one worker until SIGTERM/SIGINT (blocks; exits the process like faust does)."""
-    from pipeline.kafka.topics import ensure_group_offsets, ensure_topics
+    from pipeline.kafka.topics import ensure_topics
     from pipeline.runtime import build_scorer
 
     scorer = build_scorer(names=tuple(classifier_names))
@@ -404,7 +427,6 @@ def run_worker(settings: KafkaSettings, classifier_names: Sequence[str], logleve
     asyncio.set_event_loop(loop)
     if settings.create_topics:
         loop.run_until_complete(ensure_topics(settings))
-    loop.run_until_complete(ensure_group_offsets(settings))
     app, worker = build_worker_app(settings, scorer)
     log.info(
         "monitor worker: classifiers %s, turns %s (%d partitions), fetch wait %d ms",

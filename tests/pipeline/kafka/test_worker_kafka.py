@@ -181,15 +181,16 @@ async def test_killed_worker_partitions_recovered(
     assert "Recovery complete" in w1.log()
 
 
-async def test_seek_to_committed_returns_to_a_start_committed_at_zero(broker: Broker, tmp_path: Path):
+async def test_seek_to_committed_returns_to_the_start_of_unconsumed_turns(broker: Broker, tmp_path: Path):
     settings = test_settings(broker.url, tmp_path)
     await ensure_topics(settings)
-    tp = TopicPartition(settings.turns_topic, 0)
+    at_zero, uncommitted, at_two = (TopicPartition(settings.turns_topic, p) for p in range(3))
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
     await producer.start()
     try:
-        for _ in range(5):
-            await producer.send_and_wait(tp.topic, b"turn", partition=tp.partition)
+        for tp in (at_zero, uncommitted, at_two):
+            for _ in range(5):
+                await producer.send_and_wait(tp.topic, b"turn", partition=tp.partition)
     finally:
         await producer.stop()
     consumer = AIOKafkaConsumer(
@@ -199,19 +200,38 @@ async def test_seek_to_committed_returns_to_a_start_committed_at_zero(broker: Br
         auto_offset_reset="earliest",
         fetch_max_wait_ms=20,
     )
+    tps = (at_zero, uncommitted, at_two)
+
+    async def positions() -> list[int]:
+        return [await consumer.position(tp) for tp in tps]
+
+    async def fetch_all() -> None:
+        for _ in range(50):
+            await consumer.getmany(timeout_ms=100)
+            if await positions() == [5, 5, 5]:
+                return
+        raise AssertionError(f"positions {await positions()} after fetching")
+
     await consumer.start()
     try:
-        consumer.assign([tp])
-        await consumer.commit({tp: 0})
-        fetched = 0
-        while fetched < 5:
-            fetched += sum(map(len, (await consumer.getmany(tp, timeout_ms=1000)).values()))
-        assert await consumer.position(tp) == 5
-        # aiokafka alone leaves the position where the fetch left it (committed 0 is
-        # not sought to): the turns fetched there are never seen again.
-        await consumer.seek_to_committed()
-        assert await consumer.position(tp) == 5
-        assert await seek_to_committed(consumer) == {tp: 0}
-        assert await consumer.position(tp) == 0
+        consumer.assign(list(tps))
+        await consumer.commit({at_zero: 0, at_two: 2})
+        # aiokafka alone leaves a partition committed at 0, or not at all, where the
+        # fetch left it: turns fetched there and dropped by faust during a rebalance
+        # would never be seen again.
+        await fetch_all()
+        assert await consumer.seek_to_committed() == {at_zero: 0, uncommitted: None, at_two: 2}
+        assert await positions() == [5, 5, 2]
+        await fetch_all()
+        assert await seek_to_committed(consumer, {settings.turns_topic}) == {
+            at_zero: 0,
+            uncommitted: None,
+            at_two: 2,
+        }
+        assert await positions() == [0, 0, 2]
+        # Uncommitted partitions of other topics (faust's changelogs) are left alone.
+        await fetch_all()
+        await seek_to_committed(consumer)
+        assert await positions() == [0, 5, 2]
     finally:
         await consumer.stop()
