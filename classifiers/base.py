@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pipeline.items import Item, count_tokens
+from deltaguard.items import Item, count_tokens
 
 __all__ = [
     "CATEGORIES",

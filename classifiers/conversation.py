@@ -19,7 +19,7 @@ classifier keeps, in its state, only what the next turns need:
              visible (the attack text is in the upstream model's prompt from then on).
 
 Per user message the evidence of a category is max(scale(span, span_threshold),
-scale(ema, ema_threshold)) with `classifiers.scaled.scale`, so 0.5 is this classifier's
+scale(ema, ema_threshold)) with `deltaguard.classifiers.scaled.scale`, so 0.5 is this classifier's
 validated threshold, as for every model-backed classifier. With the default decay 0.8 and
 EMA threshold 0.30, one message alone can never trip the EMA (0.2 x p <= 0.2): it takes
 two messages in a row at p >= 0.83, or three at p >= 0.62.
@@ -74,12 +74,12 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from classifiers.base import Lane, Scores, State, Update, count_tokens, zero_scores
-from classifiers.lexical import LexicalClassifier
-from classifiers.scaled import scale
-from models import MODELS_DIR
-from pipeline.errors import ModelArtifactError
-from pipeline.items import Item
+from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, zero_scores
+from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.scaled import scale
+from deltaguard.errors import ConversationNotLoadedError, ModelArtifactError
+from deltaguard.items import Item
+from deltaguard.models import MODELS_DIR
 
 VERSION = "1"
 SCORED_ROLES = frozenset({"user"})
@@ -94,10 +94,6 @@ ADMIT = 0.3
 SPAN_THRESHOLD = 0.993197
 EMA_DECAY = 0.8
 EMA_THRESHOLD: float | None = 0.299952
-
-
-class ConversationNotLoadedError(RuntimeError):
-    """`update` was called on a ConversationClassifier whose `load()` has not run."""
 
 
 def _is_loaded(lexical: LexicalClassifier) -> bool:

@@ -1,6 +1,6 @@
 """Sentence-encoder classifier: all-MiniLM-L6-v2 on onnxruntime + logistic-regression heads.
 
-Built by `python -m models.train_encoder` (torch and transformers are build-time tools
+Built by `python -m training.train_encoder` (torch and transformers are build-time tools
 only); served here with numpy, onnxruntime and the `tokenizers` library. The manifest
 entry "encoder" lists three hash-checked files:
 
@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
-from models import MODELS_DIR
-from pipeline.artifacts import manifest_entry, sha256_file
-from pipeline.errors import ModelArtifactError
-from pipeline.items import Item
+from deltaguard.artifacts import manifest_entry, sha256_file
+from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
+from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
+from deltaguard.items import Item
+from deltaguard.models import MODELS_DIR
 
 ARTIFACT_NAME = "encoder"
 FORMAT_VERSION = 1
@@ -58,10 +58,6 @@ MAX_ITEM_WINDOWS = 64  # per item (~12k tokens, ~50 kB of English); longer items
 MEMO_ITEMS = 4096  # item results remembered (an entry is ~100 bytes)
 SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
 EMBEDDING_DIM = 384
-
-
-class EncoderNotLoadedError(RuntimeError):
-    """`update` was called on an EncoderClassifier whose `load()` has not run."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Lexical prompt-injection / jailbreak classifier: TF-IDF n-grams + logistic regression.
 
-The model is trained by `python -m models.train_lexical` with scikit-learn and served
+The model is trained by `python -m training.train_lexical` with scikit-learn and served
 here with numpy and the standard library only. The artifact (`models/lexical-v*.npz`,
 named and hash-checked by the manifest) holds plain arrays, no pickle:
 
@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
-from models import MODELS_DIR
-from pipeline.artifacts import verified_path
-from pipeline.errors import ModelArtifactError
-from pipeline.items import Item
+from deltaguard.artifacts import verified_path
+from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
+from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
+from deltaguard.items import Item
+from deltaguard.models import MODELS_DIR
 
 ARTIFACT_NAME = "lexical"
 FORMAT_VERSION = 1
@@ -91,10 +91,6 @@ _EXPECTED_CONFIG = {
     },
     "char": {"analyzer": "char_wb", "lowercase": True, "sublinear_tf": True, "norm": "l2"},
 }
-
-
-class LexicalNotLoadedError(RuntimeError):
-    """`update` was called on a LexicalClassifier whose `load()` has not run."""
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ national ones need separators or parentheses and a known shape (NANP 3-3-4, or a
 dotted IPs are not phones.
 
 The cross-item window (a value split across two items is found once, where it
-completes), the state layout and the fold are `WindowedRuleClassifier`'s (`classifiers.rules`).
+completes), the state layout and the fold are `WindowedRuleClassifier`'s (`deltaguard.classifiers.rules`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 import string
 
-from classifiers.base import Lane
-from classifiers.rules import Buffer, Hit, Rule, WindowedRuleClassifier, redact, rule, view_table
+from deltaguard.classifiers.base import Lane
+from deltaguard.classifiers.rules import Buffer, Hit, Rule, WindowedRuleClassifier, redact, rule, view_table
 
 EMAIL = 0.8
 PHONE = 0.7

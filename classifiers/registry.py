@@ -19,17 +19,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from classifiers.base import Classifier
-from classifiers.conversation import SCORED_ROLES as CONVERSATION_ROLES
-from classifiers.conversation import ConversationClassifier
-from classifiers.encoder import EncoderClassifier
-from classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
-from classifiers.lexical import LexicalClassifier
-from classifiers.pii import PiiClassifier
-from classifiers.scaled import ThresholdScaled
-from classifiers.secrets import SecretsClassifier
-from models import MODELS_DIR
-from pipeline.artifacts import manifest_entry
+from deltaguard.artifacts import manifest_entry
+from deltaguard.classifiers.base import Classifier
+from deltaguard.classifiers.conversation import SCORED_ROLES as CONVERSATION_ROLES
+from deltaguard.classifiers.conversation import ConversationClassifier
+from deltaguard.classifiers.encoder import EncoderClassifier
+from deltaguard.classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
+from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.pii import PiiClassifier
+from deltaguard.classifiers.scaled import ThresholdScaled
+from deltaguard.classifiers.secrets import SecretsClassifier
+from deltaguard.models import MODELS_DIR
 
 DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation")
 # Opt-in: the encoder (~10-40 ms of CPU per 256-token window; `serve --monitor encoder`).

@@ -40,8 +40,17 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from classifiers.base import Finding, Lane, Scores, State, Update, count_tokens, running_max, zero_scores
-from pipeline.items import Item
+from deltaguard.classifiers.base import (
+    Finding,
+    Lane,
+    Scores,
+    State,
+    Update,
+    count_tokens,
+    running_max,
+    zero_scores,
+)
+from deltaguard.items import Item
 
 TAIL_CHARS = 512  # scored text kept between items: longest rule match + CONTEXT_CHARS
 CONTEXT_CHARS = 64  # left context a start needs (lookbehinds, "private_key": prefix)

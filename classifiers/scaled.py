@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from classifiers.base import Classifier, Scores, State, Update
-from pipeline.items import Item
+from deltaguard.classifiers.base import Classifier, Scores, State, Update
+from deltaguard.items import Item
 
 
 def scale(score: float, threshold: float) -> float:

@@ -9,7 +9,7 @@ GitHub and GitLab tokens, Slack tokens and webhooks, JWTs. Generic detectors (sc
 placeholders, base64/JSON decoding).
 
 The text of the scored items is treated as one stream, so a secret split across two
-items is found once, in the item where it completes (`classifiers.rules`). PEM blocks
+items is found once, in the item where it completes (`deltaguard.classifiers.rules`). PEM blocks
 and JWTs can be longer than the window, so they are small automata whose progress
 (counters, not text) lives in the state.
 """
@@ -24,8 +24,8 @@ import string
 from itertools import pairwise
 from typing import Any
 
-from classifiers.base import Lane
-from classifiers.rules import (
+from deltaguard.classifiers.base import Lane
+from deltaguard.classifiers.rules import (
     Buffer,
     Check,
     Hit,

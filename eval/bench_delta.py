@@ -2,7 +2,7 @@
 
     python -m eval.bench_delta --turns 200 --tool-tokens 1000
 
-Kept so that this command keeps working; the measurement lives in `pipeline/bench.py`
+Kept so that this command keeps working; the measurement lives in `pipeline/tools/bench.py`
 and takes the same arguments as `deltaguard bench` (see `deltaguard bench --help`).
 Writes eval/out/bench/{bench.json,bench.md,bench.png,latency_per_classifier.png,
 delta_breakdown.png} unless `--out` says otherwise.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.cli import main as deltaguard
+from deltaguard.cli import main as deltaguard
 
 OUT = Path(__file__).resolve().parent / "out" / "bench"
 

@@ -21,8 +21,15 @@ import sys
 import time
 from collections.abc import Callable
 
-from classifiers.encoder import BATCH_WINDOWS, EncoderClassifier, EncoderModel, batch_inputs, length_chunks
-from pipeline.items import Item, parse_item
+from deltaguard.classifiers.encoder import (
+    BATCH_WINDOWS,
+    EncoderClassifier,
+    EncoderModel,
+    batch_inputs,
+    length_chunks,
+)
+from deltaguard.items import Item
+from deltaguard.parsing import parse_item
 
 SAMPLE = (
     "I was thinking about the weekend trip and whether we should take the train or drive, "

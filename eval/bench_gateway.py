@@ -26,13 +26,13 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from pipeline.gateway.config import GatewayConfig
-from pipeline.policy import Policy
-from pipeline.rollouts import tool_output
-from pipeline.runtime import build_scorer
-from pipeline.safety_stage import StageConfig
-from pipeline.scoring import Scorer
-from pipeline.server import running_gateway
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.server import running_gateway
+from deltaguard.lanes.stage import StageConfig
+from deltaguard.state.loading import build_scorer
+from deltaguard.state.policy import Policy
+from deltaguard.state.scoring import Scorer
+from deltaguard.tools.rollouts import tool_output
 
 OUT = Path(__file__).resolve().parent / "out"
 TOOLS = [{"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}]

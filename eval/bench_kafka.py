@@ -2,7 +2,7 @@
 
     python -m eval.bench_kafka [--conversations 40 --turns 25] [--quick]
 
-Runs everything on 127.0.0.1 against tansu (the test broker, KAFKA.md), with the
+Runs everything on 127.0.0.1 against tansu (the test broker, docs/kafka.md), with the
 settings tansu needs for exact table recovery (one record per producer batch), so the
 worker figures are a floor, not what a Kafka cluster gives. Measures:
 
@@ -33,15 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.events import BillingEvent, FlagEvent
-from pipeline.kafka.settings import KafkaSettings
-from pipeline.kafka.sink import KafkaEventSink
-from pipeline.kafka.subscriber import FlagSubscriber
-from pipeline.kafka.testing import Broker, WorkerProcess, free_port, tansu_binary, tansu_settings
-from pipeline.kafka.topics import ensure_topics
-from pipeline.kafka.transcripts import interleaved_turn_events, response_id
-from pipeline.rollouts import agent_rollout
-from pipeline.transcripts import Conversation, parse_conversation
+from deltaguard.events import BillingEvent, FlagEvent
+from deltaguard.kafka.settings import KafkaSettings
+from deltaguard.kafka.sink import KafkaEventSink
+from deltaguard.kafka.subscriber import FlagSubscriber
+from deltaguard.kafka.topics import ensure_topics
+from deltaguard.kafka.turn_events import interleaved_turn_events, response_id
+from deltaguard.tools.rollouts import agent_rollout
+from deltaguard.transcripts import Conversation, parse_conversation
+from tests.support.kafka import Broker, WorkerProcess, free_port, tansu_binary, tansu_settings
 
 OUT = Path(__file__).resolve().parent / "out"
 CLASSIFIERS = "secrets,pii,lexical"
@@ -359,7 +359,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
     for n in (1, 2):
         print(f"throughput, {n} worker(s)...", file=sys.stderr)
         results["throughput"].append(await bench_throughput(workdir / f"tp{n}", n, convs))
-    # The same with faust's producer batching: not recovery-safe on tansu (KAFKA.md),
+    # The same with faust's producer batching: not recovery-safe on tansu (docs/kafka.md),
     # shown for where the per-record round trips of the safe setting cost.
     print("throughput, 1 worker, producer batching...", file=sys.stderr)
     results["throughput"].append(await bench_throughput(workdir / "tp1b", 1, convs, producer_batching=True))

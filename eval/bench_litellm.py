@@ -2,7 +2,7 @@
 
 Three LiteLLM proxies run side by side on 127.0.0.1, each with the same offline model
 (`mock_response`): one without a guardrail (the baseline), one with DeltaGuard
-(`pipeline.integrations.litellm`, default classifiers, gate lane before the call) and
+(`deltaguard.integrations.litellm`, default classifiers, gate lane before the call) and
 one with LiteLLM's own offline guardrail, `litellm_content_filter` (prebuilt secret and
 PII patterns plus its prompt-injection categories, before the call). The same
 `--turns`-turn agent conversation, whose user turns carry a `--tool-tokens`-token tool
@@ -37,7 +37,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from classifiers.base import count_tokens
+from deltaguard.classifiers.base import count_tokens
 
 ANSWER = "Done. I ran the command and will continue with the next step of the task."
 CONTENT_FILTER = {
@@ -92,7 +92,7 @@ def conversation(turns: int, tool_tokens: int, seed: int) -> list[str]:
 
 
 def proxy_configs(workdir: Path) -> dict[str, dict[str, Any]]:
-    from pipeline.integrations.litellm_proxy import deltaguard_guardrail, mock_model
+    from tests.support.litellm_proxy import deltaguard_guardrail, mock_model
 
     models = [mock_model("mock-gpt", ANSWER)]
     return {
@@ -114,7 +114,7 @@ def proxy_configs(workdir: Path) -> dict[str, dict[str, Any]]:
 def run(turns: int, tool_tokens: int, repeats: int, seed: int) -> dict[str, Any]:
     import openai
 
-    from pipeline.integrations.litellm_proxy import running_litellm_proxy
+    from tests.support.litellm_proxy import running_litellm_proxy
 
     script = conversation(turns, tool_tokens, seed)
     system = "You are a coding agent. Run one command per step."

@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import websockets
 
-from pipeline.rollouts import tool_output
-from pipeline.server import free_port
+from deltaguard.gateway.server import free_port
+from deltaguard.tools.rollouts import tool_output
 
 OUT = Path(__file__).resolve().parent / "out"
 TOOLS = [{"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}]
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help="simulated model tokens/s")
     args = ap.parse_args(argv)
     port = free_port()
-    cmd = [sys.executable, "-m", "pipeline.cli", "serve", "--port", str(port), "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "deltaguard.cli", "serve", "--port", str(port), "--log-level", "warning"]
     cmd += ["--sim-tokens-per-s", str(args.rate), "--spool", os.devnull]
     server = subprocess.Popen(cmd)
     try:

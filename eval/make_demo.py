@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.rollouts import agent_rollout
+from deltaguard.tools.rollouts import agent_rollout
 
 OUT = Path(__file__).resolve().parent / "samples" / "demo.jsonl"
 

@@ -1,6 +1,6 @@
 """Side-by-side quality of lexical, encoder and combined (max) scores: `python -m eval.quality`.
 
-Uses the splits of models/train_lexical.py (validation and test only; chitchat test
+Uses the splits of training/train_lexical.py (validation and test only; chitchat test
 conversations are the held-back benign part) and each classifier's serving path.
 Per category and split it reports, at the threshold in use:
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models import MODELS_DIR
+from deltaguard.models import MODELS_DIR
 
 REPO = MODELS_DIR.parent
 OUT_DIR = REPO / "eval" / "out"
@@ -52,7 +52,7 @@ def recipe_window_scores(model, model_sha: str) -> dict[str, np.ndarray]:
     window's embedding does not depend on its batch; the recipe checks its scores against
     the loaded classifier (parity ~1e-15). Only the heads are applied here.
     """
-    from models.train_encoder import WORK, WindowEmbeddings
+    from training.train_encoder import WORK, WindowEmbeddings
 
     path = WORK / f"windows-{model_sha[:16]}.npz"
     if not path.exists():
@@ -63,8 +63,8 @@ def recipe_window_scores(model, model_sha: str) -> dict[str, np.ndarray]:
 
 def encoder_scores(texts: list[str], threads: int, recipe_cache: bool) -> dict[str, np.ndarray]:
     """Encoder item scores of standalone texts (serving path), cached per artifact hash."""
-    from classifiers.encoder import EncoderClassifier
-    from pipeline.artifacts import manifest_entry
+    from deltaguard.artifacts import manifest_entry
+    from deltaguard.classifiers.encoder import EncoderClassifier
 
     files = manifest_entry("encoder")["files"]
     cache = CACHE_DIR / f"encoder-{'-'.join(files[k]['sha256'][:12] for k in sorted(files))}.npz"
@@ -90,7 +90,7 @@ def encoder_scores(texts: list[str], threads: int, recipe_cache: bool) -> dict[s
 
 
 def lexical_scores(texts: list[str]) -> dict[str, np.ndarray]:
-    from classifiers.lexical import LexicalClassifier
+    from deltaguard.classifiers.lexical import LexicalClassifier
 
     clf = LexicalClassifier().load()
     model = clf._require_model()
@@ -98,7 +98,7 @@ def lexical_scores(texts: list[str]) -> dict[str, np.ndarray]:
 
 
 def _metrics(y: np.ndarray, p: np.ndarray, t: float) -> dict[str, float]:
-    from models.train_lexical import binary_metrics
+    from training.train_lexical import binary_metrics
 
     return binary_metrics(y, p, t)
 
@@ -150,7 +150,7 @@ def evaluate(corpus, lex: dict, enc: dict, thresholds: dict[str, dict[str, float
 
 def combined_thresholds(corpus, lex: dict, enc: dict) -> dict[str, float]:
     """The heads' threshold rule applied to max(lexical, encoder) on validation."""
-    from models.train_lexical import choose_threshold
+    from training.train_lexical import choose_threshold
 
     out = {}
     for i, head in enumerate(HEADS):
@@ -219,8 +219,8 @@ def plot_roc(results: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from models import train_lexical
-    from pipeline.artifacts import manifest_entry
+    from deltaguard.artifacts import manifest_entry
+    from training import train_lexical
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime threads for the encoder")

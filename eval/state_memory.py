@@ -15,10 +15,10 @@ import gc
 import json
 import tracemalloc
 
-from pipeline.rollouts import agent_rollout
-from pipeline.runtime import build_scorer
-from pipeline.store import ConversationStore, ConversationTracker, StoreLimits
-from pipeline.transcripts import parse_conversation
+from deltaguard.state.loading import build_scorer
+from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.tools.rollouts import agent_rollout
+from deltaguard.transcripts import parse_conversation
 
 
 def main(argv: list[str] | None = None) -> None:

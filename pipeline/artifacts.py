@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from models import MODELS_DIR
-from pipeline.errors import ModelArtifactError
+from deltaguard.errors import ModelArtifactError
+from deltaguard.models import MODELS_DIR
 
 MANIFEST_NAME = "manifest.json"
 

@@ -8,8 +8,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.errors import DeltaGuardError
-from pipeline.summary import replay_summary
+from deltaguard import defaults
+from deltaguard.errors import DeltaGuardError
+from deltaguard.tools.summary import replay_summary
 
 POLICY_HELP = 'JSON thresholds and actions per category, e.g. {"categories": {"pii": {"action": "block"}}}'
 
@@ -26,7 +27,7 @@ def _threshold(text: str) -> tuple[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from classifiers.registry import DEFAULT_NAMES, parse_names
+    from deltaguard.classifiers.registry import DEFAULT_NAMES, parse_names
 
     parser = argparse.ArgumentParser(prog="deltaguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -45,13 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     rp.add_argument("--no-progress", action="store_true", help="never show the progress bar")
-    from pipeline.replay_diff import add_replay_options
+    from deltaguard.tools.replay_diff import add_replay_options
 
     add_replay_options(rp)
 
     sp = sub.add_parser("serve", help="the gateway (Responses API) with the safety stage attached")
-    sp.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
-    sp.add_argument("--port", type=int, default=8400)
+    sp.add_argument("--host", default=defaults.HOST, help="bind address (default: loopback only)")
+    sp.add_argument("--port", type=int, default=defaults.PORT)
     sp.add_argument("--upstream", default="sim", help="'sim' (simulated model) or a Responses API base URL")
     sp.add_argument("--sim-tokens-per-s", type=float, default=1000.0, help="simulated model speed")
     sp.add_argument(
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--block-limit",
         type=int,
-        default=3,
+        default=defaults.BLOCK_LIMIT,
         metavar="N",
         help="after N turns of a conversation are blocked for injection, jailbreak or toxicity, "
         "refuse the rest of it (0: never)",
@@ -90,19 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--tool-tokens", type=int, default=800, help="size of each file the agent reads")
     dp.add_argument("--sim-tokens-per-s", type=float, default=1000.0)
 
-    from pipeline.kafka.cli import add_worker_parser
+    from deltaguard.kafka.command import add_worker_parser
 
     add_worker_parser(sub)
-    from pipeline.bench import add_bench_parser
+    from deltaguard.tools.bench import add_bench_parser
 
     add_bench_parser(sub)
     return parser
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from classifiers.registry import parse_names
-    from pipeline.gateway.config import GatewayConfig
-    from pipeline.server import serve
+    from deltaguard.classifiers.registry import parse_names
+    from deltaguard.gateway.config import GatewayConfig
+    from deltaguard.gateway.server import serve
 
     config = GatewayConfig(
         host=args.host,
@@ -126,7 +127,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipeline.demo import main as demo_main
+    from deltaguard.tools.demo import main as demo_main
 
     return demo_main(args.turns, args.tool_tokens, args.sim_tokens_per_s)
 
@@ -134,9 +135,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from pipeline.replay import replay
-    from pipeline.replay_diff import cmd_replay_store, replay_scorer
-    from pipeline.transcripts import count_lines, read_transcripts
+    from deltaguard.tools.replay import replay
+    from deltaguard.tools.replay_diff import cmd_replay_store, replay_scorer
+    from deltaguard.transcripts import count_lines, read_transcripts
 
     if args.from_store is not None:
         return cmd_replay_store(args)
@@ -171,11 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             return cmd_demo(args)
         if args.command == "bench":
-            from pipeline.bench import cmd_bench
+            from deltaguard.tools.bench import cmd_bench
 
             return cmd_bench(args)
         if args.command == "worker":
-            from pipeline.kafka.cli import cmd_worker
+            from deltaguard.kafka.command import cmd_worker
 
             return cmd_worker(args)
     except DeltaGuardError as exc:

@@ -1,16 +1,34 @@
-"""DeltaGuard's exception tree.
+"""DeltaGuard's exception tree: every error the project raises on purpose.
 
 DeltaGuardError
 ├── ItemError                  an item has the wrong shape (names the field)
 ├── TranscriptError            a transcript line cannot be used (file, line, field)
 ├── PreviousResponseNotFound   a continuation can be neither resumed nor rebuilt
-├── ModelArtifactError         a model artifact is missing or its hash is wrong
+├── ModelArtifactError         a model artifact is missing, its hash is wrong, or it fails to run
+├── ClassifierNotLoadedError   a classifier was used before `load()`
+│   ├── LexicalNotLoadedError
+│   ├── EncoderNotLoadedError
+│   └── ConversationNotLoadedError
 ├── PolicyError                a policy file cannot be used (file, field)
 ├── LaneClosed                 work submitted to a lane that is shutting down
-└── SinkFull                   a bounded sink or spool refused an event
+├── SinkFull                   a bounded sink or spool refused an event
+├── RecordingStoreError        the recording store cannot be used
+├── RequestError               a request the gateway refuses (HTTP status, error code)
+│   └── SafetyBlocked          the safety stage blocked the turn
+├── UpstreamError              the upstream model failed or stalled
+└── KafkaPathError             the Kafka path failed
+    ├── BrokerUnavailable      the broker could not be reached or refused a request
+    └── TopicMismatch          a topic exists with a partition count other than configured
+
+Foreign errors (aiokafka, onnxruntime, httpx, sqlite3) never leave the adapter that calls
+the library: each translates them at one boundary, `raise ... from exc`, so the original
+stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstream`,
+`deltaguard.classifiers.encoder`, `deltaguard.recording`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class DeltaGuardError(Exception):
@@ -45,6 +63,22 @@ class ModelArtifactError(DeltaGuardError):
     pass
 
 
+class ClassifierNotLoadedError(DeltaGuardError):
+    """`update` was called on a classifier whose `load()` has not run."""
+
+
+class LexicalNotLoadedError(ClassifierNotLoadedError):
+    pass
+
+
+class EncoderNotLoadedError(ClassifierNotLoadedError):
+    pass
+
+
+class ConversationNotLoadedError(ClassifierNotLoadedError):
+    pass
+
+
 class PolicyError(DeltaGuardError):
     pass
 
@@ -55,3 +89,68 @@ class LaneClosed(DeltaGuardError):
 
 class SinkFull(DeltaGuardError):
     pass
+
+
+class RecordingStoreError(DeltaGuardError):
+    """The recording store cannot be used (not a DeltaGuard store, newer schema, missing)."""
+
+
+class RequestError(DeltaGuardError):
+    """A request the gateway refuses: HTTP status, error type and code for the client."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        param: str | None = None,
+        status: int = 400,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.param = param
+        self.status = status
+        self.type = type
+
+    def to_error(self) -> dict[str, Any]:
+        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
+
+
+class SafetyBlocked(RequestError):
+    def __init__(self, categories: list[str]) -> None:
+        super().__init__(
+            f"The request was blocked by the safety stage: {', '.join(categories)}.",
+            code="safety_blocked",
+            status=400,
+        )
+        self.categories = categories
+
+    def to_error(self) -> dict[str, Any]:
+        return {**super().to_error(), "categories": self.categories}
+
+
+class UpstreamError(DeltaGuardError):
+    """The upstream model failed or stalled; the client gets a clear error."""
+
+
+class KafkaPathError(DeltaGuardError):
+    """Base class of the Kafka path's errors."""
+
+
+class BrokerUnavailable(KafkaPathError):
+    def __init__(self, broker: str, what: str) -> None:
+        super().__init__(f"kafka broker {broker}: {what}")
+        self.broker = broker
+
+
+class TopicMismatch(KafkaPathError):
+    def __init__(self, topic: str, expected: int, found: int) -> None:
+        super().__init__(
+            f"topic {topic!r} has {found} partitions, settings say {expected}: conversations would move "
+            "between partitions and lose their state; recreate the topic or fix the settings"
+        )
+        self.topic = topic
+        self.expected = expected
+        self.found = found

@@ -33,7 +33,7 @@ class _Event(BaseModel):
 
 
 class FlagEvent(_Event):
-    """A conversation crossed a category threshold (CONTRACT.md section 5)."""
+    """A conversation crossed a category threshold (docs/contract.md section 5)."""
 
     kind: Literal["flag"] = "flag"
     lane: Literal["gate", "monitor", "output"]
@@ -75,7 +75,7 @@ class FlagEvent(_Event):
 
 
 class BillingEvent(_Event):
-    """Usage of one response, emitted after it completed (CONTRACT.md section 5)."""
+    """Usage of one response, emitted after it completed (docs/contract.md section 5)."""
 
     kind: Literal["billing"] = "billing"
     input_tokens: int = Field(ge=0)

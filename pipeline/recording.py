@@ -6,7 +6,7 @@ the turn's `ResponseRecord` to a `TranscriptRecorder`. The recorder works off th
 response path (a bounded queue and one writer thread, like the sinks) and stores:
 
 - the transcript up to and including the flagged turn, as one line of transcript
-  format v1 (CONTRACT.md section 1), so `deltaguard replay` reads it back; secrets and
+  format v1 (docs/contract.md section 1), so `deltaguard replay` reads it back; secrets and
   PII values replaced by `[REDACTED:<kind>]` when redaction is on;
 - the verdict of every turn (the `deltaguard replay --json` turn shape), computed
   with the live scorer and policy over the items as they were before redaction: what
@@ -36,8 +36,8 @@ assistant items is thus recorded as that turn's output (the recorded verdicts ar
 computed on the transcript as written, so replaying it with the same policy and
 models reproduces them exactly).
 
-Redaction reruns the secrets and PII rules (`classifiers.secrets.SECRET_RULES`,
-`classifiers.pii.PII_RULES`: their patterns and validators) over each channel's text
+Redaction reruns the secrets and PII rules (`deltaguard.classifiers.secrets.SECRET_RULES`,
+`deltaguard.classifiers.pii.PII_RULES`: their patterns and validators) over each channel's text
 stream, so a value split across two items is found and redacted in both, plus plain
 regexes for PEM private key blocks and JWTs. Finding previews are dropped from the
 stored verdicts when redacting, since they show a few characters of the value.
@@ -58,38 +58,23 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from classifiers.pii import PII_RULES
-from classifiers.rules import Rule, channel
-from classifiers.secrets import SECRET_RULES
-from pipeline.errors import DeltaGuardError, LaneClosed
-from pipeline.events import FlagEvent
-from pipeline.items import TEXT_PART_TYPES, Item
-from pipeline.policy import ordered_categories
-from pipeline.replay import turn_json
-from pipeline.scoring import Scorer
-from pipeline.store import ResponseRecord
-from pipeline.transcripts import Conversation, parse_conversation
+from deltaguard.classifiers.pii import PII_RULES
+from deltaguard.classifiers.rules import Rule, channel
+from deltaguard.classifiers.secrets import SECRET_RULES
+from deltaguard.errors import LaneClosed, RecordingStoreError
+from deltaguard.events import FlagEvent
+from deltaguard.items import TEXT_PART_TYPES, Item
+from deltaguard.state.policy import ordered_categories
+from deltaguard.state.scoring import Scorer, turn_json
+from deltaguard.state.store import ResponseRecord
+from deltaguard.transcripts import Conversation, parse_conversation
 
 log = logging.getLogger("deltaguard.recording")
 
 SCHEMA_VERSION = 1
 _DECISION_RANK = {"allow": 0, "flag": 1, "block": 2}
-
-
-class RecordingStoreError(DeltaGuardError):
-    """The recording store cannot be used (not a DeltaGuard store, newer schema, missing)."""
-
-
-class FlagRecorder(Protocol):
-    """What the safety stage needs from a recorder."""
-
-    async def start(self) -> None: ...
-
-    async def submit(self, event: FlagEvent, record: ResponseRecord, tenant: str | None = None) -> None: ...
-
-    async def aclose(self, timeout_s: float = 10.0) -> int: ...
 
 
 # -- redaction -------------------------------------------------------------------------

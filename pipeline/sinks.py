@@ -1,5 +1,8 @@
 """Where flag and billing events go: pluggable sinks behind one small interface.
 
+Also the interface of a flag recorder (`FlagRecorder`; `deltaguard.recording` implements
+it), so that the lanes depend on what they call, not on the recording store.
+
 A sink is `send(events)` plus `aclose()`. `SinkWriter` puts a bounded queue and one
 delivery task in front of a sink, so a slow or failing sink never delays the caller:
 failed batches are retried with backoff (at least once; event ids are stable) and
@@ -18,8 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from pipeline.errors import LaneClosed
-from pipeline.events import Event
+from deltaguard.errors import LaneClosed
+from deltaguard.events import Event, FlagEvent
+from deltaguard.state.store import ResponseRecord
 
 log = logging.getLogger("deltaguard.sinks")
 
@@ -115,6 +119,10 @@ class SinkWriter:
             raise LaneClosed(f"sink {self.name} is closing; event {event.event_id} not accepted")
         await self._queue.put(event)
 
+    async def flush(self) -> None:
+        """Wait until every event queued so far has been delivered."""
+        await self._queue.join()
+
     async def _deliver(self, batch: list[Event]) -> None:
         delay = self.retry_initial_s
         while True:
@@ -162,3 +170,13 @@ class SinkWriter:
             leftover.append(self._queue.get_nowait())
         await self.sink.aclose()
         return leftover
+
+
+class FlagRecorder(Protocol):
+    """What the safety stage needs from a recorder."""
+
+    async def start(self) -> None: ...
+
+    async def submit(self, event: FlagEvent, record: ResponseRecord, tenant: str | None = None) -> None: ...
+
+    async def aclose(self, timeout_s: float = 10.0) -> int: ...

@@ -1,4 +1,4 @@
-"""Reading transcript files (JSONL, format v1: CONTRACT.md section 1).
+"""Reading transcript files (JSONL, format v1: docs/contract.md section 1).
 
 `read_transcripts` yields a `Conversation` per good line and a `TranscriptError` per bad
 one, so one broken line never stops the others from being processed.
@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ItemError, TranscriptError
-from pipeline.items import Item, parse_items
+from deltaguard.errors import ItemError, TranscriptError
+from deltaguard.items import Item
+from deltaguard.parsing import parse_items
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from classifiers.registry import load_classifiers
-from pipeline.runtime import build_scorer
+from deltaguard.classifiers.registry import load_classifiers
+from deltaguard.state.loading import build_scorer
 
 
 @pytest.fixture(scope="session")

@@ -1,2 +1,2 @@
 """The gateway: the OpenAI Responses API over HTTP, SSE and WebSocket, with DeltaGuard's
-safety stage in the request path (CONTRACT.md section 4)."""
+safety stage in the request path (docs/contract.md section 4)."""

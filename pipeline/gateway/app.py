@@ -23,16 +23,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from pipeline.gateway.config import GatewayConfig
-from pipeline.gateway.service import ResponsesService, not_found
-from pipeline.gateway.upstream import HttpUpstream, SimulatedModel, Upstream
-from pipeline.gateway.wire import RequestError, error_event, parse_body, parse_create
-from pipeline.metrics import PrometheusMetrics
-from pipeline.recording import TranscriptRecorder
-from pipeline.safety_stage import DEFAULT_TENANT, SafetyStage, StageConfig
-from pipeline.scoring import Scorer
-from pipeline.sinks import EventSink, JsonlSink, MemorySink
-from pipeline.store import LruTtlMap
+from deltaguard.errors import RequestError
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.service import ResponsesService, not_found
+from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream
+from deltaguard.gateway.wire import error_event, parse_body, parse_create
+from deltaguard.lanes.stage import DEFAULT_TENANT, SafetyStage, StageConfig
+from deltaguard.recording import TranscriptRecorder
+from deltaguard.sinks import EventSink, JsonlSink, MemorySink
+from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import LruTtlMap
+from deltaguard.telemetry.metrics import PrometheusMetrics
 
 log = logging.getLogger("deltaguard.gateway")
 UNAUTHORIZED = RequestError(
@@ -96,9 +97,9 @@ class Gateway:
         if config.broker:
             # Distributed mode: turns, flags and billing go to Kafka; workers run the
             # monitor lane and their flags come back through the subscriber.
-            from pipeline.kafka.settings import KafkaSettings
-            from pipeline.kafka.sink import KafkaEventSink
-            from pipeline.kafka.subscriber import FlagSubscriber
+            from deltaguard.kafka.settings import KafkaSettings
+            from deltaguard.kafka.sink import KafkaEventSink
+            from deltaguard.kafka.subscriber import FlagSubscriber
 
             settings = (
                 KafkaSettings.from_file(Path(config.kafka_config), broker=config.broker)

@@ -6,7 +6,8 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from classifiers.registry import DEFAULT_NAMES
+from deltaguard import defaults
+from deltaguard.classifiers.registry import DEFAULT_NAMES
 
 
 def api_keys_from_env() -> dict[str, str]:
@@ -22,8 +23,8 @@ def api_keys_from_env() -> dict[str, str]:
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8400, ge=0, le=65535)
+    host: str = defaults.HOST
+    port: int = Field(defaults.PORT, ge=0, le=65535)
     # "sim" is the embedded simulated model; anything else is the base URL of a
     # Responses-API-compatible endpoint (e.g. https://api.openai.com/v1).
     upstream: str = "sim"
@@ -60,11 +61,11 @@ class GatewayConfig(BaseModel):
     record_max_conversations: int = Field(10_000, ge=1)  # recordings kept (least recent go)
     record_max_age_s: float | None = Field(30 * 24 * 3600.0, gt=0)  # None: no age limit
 
-    # A policy file (pipeline/policy.py): thresholds and actions per category over the defaults.
+    # A policy file (pipeline/state/policy.py): thresholds and actions per category over the defaults.
     policy_path: str | None = None
     # Turns of one conversation blocked for injection, jailbreak or toxicity after which all
     # of its later turns are refused (a client rephrasing a refused request); None: never.
-    block_limit: int | None = Field(3, ge=1)
+    block_limit: int | None = Field(defaults.BLOCK_LIMIT, ge=1)
 
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)

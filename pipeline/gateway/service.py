@@ -14,24 +14,23 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from classifiers.base import count_tokens
-from pipeline.errors import PreviousResponseNotFound
-from pipeline.gateway.config import GatewayConfig
-from pipeline.gateway.upstream import FunctionCall, TextDelta, Upstream, UpstreamError, UpstreamEvent
-from pipeline.gateway.wire import (
+from deltaguard.classifiers.base import count_tokens
+from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.upstream import FunctionCall, TextDelta, Upstream, UpstreamEvent
+from deltaguard.gateway.wire import (
     CreateRequest,
-    RequestError,
-    SafetyBlocked,
     function_call_item,
     message_item,
     new_id,
     response_object,
     usage_object,
 )
-from pipeline.items import Item, parse_items
-from pipeline.output_stream import OutputStreamScorer
-from pipeline.safety_stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
-from pipeline.store import LruTtlMap
+from deltaguard.items import Item
+from deltaguard.lanes.output_stream import OutputStreamScorer
+from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.parsing import parse_items
+from deltaguard.state.store import LruTtlMap
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -17,13 +17,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from pipeline.errors import DeltaGuardError
-from pipeline.gateway.wire import CreateRequest
-from pipeline.items import Item
-
-
-class UpstreamError(DeltaGuardError):
-    """The upstream model failed or stalled; the client gets a clear error."""
+from deltaguard.errors import UpstreamError
+from deltaguard.gateway.wire import CreateRequest
+from deltaguard.items import Item
 
 
 @dataclass(frozen=True, slots=True)

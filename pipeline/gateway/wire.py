@@ -12,46 +12,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import DeltaGuardError, ItemError
-from pipeline.items import PASSTHROUGH_TYPES, SCORED_TYPES, Item, parse_items
+from deltaguard.errors import ItemError, RequestError
+from deltaguard.items import PASSTHROUGH_TYPES, SCORED_TYPES, Item
+from deltaguard.parsing import parse_items
 
 RESPONSE_ITEM_TYPES = SCORED_TYPES | PASSTHROUGH_TYPES
-
-
-class RequestError(DeltaGuardError):
-    """A request the gateway refuses: HTTP status, error type and code for the client."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str,
-        param: str | None = None,
-        status: int = 400,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.param = param
-        self.status = status
-        self.type = type
-
-    def to_error(self) -> dict[str, Any]:
-        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
-
-
-class SafetyBlocked(RequestError):
-    def __init__(self, categories: list[str]) -> None:
-        super().__init__(
-            f"The request was blocked by the safety stage: {', '.join(categories)}.",
-            code="safety_blocked",
-            status=400,
-        )
-        self.categories = categories
-
-    def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "categories": self.categories}
 
 
 def new_id(prefix: str) -> str:

@@ -1,9 +1,9 @@
 """Adapters that attach DeltaGuard's safety stage to other gateways.
 
 Each adapter module imports its host framework; importing this package (or
-`pipeline.integrations.chat_items`, the framework-free wire conversion) does not, so
+`deltaguard.integrations.chat_items`, the framework-free wire conversion) does not, so
 the core never depends on an optional extra.
 
-- `pipeline.integrations.litellm`: a LiteLLM proxy guardrail (`pip install
+- `deltaguard.integrations.litellm`: a LiteLLM proxy guardrail (`pip install
   'deltaguard[litellm]'`); example config in `litellm_config.example.yaml` beside it.
 """

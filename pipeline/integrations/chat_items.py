@@ -35,9 +35,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pipeline.errors import ItemError
-from pipeline.items import Item, canonical_json, parse_item
-from pipeline.store import LruTtlMap
+from deltaguard.errors import ItemError
+from deltaguard.items import Item, canonical_json
+from deltaguard.parsing import parse_item
+from deltaguard.state.store import LruTtlMap
 
 # Chat content parts whose text the model reads (input images, audio and files carry none).
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})

@@ -33,21 +33,15 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from pipeline.errors import PreviousResponseNotFound
-from pipeline.events import Event, FlagEvent
-from pipeline.items import Item
-from pipeline.safety_stage import (
-    DEFAULT_TENANT,
-    GateResult,
-    InferenceLimiter,
-    SafetyStage,
-    StageConfig,
-    Usage,
-)
-from pipeline.scoring import Scorer, TurnVerdict, chain_of
-from pipeline.sinks import EventSink, MemorySink, SinkWriter
-from pipeline.store import ConversationStore, ConversationTracker, LruTtlMap
+from deltaguard.errors import PreviousResponseNotFound
+from deltaguard.events import Event
+from deltaguard.items import Item
+from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, StageConfig, Usage
+from deltaguard.sinks import EventSink, MemorySink
+from deltaguard.state.scoring import Scorer, TurnVerdict, chain_of
+from deltaguard.state.store import LruTtlMap
 
 log = logging.getLogger("deltaguard.integrations")
 
@@ -75,7 +69,12 @@ class ProxyTurn:
 
 
 class HistoryGate:
-    """A `SafetyStage` fronted for full-history clients (see module docstring)."""
+    """A `SafetyStage` fronted for full-history clients (see module docstring).
+
+    The stage owns both lanes, the inference pool and the sinks: the monitor lane's
+    flags are recorded and counted like any other; only its timing is the proxy's (it
+    awaits `monitor` beside the model call instead of the stage queueing it).
+    """
 
     def __init__(
         self,
@@ -84,47 +83,38 @@ class HistoryGate:
         flag_sink: EventSink | None = None,
         billing_sink: EventSink | None = None,
         config: StageConfig | None = None,
+        **stage_options: Any,
     ) -> None:
-        self.config = config or StageConfig()
-        unknown = set(monitor) - {c.name for c in scorer.classifiers}
-        if unknown:
-            raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
-        self.flag_sink = flag_sink or MemorySink()
-        self.billing_sink = billing_sink or MemorySink()
-        gate = Scorer([c for c in scorer.classifiers if c.name not in monitor], scorer.policy)
-        watched = [c for c in scorer.classifiers if c.name in monitor]
-        self.monitor_scorer = Scorer(watched, scorer.policy) if watched else None
-        # The monitor lane is run here, per request, rather than queued by the stage:
-        # the proxy awaits its verdict beside the model call.
+        """`stage_options`: the rest of `SafetyStage`'s options (metrics, recorder, limiter)."""
         self.stage = SafetyStage(
-            gate, flag_sink=self.flag_sink, billing_sink=self.billing_sink, config=self.config
+            scorer,
+            monitor=monitor,
+            flag_sink=flag_sink or MemorySink(),
+            billing_sink=billing_sink or MemorySink(),
+            config=config,
+            queue_monitor=False,
+            **stage_options,
         )
-        self._monitors: dict[str, ConversationTracker] = {}
+        self.config = self.stage.config
+        self.flag_sink = self.stage.flag_sink
+        self.billing_sink = self.stage.billing_sink
+        self.monitor_scorer = self.stage.monitor_scorer
         limits = self.config.store
         # (tenant, chain after a history) -> the conversation that history belongs to
         self._conversations: LruTtlMap[tuple[str, bytes], str] = LruTtlMap(limits.max_snapshots, limits.ttl_s)
         # (tenant, the proxy's response id) -> DeltaGuard's response id, for continuations
         self._responses: LruTtlMap[tuple[str, str], str] = LruTtlMap(limits.max_responses, limits.ttl_s)
-        self._started = False
 
     async def start(self) -> None:
         await self.stage.start()
-        self._limiter = InferenceLimiter(self.config.inference_threads)
-        self._monitor_flags = SinkWriter(self.flag_sink, "flags:monitor", self.config.sink_queue_size)
-        self._monitor_flags.start()
-        self._started = True
 
     async def aclose(self) -> dict[str, int]:
         """Drain every lane and sink; `undelivered` then holds what could not be written."""
-        if not self._started:
-            return await self.stage.aclose()
-        self._started = False
-        left_monitor = await self._monitor_flags.aclose(self.config.drain_timeout_s)
-        self._limiter.close()
-        left = await self.stage.aclose()
-        self.stage.undelivered.extend(left_monitor)
-        left["flags"] = left.get("flags", 0) + len(left_monitor)
-        return left
+        return await self.stage.aclose()
+
+    async def drain(self, timeout_s: float | None = None) -> None:
+        """Wait until queued output scoring and billing are done (`SafetyStage.drain`)."""
+        await self.stage.drain(timeout_s)
 
     @property
     def undelivered(self) -> list[Event]:
@@ -168,42 +158,13 @@ class HistoryGate:
 
     # -- during the call: monitor lane -------------------------------------------------
 
-    def _monitor_tracker(self, tenant: str) -> ConversationTracker:
-        assert self.monitor_scorer is not None
-        tracker = self._monitors.get(tenant)
-        if tracker is None:
-            tracker = ConversationTracker(self.monitor_scorer, ConversationStore(self.config.store))
-            self._monitors[tenant] = tracker
-        return tracker
-
     async def monitor(self, turn: ProxyTurn) -> TurnVerdict | None:
         """Score the turn with the monitor classifiers (None when there are none).
 
         What they flag goes to the flag sink and is enforced on the conversation's next
         turn by the gate; whether a `block` stops this turn's answer is the caller's call.
         """
-        if self.monitor_scorer is None:
-            return None
-        tracker = self._monitor_tracker(turn.tenant)
-        tracked = await self._limiter.run(
-            tracker.score_history, turn.response_id, turn.items, turn.conversation_id
-        )
-        verdict = tracker.scorer.verdict(tracked.fold)
-        if verdict.flagged_categories:
-            self.stage.mark_flagged(turn.conversation_id, verdict.flagged_categories, turn.tenant)
-            await self._monitor_flags.put(
-                FlagEvent.build(
-                    conversation_id=turn.conversation_id,
-                    response_id=turn.response_id,
-                    lane="monitor",
-                    decision="block" if verdict.decision == "block" else "flag",
-                    categories=verdict.flagged_categories,
-                    scores=verdict.category_scores,
-                    classifier_versions=self.monitor_scorer.versions,
-                    tenant=turn.tenant,
-                )
-            )
-        return verdict
+        return await self.stage.monitor_turn(turn.gate, turn.items)
 
     def blocking(self, categories: Sequence[str]) -> list[str]:
         """The categories among `categories` whose policy action is `block`."""

@@ -6,7 +6,7 @@ Attach it in the proxy's `config.yaml` (a full, commented example is
     guardrails:
       - guardrail_name: deltaguard
         litellm_params:
-          guardrail: pipeline.integrations.litellm.DeltaGuardGuardrail
+          guardrail: deltaguard.integrations.litellm.DeltaGuardGuardrail
           mode: [pre_call, during_call, post_call]
           default_on: true
           flags_path: /var/log/deltaguard/flags.jsonl
@@ -25,7 +25,7 @@ proxy calls them directly):
   output scoring and billing; the client's echo of the answer is then known history.
 
 Chat Completions (`messages`) and Responses (`input`, `instructions`) requests are
-converted canonically (`pipeline.integrations.chat_items`), so a client that resends
+converted canonically (`deltaguard.integrations.chat_items`), so a client that resends
 its whole history has only its new messages scored, with no session id. Other call
 types (embeddings, images, Anthropic `/v1/messages`, ...) pass unscored.
 
@@ -58,22 +58,23 @@ from litellm.responses.utils import ResponsesAPIRequestUtils
 from litellm.types.guardrails import GuardrailEventHooks
 from pydantic import BaseModel, ConfigDict, Field
 
-from classifiers.registry import DEFAULT_NAMES
-from pipeline.errors import DeltaGuardError, ItemError, LaneClosed, PreviousResponseNotFound
-from pipeline.integrations.chat_items import (
+from deltaguard import defaults
+from deltaguard.classifiers.registry import DEFAULT_NAMES
+from deltaguard.errors import DeltaGuardError, ItemError, LaneClosed, PreviousResponseNotFound
+from deltaguard.integrations.chat_items import (
     ItemCache,
     chat_history_items,
     chat_output_items,
     responses_history_items,
     responses_output_items,
 )
-from pipeline.integrations.history_gate import HistoryGate, ProxyTurn
-from pipeline.items import Item
-from pipeline.runtime import build_scorer
-from pipeline.safety_stage import DEFAULT_TENANT, StageConfig, Usage
-from pipeline.scoring import TurnVerdict
-from pipeline.sinks import EventSink, JsonlSink, MemorySink
-from pipeline.store import LruTtlMap, StoreLimits
+from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
+from deltaguard.items import Item
+from deltaguard.lanes.stage import DEFAULT_TENANT, StageConfig, Usage
+from deltaguard.sinks import EventSink, JsonlSink, MemorySink
+from deltaguard.state.loading import build_scorer
+from deltaguard.state.scoring import TurnVerdict
+from deltaguard.state.store import LruTtlMap, StoreLimits
 
 log = logging.getLogger("deltaguard.litellm")
 
@@ -98,12 +99,12 @@ class DeltaGuardSettings(BaseModel):
     monitor: list[str] = Field(default_factory=list)  # classifiers run during the call
     thresholds: dict[str, float] = Field(default_factory=dict)  # category -> threshold
     tenant_by: Literal["key", "team", "none"] = "key"  # whose conversations are kept apart
-    inference_threads: int = Field(2, ge=1)
-    max_responses: int = Field(100_000, ge=1)
-    max_snapshots: int = Field(50_000, ge=1)
-    ttl_s: float = Field(3600.0, gt=0)
+    inference_threads: int = Field(defaults.INFERENCE_THREADS, ge=1)
+    max_responses: int = Field(defaults.MAX_RESPONSES, ge=1)
+    max_snapshots: int = Field(defaults.MAX_SNAPSHOTS, ge=1)
+    ttl_s: float = Field(defaults.STATE_TTL_S, gt=0)
     item_cache_size: int = Field(200_000, ge=1)  # parsed history items kept for resent histories
-    drain_timeout_s: float = Field(5.0, ge=0)
+    drain_timeout_s: float = Field(defaults.DRAIN_TIMEOUT_S, ge=0)
     fsync: bool = True
     response_headers: bool = True
 

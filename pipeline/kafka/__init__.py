@@ -1,4 +1,4 @@
-"""Distributed mode on Kafka (CONTRACT.md section 5).
+"""Distributed mode on Kafka (docs/contract.md section 5).
 
 - `settings.KafkaSettings`: every setting (topics, partitions, timeouts, spool, ...).
 - `topics`: creates the topics explicitly, with their partition counts.

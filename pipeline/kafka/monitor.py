@@ -35,11 +35,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipeline.errors import ItemError, PreviousResponseNotFound
-from pipeline.events import FlagEvent, TurnEvent
-from pipeline.items import parse_items
-from pipeline.kafka.records import ErrorCode, TurnError, decode_key
-from pipeline.scoring import Scorer, Snapshot, chain_of
+from deltaguard.errors import ItemError, PreviousResponseNotFound
+from deltaguard.events import FlagEvent, TurnEvent
+from deltaguard.kafka.records import ErrorCode, TurnError, decode_key
+from deltaguard.lanes.monitor import MonitorStep
+from deltaguard.parsing import parse_items
+from deltaguard.state.scoring import Scorer, Snapshot, chain_of, longest_prefix
 
 log = logging.getLogger("deltaguard.kafka.monitor")
 
@@ -136,6 +137,7 @@ class MonitorLane:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.scorer = scorer
+        self.step = MonitorStep(scorer)
         self.max_responses = max_responses
         self.max_seen = max_seen
         self.clock = clock
@@ -204,24 +206,15 @@ class MonitorLane:
             return self._error(turn, "previous_response_not_found", str(exc), conv, event=event), conv, None
         try:
             fold = self.scorer.fold(base, items_to_fold, chains=chains)
-            verdict = self.scorer.verdict(fold)
+            outcome = self.step.judge(
+                fold, conversation_id=conv, response_id=event.response_id, tenant=event.tenant
+            )
         except Exception as exc:  # a classifier bug must not stop the partition
             log.exception("scoring %s failed", event.response_id)
             return self._error(turn, "scoring_failed", repr(exc), conv, event=event), conv, None
         self._remember(entry, event.response_id, fold.after, turn.partition)
-        flag = None
-        if verdict.flagged_categories:
-            flag = FlagEvent.build(
-                conversation_id=conv,
-                response_id=event.response_id,
-                lane="monitor",
-                decision="block" if verdict.decision == "block" else "flag",
-                categories=verdict.flagged_categories,
-                scores=verdict.category_scores,
-                classifier_versions=self.scorer.versions,
-                tenant=event.tenant,
-            )
-        return TurnOutcome(conv, event.response_id, flag=flag, decision=verdict.decision), conv, entry
+        decision = outcome.verdict.decision
+        return TurnOutcome(conv, event.response_id, flag=outcome.flag, decision=decision), conv, entry
 
     def _usable(self, entry: ConversationEntry | None, partition: int, conv: str) -> ConversationEntry:
         versions = self.scorer.versions
@@ -242,11 +235,11 @@ class MonitorLane:
         if event.full_history:
             chains = chain_of(items)
             by_chain = {snap["chain"]: snap for snap in entry.responses.values()}
-            for k in range(len(items), 0, -1):
-                snap = by_chain.get(chains[k - 1].hex())
-                if snap is not None:
-                    return Snapshot.from_json(snap), items[k:], chains[k:]
-            return self.scorer.empty(), items, chains
+            k, base = longest_prefix(
+                chains,
+                lambda chain: Snapshot.from_json(by_chain[chain.hex()]) if chain.hex() in by_chain else None,
+            )
+            return base or self.scorer.empty(), items[k:], chains[k:]
         if event.previous_response_id is None:
             base = self.scorer.empty()
         else:

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.events import BillingEvent, Event, FlagEvent, TurnEvent, stable_event_id
-from pipeline.kafka.settings import KafkaSettings
+from deltaguard.events import BillingEvent, Event, FlagEvent, TurnEvent, stable_event_id
+from deltaguard.kafka.settings import KafkaSettings
 
 
 def encode_json(obj: Any) -> bytes:
@@ -32,7 +32,7 @@ def decode_key(key: bytes | None) -> str | None:
 
 
 def topic_for(event: Event, settings: KafkaSettings) -> str:
-    """One topic per event kind (CONTRACT.md section 5)."""
+    """One topic per event kind (docs/contract.md section 5)."""
     if isinstance(event, TurnEvent):
         return settings.turns_topic
     if isinstance(event, FlagEvent):

@@ -28,7 +28,7 @@ class KafkaSettings(BaseModel):
     client_id: str = "deltaguard"
     request_timeout_s: float = Field(10.0, gt=0, description="one broker request, and one send's delivery")
 
-    # -- topics (CONTRACT.md section 5) ------------------------------------------------
+    # -- topics (docs/contract.md section 5) ------------------------------------------------
     turns_topic: str = "deltaguard.turns"
     flags_topic: str = "deltaguard.flags"
     billing_topic: str = "deltaguard.billing"
@@ -73,7 +73,7 @@ class KafkaSettings(BaseModel):
     heartbeat_interval_s: float = Field(3.0, gt=0)
     # Producer batch size in bytes, for the workers (faust) and the gateway's publisher.
     # 1 = one record per batch: needed against tansu, whose ListOffsets is wrong after
-    # multi-record batches (KAFKA.md).
+    # multi-record batches (docs/kafka.md).
     producer_max_batch_size: int | None = Field(None, ge=1)
     stream_buffer_maxsize: int = Field(1024, ge=1)
     data_dir: Path | None = Field(None, description="faust data dir; default: a fresh temporary directory")

@@ -42,13 +42,13 @@ from typing import Literal
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from pipeline.errors import LaneClosed, SinkFull
-from pipeline.events import Event
-from pipeline.kafka.errors import BrokerUnavailable
-from pipeline.kafka.records import OutboundRecord
-from pipeline.kafka.settings import KafkaSettings
-from pipeline.kafka.spool import Spool, max_line_size
-from pipeline.kafka.topics import ensure_topics
+from deltaguard.errors import BrokerUnavailable, LaneClosed, SinkFull
+from deltaguard.events import Event
+from deltaguard.kafka.boundary import broker_errors
+from deltaguard.kafka.records import OutboundRecord
+from deltaguard.kafka.settings import KafkaSettings
+from deltaguard.kafka.spool import Spool, max_line_size
+from deltaguard.kafka.topics import ensure_topics
 
 log = logging.getLogger("deltaguard.kafka.sink")
 
@@ -257,7 +257,7 @@ class KafkaEventSink:
             request_timeout_ms=int(self.settings.request_timeout_s * 1000),
             enable_idempotence=False,  # tansu has no idempotent producer; ids dedupe instead
             # The same batch limit as the workers' producer (tansu's offsets after
-            # multi-record batches are wrong; KAFKA.md).
+            # multi-record batches are wrong; docs/kafka.md).
             **(
                 {"max_batch_size": self.settings.producer_max_batch_size}
                 if self.settings.producer_max_batch_size is not None
@@ -265,11 +265,12 @@ class KafkaEventSink:
             ),
         )
         try:
-            await producer.start()
-        except (KafkaError, OSError) as exc:
+            with broker_errors(self.settings.broker, "connect"):
+                await producer.start()
+        except BrokerUnavailable:
             with contextlib.suppress(Exception):
                 await producer.stop()
-            raise BrokerUnavailable(self.settings.broker, f"cannot connect: {exc!r}") from exc
+            raise
         self._producer = producer
         self._connected = True
         if self._outage:

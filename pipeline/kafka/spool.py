@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from pipeline.errors import SinkFull
-from pipeline.kafka.records import OutboundRecord, decode_key, encode_json, encode_key
+from deltaguard.errors import SinkFull
+from deltaguard.kafka.records import OutboundRecord, decode_key, encode_json, encode_key
 
 log = logging.getLogger("deltaguard.kafka.spool")
 

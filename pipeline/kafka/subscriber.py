@@ -27,8 +27,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from pipeline.events import FlagEvent
-from pipeline.kafka.settings import KafkaSettings
+from deltaguard.events import FlagEvent
+from deltaguard.kafka.boundary import BROKER_FAILURES
+from deltaguard.kafka.settings import KafkaSettings
 
 log = logging.getLogger("deltaguard.kafka.subscriber")
 
@@ -86,7 +87,7 @@ class FlagSubscriber:
                     await self._handle(message.value)
             except asyncio.CancelledError:
                 raise
-            except (KafkaError, OSError) as exc:
+            except BROKER_FAILURES as exc:
                 log.warning("flag subscriber: broker problem (%r); reconnecting in %.1fs", exc, delay)
             except Exception:
                 log.exception("flag subscriber failed; restarting in %.1fs", delay)

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Mapping
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
 
-from pipeline.kafka.errors import BrokerUnavailable, TopicMismatch
-from pipeline.kafka.settings import KafkaSettings
+from deltaguard.errors import BrokerUnavailable, TopicMismatch
+from deltaguard.kafka.boundary import broker_errors
+from deltaguard.kafka.settings import KafkaSettings
 
 log = logging.getLogger("deltaguard.kafka.topics")
 
@@ -37,25 +37,27 @@ async def ensure_topics(settings: KafkaSettings, topics: Mapping[str, int] | Non
         request_timeout_ms=int(settings.request_timeout_s * 1000),
     )
     try:
-        await admin.start()
-        response = await admin.create_topics(
-            [NewTopic(name, partitions, settings.replication_factor) for name, partitions in wanted.items()]
-        )
-        created = []
-        existing = []
-        for name, code, message in response.topic_errors:
-            if code == 0:
-                created.append(name)
-            elif code == _TOPIC_ALREADY_EXISTS:
-                existing.append(name)
-            else:
-                raise BrokerUnavailable(settings.broker, f"creating topic {name!r} failed: {code} {message}")
-        if existing:
-            await _check_partitions(admin, settings, {name: wanted[name] for name in existing})
-    except KafkaError as exc:
-        raise BrokerUnavailable(settings.broker, f"topic admin failed: {exc!r}") from exc
-    except OSError as exc:
-        raise BrokerUnavailable(settings.broker, f"unreachable: {exc}") from exc
+        with broker_errors(settings.broker, "topic admin"):
+            await admin.start()
+            response = await admin.create_topics(
+                [
+                    NewTopic(name, partitions, settings.replication_factor)
+                    for name, partitions in wanted.items()
+                ]
+            )
+            created = []
+            existing = []
+            for name, code, message in response.topic_errors:
+                if code == 0:
+                    created.append(name)
+                elif code == _TOPIC_ALREADY_EXISTS:
+                    existing.append(name)
+                else:
+                    raise BrokerUnavailable(
+                        settings.broker, f"creating topic {name!r} failed: {code} {message}"
+                    )
+            if existing:
+                await _check_partitions(admin, settings, {name: wanted[name] for name in existing})
     finally:
         await admin.close()
     if created:

@@ -34,7 +34,7 @@ Three patches of faust and aiokafka live here:
   (faust-streaming issue #497); the agent names the partition explicitly.
 - `_ConsumerThread` sets the consumer's fetch wait from the settings instead of
   faust's hard-coded 1500 ms (a broker that answers waiting fetches late costs that
-  much per hop; KAFKA.md),
+  much per hop; docs/kafka.md),
 - and, after a rebalance, seeks every partition back to its committed offset (or a
   turns partition without one to its start) in one step (`seek_to_committed`):
   aiokafka's own seek skips offset 0 and races the fetcher, and the turns fetched
@@ -65,10 +65,10 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from pipeline.kafka.monitor import IncomingTurn, MonitorLane, expired
-from pipeline.kafka.records import decode_key, encode_json, encode_key
-from pipeline.kafka.settings import KafkaSettings
-from pipeline.scoring import Scorer
+from deltaguard.kafka.monitor import IncomingTurn, MonitorLane, expired
+from deltaguard.kafka.records import decode_key, encode_json, encode_key
+from deltaguard.kafka.settings import KafkaSettings
+from deltaguard.state.scoring import Scorer
 
 log = logging.getLogger("deltaguard.kafka.worker")
 EXPOSITION_TYPE = "text/plain; version=0.0.4"
@@ -419,8 +419,8 @@ def build_worker_app(settings: KafkaSettings, scorer: Scorer) -> tuple[WorkerApp
 
 def run_worker(settings: KafkaSettings, classifier_names: Sequence[str], loglevel: str = "info") -> int:
     """Run one worker until SIGTERM/SIGINT (blocks; exits the process like faust does)."""
-    from pipeline.kafka.topics import ensure_topics
-    from pipeline.runtime import build_scorer
+    from deltaguard.kafka.topics import ensure_topics
+    from deltaguard.state.loading import build_scorer
 
     scorer = build_scorer(names=tuple(classifier_names))
     loop = asyncio.new_event_loop()

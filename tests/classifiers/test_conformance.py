@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from classifiers.base import CATEGORIES, Classifier
-from classifiers.registry import DEFAULT_NAMES, load_classifiers
-from pipeline.items import parse_item
+from deltaguard.classifiers.base import CATEGORIES, Classifier
+from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers
+from deltaguard.parsing import parse_item
 
 CLASSIFIERS = {c.name: c for c in load_classifiers()}
 

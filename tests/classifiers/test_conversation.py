@@ -9,12 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from classifiers.conversation import ConversationClassifier, ConversationNotLoadedError
-from classifiers.lexical import LexicalClassifier
-from classifiers.secrets import SecretsClassifier
-from pipeline.items import Item, parse_item
-from pipeline.output_stream import OutputStreamScorer
-from pipeline.scoring import Scorer
+from deltaguard.classifiers.conversation import ConversationClassifier
+from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.secrets import SecretsClassifier
+from deltaguard.errors import ConversationNotLoadedError
+from deltaguard.items import Item
+from deltaguard.lanes.output_stream import OutputStreamScorer
+from deltaguard.parsing import parse_item
+from deltaguard.state.scoring import Scorer
 from tests.classifiers import test_conformance as conformance
 from tests.pipeline import test_delta_equivalence as equivalence
 

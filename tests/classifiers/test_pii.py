@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from classifiers.base import Finding
-from classifiers.pii import PiiClassifier, iban_ok, luhn_ok
-from classifiers.rules import MAX_SEEN, TAIL_CHARS
-from pipeline.items import parse_item
+from deltaguard.classifiers.base import Finding
+from deltaguard.classifiers.pii import PiiClassifier, iban_ok, luhn_ok
+from deltaguard.classifiers.rules import MAX_SEEN, TAIL_CHARS
+from deltaguard.parsing import parse_item
 
 CLF = PiiClassifier()
 

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from classifiers.pii import PII_RULES, PiiClassifier
-from classifiers.rules import MAX_SEEN, Buffer, _count_tokens, _opaque
-from classifiers.secrets import _JWT_HEADER, SECRET_RULES, SecretsClassifier
-from pipeline.items import count_tokens, parse_item
+from deltaguard.classifiers.pii import PII_RULES, PiiClassifier
+from deltaguard.classifiers.rules import MAX_SEEN, Buffer, _count_tokens, _opaque
+from deltaguard.classifiers.secrets import _JWT_HEADER, SECRET_RULES, SecretsClassifier
+from deltaguard.items import count_tokens
+from deltaguard.parsing import parse_item
 
 # Shapes of what the rules look for, without their context checks, so that generated
 # text holds matches, near misses and values that meet at odd places.

@@ -3,9 +3,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from classifiers.scaled import ThresholdScaled, scale
-from pipeline.items import parse_item
-from tests.pipeline.toy import ItemCounter
+from deltaguard.classifiers.scaled import ThresholdScaled, scale
+from deltaguard.parsing import parse_item
+from tests.support.toy import ItemCounter
 
 unit = st.floats(0.0, 1.0)
 

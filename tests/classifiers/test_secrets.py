@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from classifiers.rules import MAX_SEEN, TAIL_CHARS, redact
-from classifiers.secrets import SecretsClassifier, looks_random
-from pipeline.items import parse_item
+from deltaguard.classifiers.rules import MAX_SEEN, TAIL_CHARS, redact
+from deltaguard.classifiers.secrets import SecretsClassifier, looks_random
+from deltaguard.parsing import parse_item
 
 CLF = SecretsClassifier()
 ALNUM = string.ascii_letters + string.digits

@@ -1,4 +1,4 @@
-"""Delta equivalence (CONTRACT.md section 3) as a property over random conversations.
+"""Delta equivalence (docs/contract.md section 3) as a property over random conversations.
 
 Random item sequences (benign text, injections, attacks split into fragments sent as
 successive user messages, secrets and PII split across items, unknown item types,
@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from classifiers.base import Update
-from pipeline.items import parse_item
-from pipeline.output_stream import OutputStreamScorer
-from pipeline.scoring import Scorer
-from pipeline.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.classifiers.base import Update
+from deltaguard.lanes.output_stream import OutputStreamScorer
+from deltaguard.parsing import parse_item
+from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
 
 BENIGN = [
     "what time does the bakery open tomorrow?",
@@ -213,7 +213,7 @@ def test_the_property_catches_a_broken_state_update(loaded_classifiers, scorer, 
 def scorer_with_encoder():
     pytest.importorskip("onnxruntime")
     pytest.importorskip("tokenizers")
-    from pipeline.runtime import build_scorer
+    from deltaguard.state.loading import build_scorer
 
     return build_scorer(("secrets", "pii", "lexical", "encoder"))
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import ItemError
-from pipeline.items import parse_item, parse_items
+from deltaguard.errors import ItemError
+from deltaguard.parsing import parse_item, parse_items
 
 
 def test_message_content_shapes_share_text_and_digest_of_type():

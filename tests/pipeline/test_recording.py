@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 
 import pytest
 
-from classifiers.pii import PiiClassifier
-from classifiers.secrets import SecretsClassifier
-from pipeline.events import FlagEvent
-from pipeline.items import parse_item, parse_items
-from pipeline.recording import TranscriptRecorder, find_sensitive, read_recorded, redact_items
-from pipeline.replay import replay
-from pipeline.safety_stage import SafetyStage, Usage
-from pipeline.scoring import Scorer
-from pipeline.store import ConversationTracker
-from pipeline.transcripts import parse_conversation
+from deltaguard.classifiers.pii import PiiClassifier
+from deltaguard.classifiers.secrets import SecretsClassifier
+from deltaguard.events import FlagEvent
+from deltaguard.lanes.stage import SafetyStage, Usage
+from deltaguard.parsing import parse_item, parse_items
+from deltaguard.recording import TranscriptRecorder, find_sensitive, read_recorded, redact_items
+from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import ConversationTracker
+from deltaguard.tools.replay import replay
+from deltaguard.transcripts import parse_conversation
 
 AWS_KEY = "AKIAZ7QWERTYUIOPLKJH"  # shape-valid, not a real key
 EMAIL = "jane.doe@corp-mail.com"
@@ -47,12 +46,12 @@ async def run_split_secret_agent(stage):
     await stage.check_turn("r1", [user(f"Why does deploy fail? Mail {EMAIL} if stuck.")])
     first = await stage.check_turn("r2", [user("check the env")], "r1")
     await stage.complete_turn(first, [call("c1", ".env.part1")], Usage(10, 0, 5))
-    await asyncio.wait_for(stage._post_q.join(), 5)
+    await stage.drain(5)
     second = await stage.check_turn(
         "r3", [tool("c1", f"REGION=eu-west-1\nAWS_ACCESS_KEY_ID={AWS_KEY[:8]}")], "r2"
     )
     await stage.complete_turn(second, [call("c2", ".env.part2")], Usage(10, 0, 5))
-    await asyncio.wait_for(stage._post_q.join(), 5)
+    await stage.drain(5)
     return await stage.check_turn("r4", [tool("c2", f"{AWS_KEY[8:]}\nTIMEOUT=30\n")], "r3")
 
 
@@ -108,10 +107,10 @@ async def test_a_monitor_flag_records_with_the_model_outputs(tmp_path, scorer):
     await stage.start()
     first = await stage.check_turn("m1", [user("hello there")])
     await stage.complete_turn(first, [parse_item({"role": "assistant", "content": "hi!"})], Usage(1, 0, 1))
-    await asyncio.wait_for(stage._post_q.join(), 5)
+    await stage.drain(5)
     second = await stage.check_turn("m2", [user(f"write to {EMAIL}")], "m1")
     assert not second.blocked  # pii runs beside inference
-    await asyncio.wait_for(stage._monitor_q.join(), 5)
+    await stage.drain(5)
     await stage.aclose()
     (rec,) = read_recorded(db)
     assert [f["lane"] for f in rec.flags] == ["monitor"] and rec.categories == ["pii"]
@@ -127,13 +126,13 @@ async def test_an_output_flag_records_the_output_that_raised_it(tmp_path, scorer
     assert not gate.verdict.flagged_categories
     leak = parse_item({"role": "assistant", "content": f"It sets AWS_ACCESS_KEY_ID={AWS_KEY}."})
     await stage.complete_turn(gate, [leak], Usage(5, 0, 9))
-    await asyncio.wait_for(stage._post_q.join(), 5)
+    await stage.drain(5)
     await stage.aclose()
     (rec,) = read_recorded(db)
     assert [(f["lane"], f["categories"]) for f in rec.flags] == [("output", ["secrets"])]
     assert rec.response_ids == ["o1"] and rec.categories == ["secrets"]
     assert rec.transcript["turns"][0]["output"] == [{"role": "assistant", "content": leak.text}]
-    # A turn's verdict is its input's (CONTRACT.md section 2): the output counts from the next turn.
+    # A turn's verdict is its input's (docs/contract.md section 2): the output counts from the next turn.
     assert rec.verdicts[0]["flagged_categories"] == []
 
 
@@ -251,7 +250,7 @@ def test_stored_transcripts_replay_as_transcript_files(tmp_path, rules_scorer):
 def test_the_gateway_records_what_it_blocks(tmp_path, scorer):
     from openai import BadRequestError, OpenAI
 
-    from pipeline.gateway.config import GatewayConfig
+    from deltaguard.gateway.config import GatewayConfig
     from tests.pipeline.gateway.conftest import gateway_thread
 
     db = tmp_path / "gw.db"
@@ -270,7 +269,7 @@ def test_the_gateway_records_what_it_blocks(tmp_path, scorer):
 
 
 async def test_an_unusable_store_fails_at_startup(tmp_path, rules_scorer):
-    from pipeline.recording import RecordingStoreError
+    from deltaguard.errors import RecordingStoreError
 
     (tmp_path / "not-a-db").write_bytes(b"this is not sqlite" * 100)
     stage = SafetyStage(rules_scorer, recorder=TranscriptRecorder(tmp_path / "not-a-db", rules_scorer))

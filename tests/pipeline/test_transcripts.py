@@ -5,8 +5,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import TranscriptError
-from pipeline.transcripts import Conversation, read_transcripts
+from deltaguard.errors import TranscriptError
+from deltaguard.transcripts import Conversation, read_transcripts
 
 
 def write(tmp_path, lines):

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from pipeline.gateway.config import GatewayConfig
-from pipeline.server import running_gateway
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.server import running_gateway
 
 
 @contextmanager

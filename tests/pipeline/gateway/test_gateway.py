@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from pipeline.gateway.config import GatewayConfig
-from pipeline.sinks import MemorySink
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.sinks import MemorySink
 from tests.pipeline.gateway.conftest import clients, gateway_thread
 
 TOOLS = [{"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}]
@@ -250,7 +250,8 @@ class ScriptedUpstream:
         self.fail_after = fail_after
 
     async def stream(self, req, history):
-        from pipeline.gateway.upstream import Finished, TextDelta, UpstreamError
+        from deltaguard.errors import UpstreamError
+        from deltaguard.gateway.upstream import Finished, TextDelta
 
         for i, d in enumerate(self.deltas):
             if self.fail_after is not None and i == self.fail_after:

@@ -19,10 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.gateway.config import GatewayConfig
-from pipeline.gateway.upstream import Finished, TextDelta
-from pipeline.gateway.wire import RequestError, parse_body, parse_create
-from pipeline.server import free_port
+from deltaguard.errors import RequestError
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.server import free_port
+from deltaguard.gateway.upstream import Finished, TextDelta
+from deltaguard.gateway.wire import parse_body, parse_create
 from tests.pipeline.gateway.conftest import clients, gateway_thread
 
 LIMITS = {"max_item_bytes": 4 * 1024 * 1024, "max_items": 10_000, "max_id_length": 256}
@@ -163,7 +164,7 @@ def test_sigterm_during_a_burst_loses_no_billing_event(tmp_path: Path):
     billing = tmp_path / "billing.jsonl"
     spool = tmp_path / "spool.jsonl"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "pipeline.cli", "serve", "--port", str(port), "--billing", str(billing)]
+    cmd = [sys.executable, "-m", "deltaguard.cli", "serve", "--port", str(port), "--billing", str(billing)]
     cmd += ["--sim-tokens-per-s", "400", "--spool", str(spool), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -7,9 +7,9 @@ import time
 import openai
 import pytest
 
-from pipeline.gateway.config import GatewayConfig
-from pipeline.runtime import build_scorer
-from pipeline.sinks import MemorySink
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.sinks import MemorySink
+from deltaguard.state.loading import build_scorer
 from tests.pipeline.gateway.conftest import clients, gateway_thread
 
 pytest.importorskip("onnxruntime")

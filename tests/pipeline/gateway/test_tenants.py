@@ -8,7 +8,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from pipeline.gateway.config import GatewayConfig
+from deltaguard.gateway.config import GatewayConfig
 from tests.pipeline.gateway.conftest import gateway_thread
 
 KEYS = {"key-alpha-123": "alpha", "key-beta-456": "beta"}
@@ -82,8 +82,8 @@ def test_websocket_with_a_wrong_key_is_refused(tenant_gateway):
 
 
 def test_one_tenants_traffic_never_evicts_anothers_state(scorer):
-    from pipeline.safety_stage import StageConfig
-    from pipeline.store import StoreLimits
+    from deltaguard.lanes.stage import StageConfig
+    from deltaguard.state.store import StoreLimits
 
     limits = StageConfig(store=StoreLimits(max_responses=5, max_snapshots=5))
     with gateway_thread(

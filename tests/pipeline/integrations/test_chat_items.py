@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from pipeline.errors import ItemError
-from pipeline.integrations.chat_items import (
+from deltaguard.errors import ItemError
+from deltaguard.integrations.chat_items import (
     ItemCache,
     chat_history_items,
     chat_output_items,

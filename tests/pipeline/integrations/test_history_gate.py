@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from classifiers.base import count_tokens
-from pipeline.errors import PreviousResponseNotFound
-from pipeline.events import BillingEvent, FlagEvent
-from pipeline.integrations.chat_items import chat_history_items, chat_output_items
-from pipeline.integrations.history_gate import HistoryGate
-from pipeline.safety_stage import StageConfig, Usage
-from pipeline.scoring import Scorer
-from pipeline.sinks import MemorySink
-from tests.pipeline.toy import ItemCounter
+from deltaguard.classifiers.base import count_tokens
+from deltaguard.errors import PreviousResponseNotFound
+from deltaguard.events import BillingEvent, FlagEvent
+from deltaguard.integrations.chat_items import chat_history_items, chat_output_items
+from deltaguard.integrations.history_gate import HistoryGate
+from deltaguard.lanes.stage import StageConfig, Usage
+from deltaguard.sinks import MemorySink
+from deltaguard.state.scoring import Scorer
+from tests.support.toy import ItemCounter
 
 USAGE = Usage(10, 0, 5)
 
@@ -55,7 +55,7 @@ async def chat_turn(gate, messages, answer, tenant="default"):
     if not turn.blocked:
         reply = {"role": "assistant", "content": answer}
         await gate.complete(turn, chat_output_items(reply), USAGE)
-        await gate.stage._post_q.join()  # the post lane has folded the answer
+        await gate.drain()  # the post lane has folded the answer
         messages.append(reply)
     return turn
 
@@ -149,7 +149,7 @@ async def test_responses_continuations_by_upstream_id():
     gate, _, _ = await started()
     turn = await gate.check(chat_history_items([{"role": "user", "content": "a b c"}]))
     await gate.complete(turn, chat_output_items({"content": "d e"}), USAGE, upstream_response_id="resp_up_1")
-    await gate.stage._post_q.join()
+    await gate.drain()
     nxt = await gate.check_continuation("resp_up_1", chat_history_items([{"role": "user", "content": "f"}]))
     assert nxt.gate.verdict.tokens_scored == 1
     assert nxt.conversation_id == turn.conversation_id

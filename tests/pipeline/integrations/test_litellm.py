@@ -25,8 +25,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from classifiers.base import count_tokens
-from pipeline.integrations.litellm_proxy import deltaguard_guardrail, mock_model, running_litellm_proxy
+from deltaguard.classifiers.base import count_tokens
+from tests.support.litellm_proxy import deltaguard_guardrail, mock_model, running_litellm_proxy
 
 pytestmark = [
     pytest.mark.slow,

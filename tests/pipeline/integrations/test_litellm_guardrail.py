@@ -22,7 +22,7 @@ EXAMPLE = Path(__file__).parents[3] / "pipeline" / "integrations" / "litellm_con
 def mod():
     # litellm fetches a model price list at import unless told to use its bundled one.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from pipeline.integrations import litellm as mod
+    from deltaguard.integrations import litellm as mod
 
     return mod
 
@@ -34,7 +34,7 @@ def test_example_config_is_valid(mod):
     config = yaml.safe_load(EXAMPLE.read_text())
     (entry,) = config["guardrails"]
     params = LitellmParams(**entry["litellm_params"])
-    assert params.guardrail == "pipeline.integrations.litellm.DeltaGuardGuardrail"
+    assert params.guardrail == "deltaguard.integrations.litellm.DeltaGuardGuardrail"
     # What the proxy passes the class: every non-None LiteLLM param, plus ours.
     extra = {k: v for k, v in params.model_dump(exclude_none=True).items() if k not in ("guardrail", "mode")}
     guard = mod.DeltaGuardGuardrail(guardrail_name=entry["guardrail_name"], event_hook=params.mode, **extra)

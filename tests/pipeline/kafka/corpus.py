@@ -13,12 +13,12 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pipeline.events import FlagEvent
-from pipeline.kafka.transcripts import interleaved_turn_events, response_id
-from pipeline.replay import replay
-from pipeline.rollouts import agent_rollout
-from pipeline.scoring import Scorer
-from pipeline.transcripts import Conversation, parse_conversation, read_transcripts
+from deltaguard.events import FlagEvent
+from deltaguard.kafka.turn_events import interleaved_turn_events, response_id
+from deltaguard.state.scoring import Scorer
+from deltaguard.tools.replay import replay
+from deltaguard.tools.rollouts import agent_rollout
+from deltaguard.transcripts import Conversation, parse_conversation, read_transcripts
 
 DEMO = Path(__file__).resolve().parents[3] / "eval" / "samples" / "demo.jsonl"
 
@@ -76,7 +76,7 @@ def conversations(n_synthetic: int = 12, turns: int = 8) -> list[Conversation]:
 
 
 def expected_flags(convs: list[Conversation], scorer: Scorer) -> dict[str, dict[str, Any]]:
-    """response id -> the flagged turn's verdict in embedded mode (pipeline.replay, delta)."""
+    """response id -> the flagged turn's verdict in embedded mode (deltaguard.tools.replay, delta)."""
     result = replay(convs, scorer, "delta")
     out = {}
     for conv, row in zip(convs, result.conversations, strict=True):

@@ -11,8 +11,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from pipeline.gateway.config import GatewayConfig
-from pipeline.runtime import build_scorer
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.state.loading import build_scorer
 from tests.pipeline.gateway.conftest import clients, gateway_thread
 from tests.pipeline.kafka.conftest import Broker, Collector, WorkerProcess, test_settings
 

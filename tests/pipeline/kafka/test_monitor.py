@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from pipeline.events import TurnEvent
-from pipeline.kafka.monitor import ConversationEntry, IncomingTurn, MonitorLane, expired
-from pipeline.kafka.records import encode_json, encode_key
-from pipeline.kafka.transcripts import interleaved_turn_events
-from pipeline.scoring import Scorer
+from deltaguard.events import TurnEvent
+from deltaguard.kafka.monitor import ConversationEntry, IncomingTurn, MonitorLane, expired
+from deltaguard.kafka.records import encode_json, encode_key
+from deltaguard.kafka.turn_events import interleaved_turn_events
+from deltaguard.state.scoring import Scorer
 from tests.pipeline.kafka.corpus import assert_flags_match, conversations, expected_flags
-from tests.pipeline.toy import ItemCounter
+from tests.support.toy import ItemCounter
 
 
 class Table:

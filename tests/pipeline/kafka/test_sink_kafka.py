@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from pipeline.errors import SinkFull
-from pipeline.events import BillingEvent, FlagEvent
-from pipeline.kafka.sink import KafkaEventSink
-from pipeline.kafka.subscriber import FlagSubscriber
-from pipeline.kafka.topics import ensure_topics
+from deltaguard.errors import SinkFull
+from deltaguard.events import BillingEvent, FlagEvent
+from deltaguard.kafka.sink import KafkaEventSink
+from deltaguard.kafka.subscriber import FlagSubscriber
+from deltaguard.kafka.topics import ensure_topics
 from tests.pipeline.kafka.conftest import Broker, Collector, free_port, tansu_binary, test_settings
 
 pytestmark = pytest.mark.kafka

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import SinkFull
-from pipeline.kafka.records import OutboundRecord, encode_key
-from pipeline.kafka.spool import Spool, decode_line, encode_line, max_line_size
+from deltaguard.errors import SinkFull
+from deltaguard.kafka.records import OutboundRecord, encode_key
+from deltaguard.kafka.spool import Spool, decode_line, encode_line, max_line_size
 
 
 def rec(i: int, key: str = "conv") -> OutboundRecord:

@@ -10,19 +10,19 @@ import pytest
 
 pytest.importorskip("faust")
 
-from pipeline.cli import main
-from pipeline.kafka.settings import KafkaSettings
-from pipeline.kafka.worker import ConversationTable, build_worker_app, faust_options
-from pipeline.runtime import build_scorer
+from deltaguard.cli import main
+from deltaguard.kafka.settings import KafkaSettings
+from deltaguard.kafka.worker import ConversationTable, build_worker_app, faust_options
+from deltaguard.state.loading import build_scorer
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def test_library_modules_do_not_import_faust():
     code = (
-        "import sys; import pipeline.kafka, pipeline.kafka.settings, pipeline.kafka.sink, "
-        "pipeline.kafka.subscriber, pipeline.kafka.monitor, pipeline.kafka.topics, pipeline.kafka.cli, "
-        "pipeline.cli; assert 'faust' not in sys.modules, 'faust imported'"
+        "import sys; import deltaguard.kafka, deltaguard.kafka.settings, deltaguard.kafka.sink, "
+        "deltaguard.kafka.subscriber, deltaguard.kafka.monitor, deltaguard.kafka.topics, "
+        "deltaguard.kafka.command, deltaguard.cli; assert 'faust' not in sys.modules, 'faust imported'"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 

@@ -12,13 +12,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from classifiers.registry import DEFAULT_NAMES
-from pipeline.events import FlagEvent, TurnEvent
-from pipeline.kafka.sink import KafkaEventSink
-from pipeline.kafka.topics import ensure_topics
-from pipeline.kafka.worker import seek_to_committed
-from pipeline.runtime import build_scorer
-from pipeline.server import free_port
+from deltaguard.classifiers.registry import DEFAULT_NAMES
+from deltaguard.events import FlagEvent, TurnEvent
+from deltaguard.gateway.server import free_port
+from deltaguard.kafka.sink import KafkaEventSink
+from deltaguard.kafka.topics import ensure_topics
+from deltaguard.kafka.worker import seek_to_committed
+from deltaguard.state.loading import build_scorer
 from tests.pipeline.kafka.conftest import Broker, Collector, WorkerProcess, test_settings
 from tests.pipeline.kafka.corpus import (
     assert_flags_match,

@@ -1,0 +1,5 @@
+"""`python -m deltaguard`: the `deltaguard` command."""
+
+from deltaguard.cli import main
+
+raise SystemExit(main())

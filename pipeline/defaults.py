@@ -1,0 +1,23 @@
+"""Every default of DeltaGuard, in one place: the CLI and every config class read these."""
+
+from __future__ import annotations
+
+# Where the gateway listens: loopback only unless told otherwise.
+HOST = "127.0.0.1"
+PORT = 8400
+
+# Conversation store (per lane and tenant): LRU + TTL bounds.
+MAX_RESPONSES = 100_000
+MAX_SNAPSHOTS = 50_000
+STATE_TTL_S = 3600.0
+
+# Lanes and sinks.
+INFERENCE_THREADS = 2
+LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
+SINK_QUEUE_SIZE = 10_000  # flag and billing events
+DRAIN_TIMEOUT_S = 10.0  # shutdown: lanes and sinks drain within this, the rest is spooled
+
+# Turns of one conversation blocked on their own content (injection, jailbreak, toxicity)
+# after which the rest of it is refused.
+BLOCK_LIMIT = 3
+PROBE_CATEGORIES = frozenset({"prompt_injection", "jailbreak", "toxicity"})

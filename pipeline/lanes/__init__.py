@@ -1,0 +1,1 @@
+"""The lanes: gate, monitor and post-inference, and the safety stage that runs them."""

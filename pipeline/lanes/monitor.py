@@ -1,0 +1,64 @@
+"""The monitor step, written once: a turn's fold judged, and its flag event built.
+
+The embedded monitor lane (`SafetyStage`, and through it the LiteLLM adapter) and the
+Kafka worker (`deltaguard.kafka.monitor.MonitorLane`) differ only in where a
+conversation's snapshot lives (the in-process store, a changelog-backed table); both
+fold the turn's delta after it and hand the fold to `MonitorStep.judge`, so the verdict
+and the flag event are the same whichever runs it.
+
+>>> from deltaguard.classifiers.secrets import SecretsClassifier
+>>> from deltaguard.parsing import parse_item
+>>> from deltaguard.state.scoring import Scorer
+>>> step = MonitorStep(Scorer([SecretsClassifier()]))
+>>> fold = step.scorer.fold(step.scorer.empty(), [parse_item({"role": "user", "content": "hi"})])
+>>> step.judge(fold, conversation_id="c1", response_id="r1").flag is None
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deltaguard.events import DEFAULT_TENANT, FlagEvent
+from deltaguard.state.scoring import Fold, Scorer, TurnVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorOutcome:
+    verdict: TurnVerdict
+    flag: FlagEvent | None  # None when nothing was flagged
+
+
+class MonitorStep:
+    """Judges folds of the monitor classifiers (`scorer`) and builds their flag events."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+
+    def judge(
+        self,
+        fold: Fold,
+        *,
+        conversation_id: str,
+        response_id: str,
+        tenant: str = DEFAULT_TENANT,
+        prior: Fold | None = None,
+    ) -> MonitorOutcome:
+        """The verdict of the conversation after `fold` and, when it flags, the flag event.
+
+        `prior` is work done for the same turn before `fold` (a rebuild of an evicted
+        snapshot): its cost counts in the verdict's latency and tokens."""
+        verdict = self.scorer.verdict(fold, prior=prior)
+        if not verdict.flagged_categories:
+            return MonitorOutcome(verdict, None)
+        flag = FlagEvent.build(
+            conversation_id=conversation_id,
+            response_id=response_id,
+            lane="monitor",
+            decision="block" if verdict.decision == "block" else "flag",
+            categories=verdict.flagged_categories,
+            scores=verdict.category_scores,
+            classifier_versions=self.scorer.versions,
+            tenant=tenant,
+        )
+        return MonitorOutcome(verdict, flag)

@@ -1,0 +1,67 @@
+"""Scoring model output while it streams, without ever rescanning what came before.
+
+Text deltas are gathered into chunks of about `chunk_chars` and each chunk is folded,
+as the next assistant item, through the rule classifiers: their per-channel window
+carries the end of the previous chunk, so a secret split across two deltas is found
+once, and each character is scanned at most once plus the bounded window.
+
+This is early warning (a flag while the answer is still streaming); the conversation's
+history state is still the fold of the completed output item, so verdicts do not depend
+on how the stream was chunked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from deltaguard.classifiers.base import Classifier, Finding, State
+from deltaguard.items import Item, count_tokens
+
+
+def _chunk_item(text: str) -> Item:
+    return Item(
+        kind="message",
+        role="assistant",
+        text=text,
+        digest=hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest(),
+        raw={"type": "message", "role": "assistant", "content": text},
+        tokens=count_tokens(text),
+    )
+
+
+class OutputStreamScorer:
+    """Feed it text deltas; it returns findings as soon as a chunk completes one."""
+
+    def __init__(self, classifiers: Sequence[Classifier], chunk_chars: int = 256) -> None:
+        self.classifiers = list(classifiers)
+        self.chunk_chars = chunk_chars
+        self._states: dict[str, State] = {c.name: c.initial_state() for c in self.classifiers}
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self.findings: list[Finding] = []
+        self.scores: dict[str, float] = {}
+
+    def feed(self, delta: str) -> list[Finding]:
+        self._pending.append(delta)
+        self._pending_chars += len(delta)
+        if self._pending_chars < self.chunk_chars:
+            return []
+        return self._score()
+
+    def flush(self) -> list[Finding]:
+        return self._score() if self._pending else []
+
+    def _score(self) -> list[Finding]:
+        item = _chunk_item("".join(self._pending))
+        self._pending.clear()
+        self._pending_chars = 0
+        found: list[Finding] = []
+        for clf in self.classifiers:
+            upd = clf.update(self._states[clf.name], [item])
+            self._states[clf.name] = upd.state
+            found.extend(upd.findings)
+            for cat, value in upd.scores.items():
+                self.scores[cat] = max(self.scores.get(cat, 0.0), value)
+        self.findings.extend(found)
+        return found

@@ -1,0 +1,595 @@
+"""The safety stage of a gateway, in process: the gate, monitor and post-inference lanes.
+
+    stage = SafetyStage(scorer, monitor=("encoder",), flag_sink=..., billing_sink=...)
+    await stage.start()
+    gate = await stage.check_turn("resp_2", new_items, previous_response_id="resp_1")
+    if gate.blocked: ...                      # before the upstream model is called
+    ...stream the model's answer...
+    await stage.complete_turn(gate, output_items, usage)   # returns at once
+    await stage.aclose()                      # drains every lane and sink
+
+- gate lane: the cheap classifiers, awaited before the upstream call; a block category
+  over its threshold blocks the turn.
+- monitor lane: the expensive classifiers, run beside inference from a bounded queue by
+  one consumer (so each conversation's turns are scored in order); what they flag goes
+  to the flag sink and, for block categories, blocks the conversation's next turn.
+- post-inference lane: output scoring and the billing event, queued after the response
+  so that they overlap the next request instead of delaying it.
+
+Classifier work runs off the event loop on one thread pool created at `start()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from deltaguard import defaults
+from deltaguard.errors import LaneClosed, PreviousResponseNotFound
+from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event, FlagEvent, TurnEvent
+from deltaguard.items import Item
+from deltaguard.lanes.limiter import InferenceLimiter
+from deltaguard.lanes.monitor import MonitorStep
+from deltaguard.sinks import EventSink, FlagRecorder, MemorySink, SinkWriter
+from deltaguard.state.scoring import Scorer, TurnVerdict
+from deltaguard.state.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits, TrackedTurn
+from deltaguard.telemetry.metrics import NullMetrics, StageMetrics
+from deltaguard.telemetry.tracing import lane_span
+
+log = logging.getLogger("deltaguard.stage")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StageConfig:
+    inference_threads: int = defaults.INFERENCE_THREADS
+    monitor_queue_size: int = defaults.LANE_QUEUE_SIZE
+    post_queue_size: int = defaults.LANE_QUEUE_SIZE
+    sink_queue_size: int = defaults.SINK_QUEUE_SIZE
+    drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S
+    store: StoreLimits = field(default_factory=StoreLimits)
+    # Baseline for benchmarks: rescore the whole history from the empty state at every
+    # turn, as a classic guardrail does (verdicts are the same, only slower).
+    rescore_history: bool = False
+    # A blocked turn never joins the history, so a client can rephrase it again and again
+    # from the same point until one version passes. After this many turns of one
+    # conversation blocked on their own content in `probe_categories`, every later turn of
+    # it is refused too. None: never. Secrets and PII are left out by default: an agent
+    # reading files that hold keys is not probing.
+    block_limit: int | None = defaults.BLOCK_LIMIT
+    probe_categories: frozenset[str] = defaults.PROBE_CATEGORIES
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    tenant: str
+    response_id: str
+    conversation_id: str
+    verdict: TurnVerdict
+    blocked: bool
+    blocked_categories: list[str]  # why it was blocked: this turn's or earlier flags
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class _MonitorJob:
+    tenant: str
+    response_id: str
+    conversation_id: str
+    items: Sequence[Item] | None  # None: a full history (stateless client)
+    history: Sequence[Item] | None
+    previous_response_id: str | None
+    output_only: bool = False  # `items` is the model output of `response_id`, to append
+
+
+@dataclass(frozen=True, slots=True)
+class _PostJob:
+    gate: GateResult
+    output: Sequence[Item]
+    usage: Usage
+
+
+class SafetyStage:
+    def __init__(
+        self,
+        scorer: Scorer,
+        monitor: Sequence[str] = (),
+        flag_sink: EventSink | None = None,
+        billing_sink: EventSink | None = None,
+        config: StageConfig | None = None,
+        turn_sink: EventSink | None = None,
+        metrics: StageMetrics | None = None,
+        recorder: FlagRecorder | None = None,
+        limiter: InferenceLimiter | None = None,
+        queue_monitor: bool = True,
+    ) -> None:
+        """`turn_sink`: where turn deltas go for remote monitor workers (distributed
+        mode); the in-process monitor lane then runs nothing, and remote flags come back
+        through `mark_flagged`. `recorder`: records flagged conversations (gate,
+        monitor and output flags; `deltaguard.recording`), started and drained with the
+        stage. `limiter`: the process's inference pool (created at `start()` when not
+        given, and then closed by `aclose()`). `queue_monitor=False`: the caller runs the
+        monitor lane itself, per turn, with `monitor_turn` (a proxy that awaits its verdict
+        beside the model call) instead of the stage queueing it."""
+        self.config = config or StageConfig()
+        unknown = set(monitor) - {c.name for c in scorer.classifiers}
+        if unknown:
+            raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
+        gate = [c for c in scorer.classifiers if c.name not in monitor]
+        watched = [c for c in scorer.classifiers if c.name in monitor]
+        self.gate_scorer = Scorer(gate, scorer.policy)
+        self.monitor_scorer = Scorer(watched, scorer.policy) if watched else None
+        self.monitor_step = MonitorStep(self.monitor_scorer) if self.monitor_scorer else None
+        self.queue_monitor = queue_monitor
+        self._own_limiter = limiter is None
+        self._limiter = limiter  # type: ignore[assignment]
+        # One tracker (and so one bounded store) per lane and tenant: a tenant can never
+        # continue, read or evict another tenant's conversations.
+        self._trackers: dict[tuple[str, str], ConversationTracker] = {}
+        self.policy = scorer.policy
+        self.flag_sink = flag_sink or MemorySink()
+        self.billing_sink = billing_sink or MemorySink()
+        self.turn_sink = turn_sink
+        self.metrics = metrics or NullMetrics()
+        self.recorder = recorder
+        # (tenant, conversation id) -> categories the monitor lane flagged (enforced next turn)
+        self._monitor_flags: LruTtlMap[tuple[str, str], frozenset[str]] = LruTtlMap(
+            self.config.store.max_responses, self.config.store.ttl_s
+        )
+        # (tenant, conversation id) -> (turns blocked on their own content, their categories)
+        self._blocked_turns: LruTtlMap[tuple[str, str], tuple[int, frozenset[str]]] = LruTtlMap(
+            self.config.store.max_responses, self.config.store.ttl_s
+        )
+        self._state: Literal["new", "running", "closing", "closed"] = "new"
+        # Events that could not be delivered by the shutdown deadline: the owner spools them.
+        self.undelivered: list[Event] = []
+
+    def _tracker(self, lane: str, scorer: Scorer, tenant: str) -> ConversationTracker:
+        tracker = self._trackers.get((lane, tenant))
+        if tracker is None:
+            tracker = ConversationTracker(scorer, ConversationStore(self.config.store))
+            self._trackers[(lane, tenant)] = tracker
+        return tracker
+
+    def gate_tracker(self, tenant: str = DEFAULT_TENANT) -> ConversationTracker:
+        return self._tracker("gate", self.gate_scorer, tenant)
+
+    def monitor_tracker(self, tenant: str = DEFAULT_TENANT) -> ConversationTracker | None:
+        return self._tracker("monitor", self.monitor_scorer, tenant) if self.monitor_scorer else None
+
+    @property
+    def gate(self) -> ConversationTracker:
+        """The default tenant's gate-lane tracker."""
+        return self.gate_tracker()
+
+    @property
+    def monitor(self) -> ConversationTracker | None:
+        return self.monitor_tracker()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._state != "new":
+            raise RuntimeError(f"SafetyStage.start() called when {self._state}")
+        if self.recorder is not None:  # first: an unusable store fails startup cleanly
+            await self.recorder.start()
+        if self._limiter is None:
+            self._limiter = InferenceLimiter(self.config.inference_threads)
+        self._flags = SinkWriter(
+            self.flag_sink,
+            "flags",
+            self.config.sink_queue_size,
+            on_delivered=lambda events: self.metrics.observe_events("flags", events),
+        )
+        self._billing = SinkWriter(
+            self.billing_sink,
+            "billing",
+            self.config.sink_queue_size,
+            on_delivered=lambda events: self.metrics.observe_events("billing", events),
+        )
+        self._flags.start()
+        self._billing.start()
+        self._turns = (
+            SinkWriter(self.turn_sink, "turns", self.config.sink_queue_size) if self.turn_sink else None
+        )
+        if self._turns is not None:
+            self._turns.start()
+        self._monitor_q: asyncio.Queue[_MonitorJob] = asyncio.Queue(self.config.monitor_queue_size)
+        self._post_q: asyncio.Queue[_PostJob] = asyncio.Queue(self.config.post_queue_size)
+        self._tasks = [
+            asyncio.create_task(self._consume(self._monitor_q, self._run_monitor), name="lane:monitor"),
+            asyncio.create_task(self._consume(self._post_q, self._run_post), name="lane:post"),
+        ]
+        self._state = "running"
+
+    async def aclose(self) -> dict[str, int]:
+        """Drain the lanes, then the sinks; returns how many events were left undelivered."""
+        if self._state in ("closing", "closed"):
+            return {}
+        if self._state == "new":
+            self._state = "closed"
+            return {}
+        self._state = "closing"
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        for q in (self._monitor_q, self._post_q):
+            try:
+                await asyncio.wait_for(q.join(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                log.error("lane queue not drained at shutdown: %d jobs left", q.qsize())
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        # Post-inference jobs still queued at the deadline keep their billing event.
+        while not self._post_q.empty():
+            self.undelivered.append(self._billing_event(self._post_q.get_nowait(), 0.0))
+        remaining = max(0.0, deadline - time.monotonic())
+        writers = {"flags": self._flags, "billing": self._billing}
+        if self._turns is not None:
+            writers["turns"] = self._turns
+        left = {}
+        for name, writer in writers.items():
+            events = await writer.aclose(remaining)
+            self.undelivered.extend(events)
+            left[name] = len(events)
+        left["billing"] = sum(isinstance(e, BillingEvent) for e in self.undelivered)
+        if self.recorder is not None:
+            left["recordings"] = await self.recorder.aclose(max(0.0, deadline - time.monotonic()))
+        if self._own_limiter:
+            self._limiter.close()
+        self._state = "closed"
+        return left
+
+    async def drain(self, timeout_s: float | None = None) -> None:
+        """Wait until every job queued so far (monitor, post-inference) is done and its
+        events are delivered to the sinks; the stage keeps running."""
+        self._require_running()
+
+        async def drained() -> None:
+            await self._monitor_q.join()
+            await self._post_q.join()
+            await self._monitor_q.join()  # output-only jobs queued meanwhile
+            for writer in (self._flags, self._billing, self._turns):
+                if writer is not None:
+                    await writer.flush()
+
+        await asyncio.wait_for(drained(), timeout_s if timeout_s is not None else self.config.drain_timeout_s)
+
+    def _require_running(self) -> None:
+        if self._state != "running":
+            raise LaneClosed(f"safety stage is {self._state}")
+
+    @property
+    def queue_depths(self) -> dict[str, int]:
+        if self._state == "new":
+            return {}
+        depths = {
+            "monitor": self._monitor_q.qsize(),
+            "post": self._post_q.qsize(),
+            "flags": self._flags.depth,
+            "billing": self._billing.depth,
+        }
+        if self._turns is not None:
+            depths["turns"] = self._turns.depth
+        return depths
+
+    @property
+    def stores(self) -> dict[tuple[str, str], ConversationStore]:
+        """(lane, tenant) -> store."""
+        return {key: tracker.store for key, tracker in self._trackers.items()}
+
+    # -- gate lane -------------------------------------------------------------------
+
+    async def check_turn(
+        self,
+        response_id: str,
+        new_items: Sequence[Item],
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> GateResult:
+        """Gate a turn that continues `previous_response_id` (stateful clients)."""
+        self._require_running()
+        gate = self.gate_tracker(tenant)
+        if self.config.rescore_history:
+            gate.store.snapshots.clear()
+        with lane_span("gate", response_id=response_id, tenant=tenant, items=len(new_items)):
+            tracked = await self._limiter.run(
+                gate.score_turn, response_id, new_items, previous_response_id, conversation_id
+            )
+        return await self._gate(tenant, tracked, new_items, None, previous_response_id)
+
+    async def check_history(
+        self,
+        response_id: str,
+        items: Sequence[Item],
+        conversation_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> GateResult:
+        """Gate a turn from a client that resent its whole history (stateless clients)."""
+        self._require_running()
+        gate = self.gate_tracker(tenant)
+        if self.config.rescore_history:
+            gate.store.snapshots.clear()
+        with lane_span("gate", response_id=response_id, tenant=tenant, items=len(items)):
+            tracked = await self._limiter.run(gate.score_history, response_id, items, conversation_id)
+        return await self._gate(tenant, tracked, None, items, None)
+
+    async def _gate(
+        self,
+        tenant: str,
+        tracked: TrackedTurn,
+        new_items: Sequence[Item] | None,
+        history: Sequence[Item] | None,
+        previous_response_id: str | None,
+    ) -> GateResult:
+        rec = tracked.record
+        verdict = self.gate_scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        self.metrics.observe_turn("gate", verdict)
+        earlier = self._monitor_flags.get((tenant, rec.conversation_id)) or frozenset()
+        blocked_categories = [c for c in verdict.flagged_categories if self._blocks(c)]
+        blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self._blocks(c))
+        result = GateResult(
+            tenant=tenant,
+            response_id=rec.response_id,
+            conversation_id=rec.conversation_id,
+            verdict=verdict,
+            blocked=bool(blocked_categories),
+            blocked_categories=blocked_categories,
+        )
+        if verdict.flagged_categories:
+            event = FlagEvent.build(
+                conversation_id=rec.conversation_id,
+                response_id=rec.response_id,
+                lane="gate",
+                decision="block" if result.blocked else "flag",
+                categories=verdict.flagged_categories,
+                scores=verdict.category_scores,
+                classifier_versions=self.gate_scorer.versions,
+                tenant=tenant,
+            )
+            await self._flags.put(event)
+            await self._record_flag(event, tenant)
+        own = [c for c in verdict.flagged_categories if self._blocks(c) and c in self.config.probe_categories]
+        if own:
+            await self._count_blocked_turn(tenant, rec.conversation_id, rec.response_id, own, verdict)
+        if self._turns is not None:
+            await self._turns.put(
+                TurnEvent.build(
+                    conversation_id=rec.conversation_id,
+                    response_id=rec.response_id,
+                    previous_response_id=previous_response_id,
+                    items=[i.to_wire() for i in _turn_delta(rec, new_items, history)],
+                    full_history=history is not None,
+                    tenant=tenant,
+                )
+            )
+        elif self.monitor_scorer is not None and self.queue_monitor:
+            await self._monitor_q.put(
+                _MonitorJob(
+                    tenant, rec.response_id, rec.conversation_id, new_items, history, previous_response_id
+                )
+            )
+        return result
+
+    async def _count_blocked_turn(
+        self,
+        tenant: str,
+        conversation_id: str,
+        response_id: str,
+        categories: Sequence[str],
+        verdict: TurnVerdict,
+    ) -> None:
+        """Count a turn blocked on its own content; at `block_limit`, refuse the conversation."""
+        limit = self.config.block_limit
+        if limit is None:
+            return
+        key = (tenant, conversation_id)
+        count, seen = self._blocked_turns.get(key) or (0, frozenset())
+        count, seen = count + 1, seen | set(categories)
+        self._blocked_turns.put(key, (count, seen))
+        if count != limit:
+            return
+        log.warning("conversation %s: %d turns blocked, refusing the rest of it", conversation_id, count)
+        self.mark_flagged(conversation_id, sorted(seen), tenant)
+        event = FlagEvent.build(
+            conversation_id=conversation_id,
+            response_id=response_id,
+            lane="gate",
+            decision="block",
+            categories=sorted(seen),
+            scores=verdict.category_scores,
+            classifier_versions=self.gate_scorer.versions,
+            reason="repeated_blocks",
+            tenant=tenant,
+        )
+        await self._flags.put(event)
+        await self._record_flag(event, tenant)
+
+    def mark_flagged(
+        self, conversation_id: str, categories: Sequence[str], tenant: str = DEFAULT_TENANT
+    ) -> None:
+        """Refuse the conversation's later turns in `categories` (those whose action is block):
+        monitor-lane flags, local or from remote workers, and repeated blocks."""
+        key = (tenant, conversation_id)
+        self._monitor_flags.put(key, (self._monitor_flags.get(key) or frozenset()) | set(categories))
+
+    def _blocks(self, category: str) -> bool:
+        cp = self.policy.categories.get(category)
+        return cp is not None and cp.action == "block"
+
+    # -- monitor lane ----------------------------------------------------------------
+
+    async def _consume(self, queue: asyncio.Queue[Any], handler: Any) -> None:
+        while True:
+            job = await queue.get()
+            try:
+                await handler(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lane job failed: %r", job)
+            finally:
+                queue.task_done()
+
+    async def _run_monitor(self, job: _MonitorJob) -> None:
+        with lane_span("monitor", response_id=job.response_id, tenant=job.tenant):
+            await self._monitor(job)
+
+    async def monitor_turn(self, gate: GateResult, history: Sequence[Item]) -> TurnVerdict | None:
+        """Run the monitor lane on one turn now and return its verdict (None when the
+        stage has no monitor classifiers), for callers that built the stage with
+        `queue_monitor=False`. `history` is the turn's whole history: only what the
+        monitor lane has not scored of it is folded. Flags go where the queued lane's go
+        (flag sink, recording, metrics) and are enforced on the next turn."""
+        self._require_running()
+        if self.monitor_scorer is None:
+            return None
+        job = _MonitorJob(gate.tenant, gate.response_id, gate.conversation_id, None, history, None)
+        with lane_span("monitor", response_id=job.response_id, tenant=job.tenant):
+            return await self._monitor(job)
+
+    async def _monitor(self, job: _MonitorJob) -> TurnVerdict | None:
+        monitor = self.monitor_tracker(job.tenant)
+        assert monitor is not None and self.monitor_step is not None
+        if job.output_only:
+            # Queued after the turn's own job: its record exists; the next turn folds it.
+            monitor.append_output(job.response_id, job.items or ())
+            return None
+        if job.history is not None:
+            tracked = await self._limiter.run(
+                monitor.score_history, job.response_id, job.history, job.conversation_id
+            )
+        else:
+            tracked = await self._limiter.run(
+                monitor.score_turn,
+                job.response_id,
+                job.items,
+                job.previous_response_id,
+                job.conversation_id,
+            )
+        outcome = self.monitor_step.judge(
+            tracked.fold,
+            conversation_id=job.conversation_id,
+            response_id=job.response_id,
+            tenant=job.tenant,
+            prior=tracked.rebuild,
+        )
+        self.metrics.observe_turn("monitor", outcome.verdict)
+        if outcome.flag is not None:
+            self.mark_flagged(job.conversation_id, outcome.verdict.flagged_categories, job.tenant)
+            await self._flags.put(outcome.flag)
+            await self._record_flag(outcome.flag, job.tenant)
+        return outcome.verdict
+
+    async def _record_flag(self, event: FlagEvent, tenant: str) -> None:
+        """Queue the flagged conversation for the recorder (off the response path).
+
+        The history comes from the gate lane's record of the flagged response: it holds
+        the model's outputs of earlier turns too (the monitor lane's store does not)."""
+        if self.recorder is None:
+            return
+        try:
+            record = self.gate_tracker(tenant).record(event.response_id)
+        except PreviousResponseNotFound:
+            log.warning("flag %s not recorded: response %s evicted", event.event_id, event.response_id)
+            return
+        await self.recorder.submit(event, record, tenant)
+
+    async def flag_output(
+        self, gate: GateResult, categories: list[str], scores: dict[str, float]
+    ) -> FlagEvent:
+        """A flag on the model's output.
+
+        Raised while the output streams (the gateway's `OutputStreamScorer`), and again
+        when the post-inference lane scores it whole, which also records it: only then
+        is the output part of the conversation's record. The two share an event id when
+        they name the same categories, so consumers drop the second."""
+        event = FlagEvent.build(
+            conversation_id=gate.conversation_id,
+            response_id=gate.response_id,
+            lane="output",
+            decision="flag",
+            categories=categories,
+            scores=scores,
+            classifier_versions=self.gate_scorer.versions,
+            tenant=gate.tenant,
+        )
+        await self._flags.put(event)
+        return event
+
+    # -- post-inference lane ---------------------------------------------------------
+
+    async def append_output(self, gate: GateResult, output: Sequence[Item]) -> None:
+        """Make the model's output part of the conversation's history, before the
+        response is returned (so an immediate continuation sees it); scoring it is
+        post-inference work (`complete_turn`)."""
+        self._require_running()
+        self.gate_tracker(gate.tenant).append_output(gate.response_id, output)
+        if self.monitor_scorer is not None and self._turns is None and self.queue_monitor:
+            await self._monitor_q.put(
+                _MonitorJob(gate.tenant, gate.response_id, gate.conversation_id, output, None, None, True)
+            )
+
+    async def complete_turn(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
+        """Queue output scoring and the billing event; returns without waiting for them.
+
+        Appends `output` to the history first unless `append_output` already did."""
+        self._require_running()
+        if output and self.gate_tracker(gate.tenant).record(gate.response_id).outputs == 0:
+            await self.append_output(gate, output)
+        await self._post_q.put(_PostJob(gate, output, usage))
+
+    async def _run_post(self, job: _PostJob) -> None:
+        with lane_span("post_inference", response_id=job.gate.response_id, tenant=job.gate.tenant):
+            await self._post(job)
+
+    async def _post(self, job: _PostJob) -> None:
+        gate = job.gate
+        output_ms = 0.0
+        try:
+            tracker = self.gate_tracker(gate.tenant)
+            tracked = await self._limiter.run(tracker.score_pending, gate.response_id)
+            output_ms = sum(tracked.fold.latency_ms.values())
+            verdict = self.gate_scorer.verdict(tracked.fold)
+            self.metrics.observe_turn("output", verdict)
+            new = [c for c in verdict.flagged_categories if c not in gate.verdict.flagged_categories]
+            if new:
+                event = await self.flag_output(gate, new, verdict.category_scores)
+                await self._record_flag(event, gate.tenant)
+        finally:
+            # Billing is emitted even when output scoring failed: usage must never be lost.
+            await self._billing.put(self._billing_event(job, output_ms))
+
+    @staticmethod
+    def _billing_event(job: _PostJob, output_ms: float) -> BillingEvent:
+        gate = job.gate
+        return BillingEvent.build(
+            conversation_id=gate.conversation_id,
+            response_id=gate.response_id,
+            input_tokens=job.usage.input_tokens,
+            cached_input_tokens=job.usage.cached_input_tokens,
+            output_tokens=job.usage.output_tokens,
+            classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
+            tenant=gate.tenant,
+        )
+
+
+def _turn_delta(rec: Any, new_items: Sequence[Item] | None, history: Sequence[Item] | None) -> Sequence[Item]:
+    """What a remote monitor worker has not seen of a conversation: the previous
+    response's output, then this turn's new items (or a resent full history)."""
+    if history is not None:
+        return history
+    parent = rec.parent
+    return [*(parent.output_items if parent is not None else ()), *(new_items or ())]

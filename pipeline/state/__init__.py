@@ -1,0 +1,1 @@
+"""Conversation state and scoring: snapshots, the hash chain, the store, the policy."""

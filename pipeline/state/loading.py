@@ -1,0 +1,25 @@
+"""Building a ready-to-use `Scorer`: classifiers loaded once, with the policy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers
+from deltaguard.models import MODELS_DIR
+from deltaguard.state.policy import Policy
+from deltaguard.state.scoring import Scorer
+
+
+def build_scorer(
+    names: tuple[str, ...] = DEFAULT_NAMES,
+    models_dir: Path = MODELS_DIR,
+    policy: Policy | None = None,
+    thresholds: Mapping[str, float] | None = None,
+) -> Scorer:
+    """Load the classifiers (scores on the 0.5-threshold scale, see classifiers/scaled.py)
+    with the default policy, or `policy`; `thresholds` override it per category."""
+    policy = policy or Policy()
+    if thresholds:
+        policy = policy.with_thresholds(thresholds)
+    return Scorer(load_classifiers(names, models_dir), policy)

@@ -1,0 +1,103 @@
+"""Decision policy: per-category thresholds and actions.
+
+A category is *flagged* for a conversation once its conversation-level score reaches
+its threshold. A turn is *blocked* when a flagged category's action is `block`.
+
+A policy file (`--policy FILE`) overrides the defaults per category and per field:
+
+    {"categories": {"pii": {"action": "block"}, "prompt_injection": {"threshold": 0.6}}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from deltaguard.classifiers.base import CATEGORIES
+from deltaguard.errors import PolicyError
+
+Decision = Literal["allow", "flag", "block"]
+
+
+class CategoryPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    action: Literal["block", "flag"] = "flag"
+
+
+def _default_categories() -> dict[str, CategoryPolicy]:
+    return {
+        "prompt_injection": CategoryPolicy(threshold=0.5, action="block"),
+        "jailbreak": CategoryPolicy(threshold=0.5, action="block"),
+        "toxicity": CategoryPolicy(threshold=0.5, action="flag"),
+        "pii": CategoryPolicy(threshold=0.5, action="flag"),
+        "secrets": CategoryPolicy(threshold=0.5, action="block"),
+    }
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    categories: dict[str, CategoryPolicy] = Field(default_factory=_default_categories)
+
+    def with_thresholds(self, thresholds: Mapping[str, float]) -> Policy:
+        """A copy whose thresholds for the given categories are replaced."""
+        cats = {name: cp.model_copy() for name, cp in self.categories.items()}
+        for name, value in thresholds.items():
+            cats[name] = (cats.get(name) or CategoryPolicy()).model_copy(update={"threshold": value})
+        return self.model_copy(update={"categories": cats})
+
+    def threshold(self, category: str) -> float:
+        cp = self.categories.get(category)
+        return cp.threshold if cp else 0.5
+
+    def flagged(self, scores: Mapping[str, float]) -> list[str]:
+        return [c for c in ordered_categories(scores) if scores[c] >= self.threshold(c)]
+
+    def decide(self, scores: Mapping[str, float]) -> tuple[Decision, list[str]]:
+        """Decision and flagged categories from conversation-level scores.
+
+        It depends on the history only, never on how it was cut into turns: the whole
+        history is the upstream model's prompt, so an injection or a secret anywhere in
+        it is sent again with every later turn, and a block category keeps blocking.
+        """
+        flagged = self.flagged(scores)
+        if any(self.categories[c].action == "block" for c in flagged if c in self.categories):
+            return "block", flagged
+        return ("flag" if flagged else "allow"), flagged
+
+
+def load_policy(path: Path) -> Policy:
+    """The default policy with a policy file's categories and fields laid over it;
+    a file that cannot be used raises `PolicyError` naming the file and the field."""
+    try:
+        raw: Any = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"{path}: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("categories", {}), dict):
+        raise PolicyError(f'{path}: expected {{"categories": {{CATEGORY: {{"threshold": T, "action": A}}}}}}')
+    if set(raw) - {"categories"}:
+        raise PolicyError(f"{path}: unknown field(s) {sorted(set(raw) - {'categories'})}")
+    cats = _default_categories()
+    for name, fields in raw.get("categories", {}).items():
+        base = cats.get(name, CategoryPolicy()).model_dump()
+        try:
+            if not isinstance(fields, dict):
+                raise PolicyError(f"{path}: categories.{name}: expected an object")
+            cats[name] = CategoryPolicy.model_validate({**base, **fields})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in ("categories", name, *err["loc"]))
+            raise PolicyError(f"{path}: {where}: {err['msg']}") from exc
+    return Policy(categories=cats)
+
+
+def ordered_categories(scores: Mapping[str, float]) -> list[str]:
+    """Taxonomy order first, then any extra categories in sorted order."""
+    known = [c for c in CATEGORIES if c in scores]
+    return known + sorted(c for c in scores if c not in CATEGORIES)

@@ -1,0 +1,223 @@
+"""Folding a set of classifiers over items, and the per-turn verdict.
+
+A `Snapshot` is every classifier's state after some prefix of a conversation, keyed by
+the hash chain over that prefix. `Scorer.fold(snapshot, items)` scores only `items` and
+returns the next snapshot; `Scorer.verdict` turns a fold into a `TurnVerdict`. Full
+mode is the same fold started from `Scorer.empty()` over the whole history, which is
+why delta mode can be proven equal to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from deltaguard.classifiers.base import CATEGORIES, Classifier, Finding, Scores, State
+from deltaguard.items import Item
+from deltaguard.state.policy import Decision, Policy
+
+CHAIN_ROOT = hashlib.sha256(b"deltaguard/items/v1").digest()
+
+
+def chain_step(chain: bytes, item: Item) -> bytes:
+    return hashlib.sha256(chain + item.digest).digest()
+
+
+def chain_of(items: Sequence[Item], start: bytes = CHAIN_ROOT) -> list[bytes]:
+    """The chain value after each item (len(items) values)."""
+    out = []
+    chain = start
+    for item in items:
+        chain = chain_step(chain, item)
+        out.append(chain)
+    return out
+
+
+def longest_prefix(
+    chains: Sequence[bytes], lookup: Callable[[bytes], Snapshot | None]
+) -> tuple[int, Snapshot | None]:
+    """Resume from the longest scored prefix of a resent history.
+
+    `chains` is `chain_of(history)`; `lookup` maps a chain value to the snapshot taken
+    there, if any. Returns (the prefix's length, its snapshot), or (0, None)."""
+    for k in range(len(chains), 0, -1):
+        snapshot = lookup(chains[k - 1])
+        if snapshot is not None:
+            return k, snapshot
+    return 0, None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Classifier states after the first `length` items of a conversation.
+
+    Immutable: forks share it, and folding builds a new one (copy-on-write).
+    """
+
+    chain: bytes
+    length: int
+    states: Mapping[str, State]
+    classifier_scores: Mapping[str, Scores]  # each classifier's conversation-level scores
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-compatible form (for changelog tables and spools)."""
+        return {
+            "chain": self.chain.hex(),
+            "length": self.length,
+            "states": dict(self.states),
+            "classifier_scores": dict(self.classifier_scores),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Snapshot:
+        return cls(
+            chain=bytes.fromhex(obj["chain"]),
+            length=int(obj["length"]),
+            states=MappingProxyType(dict(obj["states"])),
+            classifier_scores=MappingProxyType(dict(obj["classifier_scores"])),
+        )
+
+    @property
+    def scores(self) -> Scores:
+        """Conversation-level scores, the max over classifiers, every category present."""
+        out = {cat: 0.0 for cat in CATEGORIES}
+        for row in self.classifier_scores.values():
+            for cat, value in row.items():
+                if value > out.get(cat, 0.0):
+                    out[cat] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """What folding some items produced: the next snapshot and how it got there."""
+
+    before: Snapshot
+    after: Snapshot
+    item_scores: list[Scores]  # merged over classifiers, one per item folded
+    tokens: dict[str, int]  # per classifier
+    latency_ms: dict[str, float]  # per classifier
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnVerdict:
+    decision: Decision
+    category_scores: dict[str, float]
+    flagged_categories: list[str]
+    latency_ms: dict[str, float]  # "total" plus one entry per classifier
+    tokens_scored: int
+    findings: list[Finding]
+
+
+class Scorer:
+    """A fixed, loaded set of classifiers folded together.
+
+    >>> from deltaguard.classifiers.secrets import SecretsClassifier
+    >>> from deltaguard.parsing import parse_item
+    >>> scorer = Scorer([SecretsClassifier()])
+    >>> fold = scorer.fold(scorer.empty(), [parse_item({"role": "user", "content": "hi"})])
+    >>> fold.after.length
+    1
+    """
+
+    def __init__(self, classifiers: Sequence[Classifier], policy: Policy | None = None) -> None:
+        names = [c.name for c in classifiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"classifier names must be unique, got {names}")
+        self.classifiers = list(classifiers)
+        self.policy = policy or Policy()
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return {c.name: c.version for c in self.classifiers}
+
+    def empty(self) -> Snapshot:
+        return Snapshot(
+            chain=CHAIN_ROOT,
+            length=0,
+            states=MappingProxyType({c.name: c.initial_state() for c in self.classifiers}),
+            classifier_scores=MappingProxyType({c.name: {} for c in self.classifiers}),
+        )
+
+    def fold(
+        self,
+        snapshot: Snapshot,
+        items: Sequence[Item],
+        classifiers: Sequence[Classifier] | None = None,
+        chains: Sequence[bytes] | None = None,
+    ) -> Fold:
+        """Score `items` after `snapshot`; classifiers not in `classifiers` keep their state."""
+        active = self.classifiers if classifiers is None else classifiers
+        states = dict(snapshot.states)
+        clf_scores = dict(snapshot.classifier_scores)
+        item_scores: list[Scores] = [{} for _ in items]
+        tokens: dict[str, int] = {}
+        latency: dict[str, float] = {}
+        findings: list[Finding] = []
+        for clf in active:
+            t0 = time.perf_counter()
+            upd = clf.update(snapshot.states[clf.name], items)
+            latency[clf.name] = (time.perf_counter() - t0) * 1000.0
+            states[clf.name] = upd.state
+            tokens[clf.name] = upd.tokens
+            findings.extend(upd.findings)
+            for row, clf_row in zip(item_scores, upd.item_scores, strict=True):
+                for cat, value in clf_row.items():
+                    if value > row.get(cat, 0.0):
+                        row[cat] = value
+            clf_scores[clf.name] = upd.scores
+        if chains is None:
+            chains = chain_of(items, snapshot.chain)
+        after = Snapshot(
+            chain=chains[-1] if items else snapshot.chain,
+            length=snapshot.length + len(items),
+            states=MappingProxyType(states),
+            classifier_scores=MappingProxyType(clf_scores),
+        )
+        return Fold(snapshot, after, item_scores, tokens, latency, findings)
+
+    def verdict(self, fold: Fold, prior: Fold | None = None) -> TurnVerdict:
+        """The verdict of the conversation as of the end of `fold`.
+
+        `prior` is work done for the same turn before `fold` (full mode's rescoring of
+        the history, or a rebuild): its latency and tokens count in the turn's cost.
+        """
+        after = fold.after.scores
+        decision, flagged = self.policy.decide(after)
+        latency = dict(fold.latency_ms)
+        tokens = dict(fold.tokens)
+        if prior is not None:
+            for name, ms in prior.latency_ms.items():
+                latency[name] = latency.get(name, 0.0) + ms
+            for name, n in prior.tokens.items():
+                tokens[name] = tokens.get(name, 0) + n
+        return TurnVerdict(
+            decision=decision,
+            category_scores=after,
+            flagged_categories=flagged,
+            latency_ms={"total": sum(latency.values()), **latency},
+            tokens_scored=max(tokens.values(), default=0),
+            findings=fold.findings,
+        )
+
+
+def turn_json(index: int, verdict: TurnVerdict) -> dict[str, Any]:
+    """One turn of `replay --json` (docs/contract.md section 2)."""
+    out: dict[str, Any] = {
+        "index": index,
+        "decision": verdict.decision,
+        "category_scores": verdict.category_scores,
+        "flagged_categories": verdict.flagged_categories,
+        "latency_ms": {name: round(ms, 4) for name, ms in verdict.latency_ms.items()},
+        "tokens_scored": verdict.tokens_scored,
+    }
+    if verdict.findings:
+        out["findings"] = [
+            {"category": f.category, "kind": f.kind, "preview": f.preview} for f in verdict.findings
+        ]
+    return out

@@ -1,0 +1,324 @@
+"""Conversation state: response records, snapshots, prefix matching, eviction, rebuild.
+
+Two bounded LRU+TTL maps:
+
+- responses: response id -> `ResponseRecord` (the items that response added, a link to
+  its parent record, and the chain value after each item). Records link to their parent
+  object, not its id, so evicting an id never cuts a descendant off its history; a
+  conversation's history lives as long as some descendant is indexed.
+- snapshots: chain value -> `Snapshot` (every classifier's state after that prefix).
+  Snapshots are the cache; records are what lets a continuation be rebuilt when its
+  snapshot was evicted.
+
+`ConversationTracker.resume` finds the longest prefix of a history that has a snapshot
+(walking back from its end) and folds only what follows. Forks come for free: snapshots
+and records are immutable, so two children of one parent share it (copy-on-write).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from deltaguard import defaults
+from deltaguard.errors import PreviousResponseNotFound
+from deltaguard.items import Item
+from deltaguard.state.scoring import CHAIN_ROOT, Fold, Scorer, Snapshot, chain_of, longest_prefix
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LruTtlMap(Generic[K, V]):
+    """A bounded map: least recently used entries go first, entries expire after `ttl_s`."""
+
+    def __init__(self, max_entries: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be at least 1")
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._data: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self.evictions = 0
+        self.expirations = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: K) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: K) -> V | None:
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        stamp, value = entry
+        if self._clock() - stamp > self.ttl_s:
+            del self._data[key]
+            self.expirations += 1
+            return None
+        self._data[key] = (self._clock(), value)
+        self._data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = (self._clock(), value)
+        self._data.move_to_end(key)
+        while len(self._data) > self.max_entries:
+            self._data.popitem(last=False)
+            self.evictions += 1
+
+    def discard(self, key: K) -> None:
+        self._data.pop(key, None)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ResponseRecord:
+    """The items one response added to a conversation (its new input, then its output)."""
+
+    response_id: str
+    conversation_id: str  # the first response's id, unless the client named it
+    parent: ResponseRecord | None
+    items: tuple[Item, ...]
+    chains: tuple[bytes, ...]  # chain value after each of `items`
+    length: int  # items in the whole history up to and including these
+    outputs: int = 0  # how many of `items`, at the end, are the model's output
+
+    @property
+    def output_items(self) -> tuple[Item, ...]:
+        return self.items[len(self.items) - self.outputs :]
+
+    @property
+    def chain(self) -> bytes:
+        if self.chains:
+            return self.chains[-1]
+        return self.parent.chain if self.parent else CHAIN_ROOT
+
+    def history(self) -> list[Item]:
+        segments = []
+        node: ResponseRecord | None = self
+        while node is not None:
+            segments.append(node.items)
+            node = node.parent
+        return [item for seg in reversed(segments) for item in seg]
+
+    def positions(self) -> Iterator[tuple[ResponseRecord, int]]:
+        """(record, index) of every history item, newest first."""
+        node: ResponseRecord | None = self
+        while node is not None:
+            for i in range(len(node.items) - 1, -1, -1):
+                yield node, i
+            node = node.parent
+
+
+@dataclass
+class StoreStats:
+    hits: int = 0  # a cached snapshot covered the known history (or a resent prefix)
+    misses: int = 0  # a resent history with no cached prefix: folded from empty
+    rebuilds: int = 0  # a known continuation whose snapshot was evicted: refolded
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    max_responses: int = defaults.MAX_RESPONSES
+    max_snapshots: int = defaults.MAX_SNAPSHOTS
+    ttl_s: float = defaults.STATE_TTL_S
+
+
+@dataclass
+class ConversationStore:
+    """Bounded response records and snapshots (see module docstring)."""
+
+    limits: StoreLimits = field(default_factory=StoreLimits)
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self.responses: LruTtlMap[str, ResponseRecord] = LruTtlMap(
+            self.limits.max_responses, self.limits.ttl_s, self.clock
+        )
+        self.snapshots: LruTtlMap[bytes, Snapshot] = LruTtlMap(
+            self.limits.max_snapshots, self.limits.ttl_s, self.clock
+        )
+        self.stats = StoreStats()
+
+    def record(self, response_id: str) -> ResponseRecord:
+        rec = self.responses.get(response_id)
+        if rec is None:
+            raise PreviousResponseNotFound(response_id)
+        return rec
+
+    def add_record(
+        self,
+        response_id: str,
+        parent: ResponseRecord | None,
+        items: Sequence[Item],
+        chains: Sequence[bytes] | None = None,
+        conversation_id: str | None = None,
+    ) -> ResponseRecord:
+        start = parent.chain if parent else CHAIN_ROOT
+        if conversation_id is None:
+            conversation_id = parent.conversation_id if parent else response_id
+        rec = ResponseRecord(
+            response_id=response_id,
+            conversation_id=conversation_id,
+            parent=parent,
+            items=tuple(items),
+            chains=tuple(chains if chains is not None else chain_of(items, start)),
+            length=(parent.length if parent else 0) + len(items),
+        )
+        self.responses.put(response_id, rec)
+        return rec
+
+    def extend_record(self, response_id: str, items: Sequence[Item]) -> ResponseRecord:
+        """Append items (the model's output) to a response, keeping its id."""
+        rec = self.record(response_id)
+        new = ResponseRecord(
+            response_id=response_id,
+            conversation_id=rec.conversation_id,
+            parent=rec.parent,
+            items=rec.items + tuple(items),
+            chains=rec.chains + tuple(chain_of(items, rec.chain)),
+            length=rec.length + len(items),
+            outputs=rec.outputs + len(items),
+        )
+        self.responses.put(response_id, new)
+        return new
+
+    def put_snapshot(self, snapshot: Snapshot) -> None:
+        self.snapshots.put(snapshot.chain, snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackedTurn:
+    """The outcome of scoring one turn: the fold of its new items, and any rebuild."""
+
+    fold: Fold
+    record: ResponseRecord
+    rebuild: Fold | None = None  # history refolded because its snapshot was evicted
+
+
+class ConversationTracker:
+    """Scores conversations delta-only on top of a `ConversationStore`.
+
+    Thread-safe: store lookups and updates happen under one lock; classifier folds,
+    which are pure, run outside it, so turns of different conversations score in
+    parallel.
+    """
+
+    def __init__(self, scorer: Scorer, store: ConversationStore | None = None) -> None:
+        self.scorer = scorer
+        self.store = store or ConversationStore()
+        self._lock = threading.Lock()
+
+    def _snapshot_at(self, rec: ResponseRecord | None) -> tuple[Snapshot, Fold | None]:
+        """The snapshot at the end of `rec`'s history, rebuilt from history if evicted.
+
+        Walks back to the newest cached snapshot in the history and folds what follows
+        (from the empty state when none is cached). The result is cached again.
+        """
+        if rec is None:
+            return self.scorer.empty(), None
+        pending: list[Item] = []
+        pending_chains: list[bytes] = []
+        with self._lock:
+            snapshots = self.store.snapshots
+            base = snapshots.get(rec.chain)
+            if base is not None:
+                self.store.stats.hits += 1
+                return base, None
+            for node, i in rec.positions():
+                base = snapshots.get(node.chains[i])
+                if base is not None:
+                    break
+                pending.append(node.items[i])
+                pending_chains.append(node.chains[i])
+            # Output appended after the turn was scored is expected to be pending;
+            # anything more means the snapshot had been evicted.
+            if len(pending) <= rec.outputs and base is not None:
+                self.store.stats.hits += 1
+            else:
+                self.store.stats.rebuilds += 1
+        if base is None:
+            base = self.scorer.empty()
+        pending.reverse()
+        pending_chains.reverse()
+        fold = self.scorer.fold(base, pending, chains=pending_chains)
+        with self._lock:
+            self.store.put_snapshot(fold.after)
+        return fold.after, fold
+
+    def record(self, response_id: str) -> ResponseRecord:
+        """The response's record; `PreviousResponseNotFound` when unknown or evicted."""
+        with self._lock:
+            return self.store.record(response_id)
+
+    def score_turn(
+        self,
+        response_id: str,
+        new_items: Sequence[Item],
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> TrackedTurn:
+        """Score a turn that continues `previous_response_id` with `new_items`.
+
+        Only `new_items` are scored when the previous response's snapshot is cached.
+        Raises `PreviousResponseNotFound` when the previous response is unknown or
+        its record expired, rather than scoring the turn without its history.
+        """
+        parent = self.record(previous_response_id) if previous_response_id else None
+        base, rebuild = self._snapshot_at(parent)
+        chains = chain_of(new_items, base.chain)
+        fold = self.scorer.fold(base, new_items, chains=chains)
+        with self._lock:
+            self.store.put_snapshot(fold.after)
+            rec = self.store.add_record(response_id, parent, new_items, chains, conversation_id)
+        return TrackedTurn(fold, rec, rebuild)
+
+    def append_output(self, response_id: str, output_items: Sequence[Item]) -> ResponseRecord:
+        """Append a response's output to its history, unscored (cheap: no classifier runs).
+
+        Done before the response is returned, so a continuation that arrives at once
+        already sees the output in its history; `score_pending` scores it later.
+        """
+        with self._lock:
+            return self.store.extend_record(response_id, output_items)
+
+    def score_pending(self, response_id: str) -> TrackedTurn:
+        """Score what the response's history has beyond its newest snapshot (its output)."""
+        rec = self.record(response_id)
+        base, fold = self._snapshot_at(rec)
+        return TrackedTurn(fold if fold is not None else self.scorer.fold(base, []), rec)
+
+    def score_output(self, response_id: str, output_items: Sequence[Item]) -> TrackedTurn:
+        """Append a response's output items to its history and score them."""
+        self.append_output(response_id, output_items)
+        return self.score_pending(response_id)
+
+    def score_history(
+        self, response_id: str, items: Sequence[Item], conversation_id: str | None = None
+    ) -> TrackedTurn:
+        """Score a full history resent by a stateless client: only the unseen suffix.
+
+        The longest prefix whose snapshot is cached is found through the hash chain.
+        """
+        chains = chain_of(items)
+        with self._lock:
+            k, base = longest_prefix(chains, self.store.snapshots.get)
+            if base is None:
+                self.store.stats.misses += 1
+            else:
+                self.store.stats.hits += 1
+        if base is None:
+            base = self.scorer.empty()
+        fold = self.scorer.fold(base, items[k:], chains=chains[k:])
+        with self._lock:
+            self.store.put_snapshot(fold.after)
+            rec = self.store.add_record(response_id, None, items, chains, conversation_id)
+        return TrackedTurn(fold, rec)

@@ -1,0 +1,1 @@
+"""Metrics and tracing of the lanes."""

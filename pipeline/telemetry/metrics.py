@@ -1,0 +1,149 @@
+"""Prometheus metrics for the pipeline (gateway and workers alike).
+
+`StageMetrics` is what lanes report to; `PrometheusMetrics` implements it on its own
+registry (so two apps in one process never share counters) and `NullMetrics` is the
+default when nothing scrapes. Names follow Prometheus conventions: base units in the
+name, `_total` on counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from deltaguard.events import Event, FlagEvent
+from deltaguard.state.scoring import TurnVerdict
+from deltaguard.state.store import ConversationStore
+
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+TOKEN_BUCKETS = (0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144)
+
+
+class StageMetrics(Protocol):
+    def observe_turn(self, lane: str, verdict: TurnVerdict) -> None: ...
+
+    def observe_events(self, sink: str, events: Sequence[Event]) -> None: ...
+
+
+class NullMetrics:
+    def observe_turn(self, lane: str, verdict: TurnVerdict) -> None:
+        return None
+
+    def observe_events(self, sink: str, events: Sequence[Event]) -> None:
+        return None
+
+
+class _StateCollector(Collector):
+    """Reads store statistics and queue depths at scrape time (no hot-path cost)."""
+
+    def __init__(
+        self,
+        stores: Callable[[], dict[tuple[str, str], ConversationStore]],
+        depths: Callable[[], dict[str, int]],
+    ):
+        self._stores = stores
+        self._depths = depths
+
+    def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        cache = CounterMetricFamily(
+            "deltaguard_state_cache",
+            "Conversation state lookups by lane, tenant and result",
+            labels=["lane", "tenant", "result"],
+        )
+        entries = GaugeMetricFamily(
+            "deltaguard_state_entries",
+            "Cached entries by lane, tenant and kind",
+            labels=["lane", "tenant", "kind"],
+        )
+        for (lane, tenant), store in list(self._stores().items()):
+            stats = store.stats
+            for result, value in (("hit", stats.hits), ("miss", stats.misses), ("rebuild", stats.rebuilds)):
+                cache.add_metric([lane, tenant, result], value)
+            entries.add_metric([lane, tenant, "snapshots"], len(store.snapshots))
+            entries.add_metric([lane, tenant, "responses"], len(store.responses))
+        depth = GaugeMetricFamily(
+            "deltaguard_queue_depth", "Jobs or events waiting, by queue", labels=["queue"]
+        )
+        for name, value in self._depths().items():
+            depth.add_metric([name], value)
+        yield cache
+        yield entries
+        yield depth
+
+
+class PrometheusMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.classifier_latency = Histogram(
+            "deltaguard_classifier_turn_latency_seconds",
+            "Per-classifier latency of one turn",
+            ["classifier", "lane"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.turn_latency = Histogram(
+            "deltaguard_lane_turn_latency_seconds",
+            "All classifiers of a lane for one turn",
+            ["lane"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter("deltaguard_tokens_scored", "Tokens scored", ["lane"], registry=r)
+        self.turn_tokens = Histogram(
+            "deltaguard_turn_tokens_scored",
+            "Tokens scored per turn",
+            ["lane"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "deltaguard_turns", "Turns by lane and decision", ["lane", "decision"], registry=r
+        )
+        self.flags = Counter("deltaguard_flags", "Flag events delivered", ["lane", "category"], registry=r)
+        self.billing = Counter("deltaguard_billing_events", "Billing events delivered", registry=r)
+        self.billing_lag = Histogram(
+            "deltaguard_billing_lag_seconds",
+            "From a response's completion to its billing event's delivery",
+            buckets=(*LATENCY_BUCKETS, 5.0, 10.0, 30.0),
+            registry=r,
+        )
+        self.requests = Counter(
+            "deltaguard_requests",
+            "Gateway requests by transport and outcome",
+            ["transport", "outcome"],
+            registry=r,
+        )
+
+    def watch(
+        self, stores: Callable[[], dict[str, ConversationStore]], depths: Callable[[], dict[str, int]]
+    ) -> None:
+        self.registry.register(_StateCollector(stores, depths))
+
+    def observe_turn(self, lane: str, verdict: TurnVerdict) -> None:
+        for name, ms in verdict.latency_ms.items():
+            if name == "total":
+                self.turn_latency.labels(lane).observe(ms / 1000.0)
+            else:
+                self.classifier_latency.labels(name, lane).observe(ms / 1000.0)
+        self.tokens.labels(lane).inc(verdict.tokens_scored)
+        self.turn_tokens.labels(lane).observe(verdict.tokens_scored)
+        self.decisions.labels(lane, verdict.decision).inc()
+
+    def observe_events(self, sink: str, events: Sequence[Event]) -> None:
+        now = time.time()
+        for event in events:
+            if isinstance(event, FlagEvent):
+                for cat in event.categories:
+                    self.flags.labels(event.lane, cat).inc()
+            elif sink == "billing":
+                self.billing.inc()
+                self.billing_lag.observe(max(0.0, now - event.created_at))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

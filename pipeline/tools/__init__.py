@@ -1,0 +1,1 @@
+"""Tools over the pipeline: replay, replay diffs, the benchmark, the demo."""

@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+import pytest
+
+from deltaguard.errors import LaneClosed
+from deltaguard.events import BillingEvent, FlagEvent
+from deltaguard.lanes.stage import SafetyStage, StageConfig, Usage
+from deltaguard.parsing import parse_item
+from deltaguard.sinks import MemorySink
+from deltaguard.state.scoring import Scorer
+from tests.support.toy import ItemCounter
+
+
+def user(text):
+    return parse_item({"role": "user", "content": text})
+
+
+def reply(text):
+    return [parse_item({"role": "assistant", "content": text})]
+
+
+class MonitorCounter(ItemCounter):
+    """A monitor-lane classifier that raises `toxicity` on 'RUDE'."""
+
+    categories = ("toxicity",)
+
+    def update(self, state, items):
+        upd = super().update(
+            state,
+            [parse_item({"role": "user", "content": "BOOM" if "RUDE" in i.text else ""}) for i in items],
+        )
+        rows = [{"toxicity": r["secrets"]} for r in upd.item_scores]
+        scores = {"toxicity": upd.scores.get("secrets", 0.0)}
+        return type(upd)(state=upd.state, item_scores=rows, scores=scores, tokens=upd.tokens)
+
+
+async def started(policy_block_toxicity=False, **kw):
+    scorer = Scorer([ItemCounter(), MonitorCounter("monitor", "monitor")])
+    if policy_block_toxicity:
+        scorer.policy.categories["toxicity"].action = "block"
+    flags, billing = MemorySink(), MemorySink()
+    stage = SafetyStage(
+        scorer, monitor=("monitor",), flag_sink=flags, billing_sink=billing, config=StageConfig(**kw)
+    )
+    await stage.start()
+    return stage, flags, billing
+
+
+async def test_gate_blocks_before_upstream_and_flags():
+    stage, flags, _ = await started()
+    ok = await stage.check_turn("r1", [user("hello")])
+    assert not ok.blocked and ok.verdict.decision == "allow"
+    bad = await stage.check_turn("r2", [user("BOOM")], "r1")
+    assert bad.blocked and bad.blocked_categories == ["secrets"]
+    await stage.aclose()
+    (event,) = flags.events
+    assert isinstance(event, FlagEvent) and event.lane == "gate" and event.decision == "block"
+    assert event.conversation_id == "r1" and event.response_id == "r2"
+
+
+async def test_monitor_flag_blocks_the_next_turn_when_policy_says_block():
+    stage, flags, _ = await started(policy_block_toxicity=True)
+    first = await stage.check_turn("r1", [user("you are RUDE")])
+    assert not first.blocked  # the monitor lane runs beside inference, not before it
+    await stage.drain(5)
+    second = await stage.check_turn("r2", [user("and now?")], "r1")
+    assert second.blocked and second.blocked_categories == ["toxicity"]
+    await stage.aclose()
+    assert [e.lane for e in flags.events] == ["monitor", "monitor"]
+
+
+async def test_monitor_flag_only_flags_by_default():
+    stage, flags, _ = await started()
+    await stage.check_turn("r1", [user("RUDE")])
+    await stage.drain(5)
+    nxt = await stage.check_turn("r2", [user("fine")], "r1")
+    assert not nxt.blocked
+    await stage.aclose()
+    assert flags.events and flags.events[0].categories == ["toxicity"]
+
+
+async def test_a_conversation_that_keeps_sending_blocked_turns_is_refused():
+    stage, flags, _ = await started(probe_categories=frozenset({"secrets"}))
+    assert not (await stage.check_turn("r1", [user("hello")])).blocked
+    # Rephrased attempts, each from the same accepted point: never in the history.
+    for n in range(3):
+        assert (await stage.check_turn(f"try{n}", [user(f"BOOM {n}")], "r1")).blocked
+    benign = await stage.check_turn("r2", [user("just a question")], "r1")
+    assert benign.blocked and benign.blocked_categories == ["secrets"]
+    # Another conversation is not affected.
+    assert not (await stage.check_turn("other", [user("hello")])).blocked
+    await stage.aclose()
+    lockout = [e for e in flags.events if e.reason == "repeated_blocks"]
+    assert len(lockout) == 1 and lockout[0].response_id == "try2" and lockout[0].decision == "block"
+    assert len({e.event_id for e in flags.events}) == len(flags.events) == 4
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"block_limit": None, "probe_categories": frozenset({"secrets"})}, {}],
+    ids=["limit off", "category not a probe by default"],
+)
+async def test_blocks_that_are_not_counted_never_refuse_the_conversation(config):
+    stage, _, _ = await started(**config)
+    await stage.check_turn("r1", [user("hello")])
+    for n in range(5):
+        assert (await stage.check_turn(f"try{n}", [user(f"BOOM {n}")], "r1")).blocked
+    assert not (await stage.check_turn("r2", [user("just a question")], "r1")).blocked
+    await stage.aclose()
+
+
+async def test_billing_is_emitted_after_completion_and_drained_on_close():
+    stage, flags, billing = await started()
+    prev = None
+    for i in range(50):
+        gate = await stage.check_turn(f"r{i}", [user(f"turn {i}")], prev)
+        await stage.complete_turn(gate, reply("a BOOM leak" if i == 3 else "ok"), Usage(10 * i, 5 * i, 3))
+        prev = f"r{i}"
+    left = await stage.aclose()
+    assert left == {"flags": 0, "billing": 0}
+    ids = [e.event_id for e in billing.events]
+    assert len(ids) == 50 == len(set(ids))
+    assert all(isinstance(e, BillingEvent) for e in billing.events)
+    assert billing.events[7].input_tokens == 70 and billing.events[7].cached_input_tokens == 35
+    assert any(e.lane == "output" and e.response_id == "r3" for e in flags.events)
+
+
+class FailingSink(MemorySink):
+    def __init__(self, failures):
+        super().__init__()
+        self.failures = failures
+
+    async def send(self, events):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("sink down")
+        await super().send(events)
+
+
+async def test_failing_sink_is_retried_and_loses_nothing():
+    scorer = Scorer([ItemCounter()])
+    billing = FailingSink(failures=3)
+    stage = SafetyStage(scorer, billing_sink=billing)
+    await stage.start()
+    for i in range(20):
+        gate = await stage.check_turn(f"r{i}", [user("x")])
+        await stage.complete_turn(gate, reply("ok"), Usage(1, 0, 1))
+    await stage.aclose()
+    assert len({e.event_id for e in billing.events}) == 20
+
+
+async def test_closed_stage_refuses_work():
+    stage, _, _ = await started()
+    await stage.aclose()
+    with pytest.raises(LaneClosed):
+        await stage.check_turn("r1", [user("hi")])
+
+
+def test_event_ids_are_stable():
+    a = BillingEvent.build(
+        conversation_id="c",
+        response_id="r",
+        input_tokens=1,
+        cached_input_tokens=0,
+        output_tokens=1,
+        classifier_ms=1.0,
+    )
+    b = BillingEvent.build(
+        conversation_id="c",
+        response_id="r",
+        input_tokens=1,
+        cached_input_tokens=0,
+        output_tokens=1,
+        classifier_ms=2.0,
+    )
+    assert a.event_id == b.event_id

@@ -1,0 +1,80 @@
+"""Decision policy: decisions from conversation-level scores, and policy files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deltaguard.cli import main
+from deltaguard.errors import PolicyError
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.server import scorer_for
+from deltaguard.state.policy import Policy, load_policy
+
+
+def test_a_block_category_blocks_and_a_flag_category_flags():
+    policy = Policy()
+    assert policy.decide({"pii": 0.7, "secrets": 0.1}) == ("flag", ["pii"])
+    assert policy.decide({"pii": 0.7, "secrets": 0.5}) == ("block", ["pii", "secrets"])
+    assert policy.decide({"pii": 0.49}) == ("allow", [])
+
+
+def write(tmp_path, obj, name="policy.json"):
+    path = tmp_path / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return path
+
+
+def test_a_policy_file_overrides_fields_and_keeps_the_rest(tmp_path):
+    path = write(tmp_path, {"categories": {"pii": {"action": "block"}, "jailbreak": {"threshold": 0.8}}})
+    policy = load_policy(path)
+    assert policy.categories["pii"].action == "block" and policy.categories["pii"].threshold == 0.5
+    assert (
+        policy.categories["jailbreak"].threshold == 0.8 and policy.categories["jailbreak"].action == "block"
+    )
+    assert policy.categories["secrets"] == Policy().categories["secrets"]
+    assert policy.decide({"pii": 0.6}) == ("block", ["pii"])
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "Expecting property name"),
+        ([], "expected"),
+        ({"categories": [], "x": 1}, "expected"),
+        ({"categories": {}, "rules": {}}, "unknown field(s) ['rules']"),
+        ({"categories": {"pii": "block"}}, "categories.pii: expected an object"),
+        (
+            {"categories": {"pii": {"action": "deny"}}},
+            "categories.pii.action: Input should be",
+        ),
+        ({"categories": {"pii": {"threshold": 2}}}, "categories.pii.threshold: Input should be less than"),
+        ({"categories": {"pii": {"colour": "red"}}}, "categories.pii.colour: Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_policy_file_names_the_file_and_the_field(tmp_path, content, message):
+    path = write(tmp_path, content)
+    with pytest.raises(PolicyError, match=str(path)) as info:
+        load_policy(path)
+    assert message in str(info.value)
+
+
+def test_replay_and_serve_take_a_policy_file(tmp_path, capsys):
+    path = write(tmp_path, {"categories": {"pii": {"action": "block"}}})
+    transcript = write(
+        tmp_path,
+        json.dumps(
+            {"id": "c", "turns": [{"input": [{"role": "user", "content": "mail jane.doe@corp-mail.com"}]}]}
+        )
+        + "\n",
+        "t.jsonl",
+    )
+    out = tmp_path / "out.json"
+    assert main(["replay", str(transcript), "--policy", str(path), "--json", str(out), "--no-progress"]) == 0
+    (turn,) = json.loads(out.read_text())["conversations"][0]["turns"]
+    assert turn["decision"] == "block" and turn["flagged_categories"] == ["pii"]
+    assert main(["replay", str(transcript), "--policy", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err
+    scorer = scorer_for(GatewayConfig(policy_path=str(path)))
+    assert scorer.policy.categories["pii"].action == "block"

@@ -1,0 +1,1 @@
+"""Test support: tansu brokers, worker processes, the LiteLLM proxy, free ports."""

@@ -1,0 +1,1 @@
+"""Training recipes: build-time only, never installed with the runtime."""

@@ -1,0 +1,56 @@
+"""Benign casual chat from chitchat-dataset, its non-reserved conversations only.
+
+DATA.md reserves the conversations whose 0-based position in the file's key order is
+divisible by 10; they are skipped before anything else is looked at. A message is one
+turn (a sender's consecutive utterances joined by newlines); some whole conversations are
+also kept as multi-turn transcripts. Every text of a conversation shares its group.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from .example import Example
+from .wheels import open_wheel
+
+PATH = "chitchat_dataset/dataset.json"
+MESSAGES = 8000
+MESSAGES_PER_CONVERSATION = 2
+TRANSCRIPTS = 600
+TRANSCRIPT_CHARS = 6000  # a few conversations run to ~100k characters: cut at a turn boundary
+MIN_CHARS = 12  # "hi", "lol" and the like teach nothing
+SEED = 99
+
+
+def eligible(keys: list[str]) -> list[str]:
+    return [k for i, k in enumerate(keys) if i % 10 != 0]
+
+
+def load_chitchat(cache: Path | str | None = None) -> list[Example]:
+    data = json.loads(open_wheel("chitchat-dataset", cache).read(PATH))
+    keys = eligible(list(data))
+    rng = random.Random(SEED)
+    order = rng.sample(keys, len(keys))
+    out: list[Example] = []
+    messages = 0
+    for n, k in enumerate(order):
+        turns = ["\n".join(u["text"] for u in turn).strip() for turn in data[k]["messages"]]
+        turns = [t for t in turns if t]
+        group = f"chitchat:{k}"
+        if n < TRANSCRIPTS:  # the first conversations of the shuffled order: whole transcripts
+            if len(turns) >= 2:
+                lines = [f"{'A' if i % 2 == 0 else 'B'}: {t}" for i, t in enumerate(turns)]
+                while len(lines) > 2 and sum(len(x) + 1 for x in lines) > TRANSCRIPT_CHARS:
+                    lines.pop()
+                text = "\n".join(lines)
+                out.append(Example(text, "benign", "chitchat", "conversation", "user", group))
+            continue
+        long_enough = [t for t in turns if len(t) >= MIN_CHARS]
+        for t in rng.sample(long_enough, min(MESSAGES_PER_CONVERSATION, len(long_enough))):
+            out.append(Example(t, "benign", "chitchat", "benign", "user", group))
+            messages += 1
+        if messages >= MESSAGES:
+            break
+    return out
