@@ -31,7 +31,8 @@ from deltaguard.gateway.server import running_gateway
 from deltaguard.lanes.stage import StageConfig
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.policy import Policy
-from deltaguard.state.scoring import Scorer
+from deltaguard.state.scoring import Scorer, Snapshot
+from deltaguard.state.store import ConversationStore, LruTtlMap, StoreLimits
 from deltaguard.tools.rollouts import tool_output
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -126,9 +127,27 @@ async def run(turns: int, tool_tokens: int, rate: float) -> dict[str, Any]:
         results["ttft_on"] = await ws_loop(base, ttft_turns, tool_tokens)
     async with running_gateway(base_cfg, scorer) as (base, _):
         results["ws_delta"] = await ws_loop(base, turns, tool_tokens)
-    async with running_gateway(base_cfg, scorer, stage_config=StageConfig(rescore_history=True)) as (base, _):
+    async with running_gateway(base_cfg, scorer, stage_config=StageConfig(store_factory=rescoring_store)) as (
+        base,
+        _,
+    ):
         results["http_full"] = await http_full_loop(base, turns, tool_tokens)
     return results
+
+
+class _NoSnapshots(LruTtlMap[bytes, Snapshot]):
+    """Keeps nothing: every turn refolds its whole history from the empty state."""
+
+    def put(self, key: bytes, value: Snapshot) -> None:
+        pass
+
+
+def rescoring_store(limits: StoreLimits) -> ConversationStore:
+    """The baseline every other guardrail is: rescore the whole history at every turn
+    (same verdicts as delta mode, only slower)."""
+    store = ConversationStore(limits)
+    store.snapshots = _NoSnapshots(limits.max_snapshots, limits.ttl_s)
+    return store
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.events import BillingEvent, FlagEvent
+from deltaguard.gateway.server import free_port
 from deltaguard.kafka.settings import KafkaSettings
 from deltaguard.kafka.sink import KafkaEventSink
 from deltaguard.kafka.subscriber import FlagSubscriber
@@ -41,7 +42,7 @@ from deltaguard.kafka.topics import ensure_topics
 from deltaguard.kafka.turn_events import interleaved_turn_events, response_id
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import Conversation, parse_conversation
-from tests.support.kafka import Broker, WorkerProcess, free_port, tansu_binary, tansu_settings
+from tests.support.kafka import Broker, WorkerProcess, tansu_binary, tansu_settings
 
 OUT = Path(__file__).resolve().parent / "out"
 CLASSIFIERS = "secrets,pii,lexical"

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from deltaguard.errors import RequestError
+from deltaguard.errors import KafkaPathError, RequestError
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.service import ResponsesService, not_found
 from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream
@@ -97,9 +97,12 @@ class Gateway:
         if config.broker:
             # Distributed mode: turns, flags and billing go to Kafka; workers run the
             # monitor lane and their flags come back through the subscriber.
-            from deltaguard.kafka.settings import KafkaSettings
-            from deltaguard.kafka.sink import KafkaEventSink
-            from deltaguard.kafka.subscriber import FlagSubscriber
+            try:
+                from deltaguard.kafka.settings import KafkaSettings
+                from deltaguard.kafka.sink import KafkaEventSink
+                from deltaguard.kafka.subscriber import FlagSubscriber
+            except ModuleNotFoundError as exc:
+                raise KafkaPathError(f"--broker needs {exc.name}: pip install 'deltaguard[kafka]'") from exc
 
             settings = (
                 KafkaSettings.from_file(Path(config.kafka_config), broker=config.broker)

@@ -71,10 +71,12 @@ from deltaguard.integrations.chat_items import (
 from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
 from deltaguard.items import Item
 from deltaguard.lanes.stage import DEFAULT_TENANT, StageConfig, Usage
+from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import LruTtlMap, StoreLimits
+from deltaguard.telemetry.metrics import PrometheusMetrics
 
 log = logging.getLogger("deltaguard.litellm")
 
@@ -95,6 +97,9 @@ class DeltaGuardSettings(BaseModel):
     flags_path: Path | None = None  # JSONL of flag events; in memory only when unset
     billing_path: Path | None = None  # JSONL of billing events; in memory only when unset
     spool_path: Path | None = None  # events still undelivered at shutdown are appended here
+    # Flagged conversations recorded to this SQLite file (as `deltaguard serve --record`),
+    # secrets and PII redacted; replayable with `deltaguard replay --from-store`.
+    record_path: Path | None = None
     classifiers: list[str] = Field(default_factory=lambda: list(DEFAULT_NAMES))
     monitor: list[str] = Field(default_factory=list)  # classifiers run during the call
     thresholds: dict[str, float] = Field(default_factory=dict)  # category -> threshold
@@ -246,6 +251,8 @@ class DeltaGuardGuardrail(CustomGuardrail):
         super().__init__(**kwargs)
         limits = self.settings.stage_config().store
         self._gate: HistoryGate | None = None
+        # The same per-lane metrics as the gateway's (its own registry: LiteLLM's is not touched).
+        self.metrics = PrometheusMetrics()
         self._closed = False
         self._terminating = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
@@ -301,6 +308,8 @@ class DeltaGuardGuardrail(CustomGuardrail):
                     flag_sink=self._sink(s.flags_path),
                     billing_sink=self._sink(s.billing_path),
                     config=s.stage_config(),
+                    metrics=self.metrics,
+                    recorder=TranscriptRecorder(str(s.record_path), scorer) if s.record_path else None,
                 )
                 await gate.start()
                 self._gate = gate

@@ -51,6 +51,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except (ValidationError, OSError) as exc:
         print(f"deltaguard worker: bad settings: {exc}", file=sys.stderr)
         return 2
-    from deltaguard.kafka.worker import run_worker
-
+    try:
+        from deltaguard.kafka.worker import run_worker
+    except ModuleNotFoundError as exc:
+        print(f"deltaguard worker: {exc.name} is missing: pip install 'deltaguard[kafka]'", file=sys.stderr)
+        return 2
     return run_worker(settings, args.classifiers or DEFAULT_NAMES, loglevel=args.loglevel)

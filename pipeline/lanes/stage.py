@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -34,10 +34,11 @@ from deltaguard.errors import LaneClosed, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event, FlagEvent, TurnEvent
 from deltaguard.items import Item
 from deltaguard.lanes.limiter import InferenceLimiter
+from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.monitor import MonitorStep
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink, SinkWriter
 from deltaguard.state.scoring import Scorer, TurnVerdict
-from deltaguard.state.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits, TrackedTurn
+from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits, TrackedTurn
 from deltaguard.telemetry.metrics import NullMetrics, StageMetrics
 from deltaguard.telemetry.tracing import lane_span
 
@@ -53,9 +54,8 @@ class StageConfig:
     sink_queue_size: int = defaults.SINK_QUEUE_SIZE
     drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S
     store: StoreLimits = field(default_factory=StoreLimits)
-    # Baseline for benchmarks: rescore the whole history from the empty state at every
-    # turn, as a classic guardrail does (verdicts are the same, only slower).
-    rescore_history: bool = False
+    # How each (lane, tenant) store is made: a benchmark's baseline may keep no snapshots.
+    store_factory: Callable[[StoreLimits], ConversationStore] = ConversationStore
     # A blocked turn never joins the history, so a client can rephrase it again and again
     # from the same point until one version passes. After this many turns of one
     # conversation blocked on their own content in `probe_categories`, every later turn of
@@ -143,13 +143,11 @@ class SafetyStage:
         self.turn_sink = turn_sink
         self.metrics = metrics or NullMetrics()
         self.recorder = recorder
-        # (tenant, conversation id) -> categories the monitor lane flagged (enforced next turn)
-        self._monitor_flags: LruTtlMap[tuple[str, str], frozenset[str]] = LruTtlMap(
-            self.config.store.max_responses, self.config.store.ttl_s
-        )
-        # (tenant, conversation id) -> (turns blocked on their own content, their categories)
-        self._blocked_turns: LruTtlMap[tuple[str, str], tuple[int, frozenset[str]]] = LruTtlMap(
-            self.config.store.max_responses, self.config.store.ttl_s
+        self.lockout = ConversationLockout(
+            self.config.block_limit,
+            self.config.probe_categories,
+            self.config.store.max_responses,
+            self.config.store.ttl_s,
         )
         self._state: Literal["new", "running", "closing", "closed"] = "new"
         # Events that could not be delivered by the shutdown deadline: the owner spools them.
@@ -158,7 +156,7 @@ class SafetyStage:
     def _tracker(self, lane: str, scorer: Scorer, tenant: str) -> ConversationTracker:
         tracker = self._trackers.get((lane, tenant))
         if tracker is None:
-            tracker = ConversationTracker(scorer, ConversationStore(self.config.store))
+            tracker = ConversationTracker(scorer, self.config.store_factory(self.config.store))
             self._trackers[(lane, tenant)] = tracker
         return tracker
 
@@ -302,8 +300,6 @@ class SafetyStage:
         """Gate a turn that continues `previous_response_id` (stateful clients)."""
         self._require_running()
         gate = self.gate_tracker(tenant)
-        if self.config.rescore_history:
-            gate.store.snapshots.clear()
         with lane_span("gate", response_id=response_id, tenant=tenant, items=len(new_items)):
             tracked = await self._limiter.run(
                 gate.score_turn, response_id, new_items, previous_response_id, conversation_id
@@ -320,8 +316,6 @@ class SafetyStage:
         """Gate a turn from a client that resent its whole history (stateless clients)."""
         self._require_running()
         gate = self.gate_tracker(tenant)
-        if self.config.rescore_history:
-            gate.store.snapshots.clear()
         with lane_span("gate", response_id=response_id, tenant=tenant, items=len(items)):
             tracked = await self._limiter.run(gate.score_history, response_id, items, conversation_id)
         return await self._gate(tenant, tracked, None, items, None)
@@ -337,7 +331,7 @@ class SafetyStage:
         rec = tracked.record
         verdict = self.gate_scorer.verdict(tracked.fold, prior=tracked.rebuild)
         self.metrics.observe_turn("gate", verdict)
-        earlier = self._monitor_flags.get((tenant, rec.conversation_id)) or frozenset()
+        earlier = self.lockout.flagged(tenant, rec.conversation_id)
         blocked_categories = [c for c in verdict.flagged_categories if self._blocks(c)]
         blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self._blocks(c))
         result = GateResult(
@@ -361,9 +355,10 @@ class SafetyStage:
             )
             await self._flags.put(event)
             await self._record_flag(event, tenant)
-        own = [c for c in verdict.flagged_categories if self._blocks(c) and c in self.config.probe_categories]
-        if own:
-            await self._count_blocked_turn(tenant, rec.conversation_id, rec.response_id, own, verdict)
+        own = [c for c in verdict.flagged_categories if self._blocks(c)]
+        refused = self.lockout.count_blocked_turn(tenant, rec.conversation_id, own) if own else None
+        if refused:
+            await self._refuse_conversation(tenant, rec.conversation_id, rec.response_id, refused, verdict)
         if self._turns is not None:
             await self._turns.put(
                 TurnEvent.build(
@@ -383,32 +378,26 @@ class SafetyStage:
             )
         return result
 
-    async def _count_blocked_turn(
+    async def _refuse_conversation(
         self,
         tenant: str,
         conversation_id: str,
         response_id: str,
-        categories: Sequence[str],
+        categories: list[str],
         verdict: TurnVerdict,
     ) -> None:
-        """Count a turn blocked on its own content; at `block_limit`, refuse the conversation."""
-        limit = self.config.block_limit
-        if limit is None:
-            return
-        key = (tenant, conversation_id)
-        count, seen = self._blocked_turns.get(key) or (0, frozenset())
-        count, seen = count + 1, seen | set(categories)
-        self._blocked_turns.put(key, (count, seen))
-        if count != limit:
-            return
-        log.warning("conversation %s: %d turns blocked, refusing the rest of it", conversation_id, count)
-        self.mark_flagged(conversation_id, sorted(seen), tenant)
+        """The lock-out refused the conversation: say so with a flag event."""
+        log.warning(
+            "conversation %s: %s turns blocked, refusing the rest of it",
+            conversation_id,
+            self.config.block_limit,
+        )
         event = FlagEvent.build(
             conversation_id=conversation_id,
             response_id=response_id,
             lane="gate",
             decision="block",
-            categories=sorted(seen),
+            categories=categories,
             scores=verdict.category_scores,
             classifier_versions=self.gate_scorer.versions,
             reason="repeated_blocks",
@@ -422,8 +411,7 @@ class SafetyStage:
     ) -> None:
         """Refuse the conversation's later turns in `categories` (those whose action is block):
         monitor-lane flags, local or from remote workers, and repeated blocks."""
-        key = (tenant, conversation_id)
-        self._monitor_flags.put(key, (self._monitor_flags.get(key) or frozenset()) | set(categories))
+        self.lockout.mark(tenant, conversation_id, categories)
 
     def _blocks(self, category: str) -> bool:
         cp = self.policy.categories.get(category)

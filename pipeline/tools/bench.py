@@ -39,6 +39,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -746,6 +747,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.transcript is not None and not args.transcript.is_file():
         print(f"deltaguard bench: {args.transcript}: no such file", file=sys.stderr)
+        return 2
+    if not args.no_plots and find_spec("matplotlib") is None:  # fail before the run, not after
+        print(
+            "deltaguard bench: plots need matplotlib: pip install 'deltaguard[bench]', or --no-plots",
+            file=sys.stderr,
+        )
         return 2
     config = BenchConfig(
         turns=args.turns,

