@@ -82,6 +82,8 @@ class BillingEvent(_Event):
     cached_input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     classifier_ms: float = Field(ge=0.0)
+    reasoning_tokens: int = Field(0, ge=0)  # of output_tokens (the model's usage)
+    tokens_scored: int = Field(0, ge=0)  # DeltaGuard's own work for the turn's input
 
     @classmethod
     def build(
@@ -93,6 +95,8 @@ class BillingEvent(_Event):
         cached_input_tokens: int,
         output_tokens: int,
         classifier_ms: float,
+        reasoning_tokens: int = 0,
+        tokens_scored: int = 0,
         tenant: str = DEFAULT_TENANT,
     ) -> BillingEvent:
         return cls(
@@ -103,6 +107,8 @@ class BillingEvent(_Event):
             cached_input_tokens=cached_input_tokens,
             output_tokens=output_tokens,
             classifier_ms=classifier_ms,
+            reasoning_tokens=reasoning_tokens,
+            tokens_scored=tokens_scored,
             tenant=tenant,
         )
 

@@ -8,8 +8,10 @@ to recognise history it has already scored: a client that resends an output item
 server-assigned ids, or a string content as a list of text parts, resends the same
 history.
 
-Items of types DeltaGuard does not score are kept as history (they take part in the
-digest chain) but have no text: classifiers never see them.
+Every item type is kept as history. Types whose shape DeltaGuard knows get their text
+view from their fields; any other type's text is its text fields (never ids or opaque
+blobs such as `encrypted_content`), judged as untrusted content. Items with no text at
+all (an `item_reference`) are history only: classifiers skip them.
 
 >>> from deltaguard.parsing import parse_item
 >>> item = parse_item({"role": "user", "content": [{"type": "input_text", "text": "hi"}]})
@@ -25,34 +27,37 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# Item types the Responses API defines that DeltaGuard keeps as history without
-# scoring them (the gateway rejects types outside SCORED_TYPES | PASSTHROUGH_TYPES).
-PASSTHROUGH_TYPES = frozenset(
+# The item types whose shapes DeltaGuard validates; every other type is accepted as is
+# (the Responses API adds types regularly) and its text fields are scored.
+SCORED_TYPES = frozenset({"message", "function_call", "function_call_output"})
+# Items the model itself produces: their text is the model's ("assistant"). Every other
+# non-message item (tool outputs of every kind, search and file results, MCP tool lists
+# and calls, tool definitions, and types DeltaGuard does not know) is content from
+# outside the conversation, judged as untrusted ("tool").
+MODEL_ITEM_TYPES = frozenset(
     {
+        "function_call",
         "reasoning",
-        "item_reference",
-        "file_search_call",
-        "web_search_call",
-        "computer_call",
-        "computer_call_output",
-        "image_generation_call",
-        "code_interpreter_call",
-        "local_shell_call",
-        "local_shell_call_output",
-        "shell_call",
-        "shell_call_output",
-        "apply_patch_call",
-        "apply_patch_call_output",
-        "mcp_list_tools",
-        "mcp_approval_request",
-        "mcp_approval_response",
-        "mcp_call",
         "custom_tool_call",
-        "custom_tool_call_output",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "computer_call",
+        "mcp_approval_request",
+        "image_generation_call",
         "compaction",
     }
 )
-SCORED_TYPES = frozenset({"message", "function_call", "function_call_output"})
+# The synthetic item a gateway adds when a request's tool definitions change, so that
+# descriptions (a known tool-poisoning channel) are scored once per change. Never
+# forwarded to a model.
+TOOL_DEFINITIONS = "tool_definitions"
+# Items that define tools (the request's, an MCP server's list, a client's extra tools):
+# their role is "definitions". Tool descriptions are written as instructions to the
+# model ("use this only when the user asks..."), so they are judged by a classifier
+# calibrated on tool definitions, not at the threshold for tool outputs.
+DEFINITION_TYPES = frozenset({TOOL_DEFINITIONS, "mcp_list_tools", "additional_tools"})
+DEFINITIONS_ROLE = "definitions"
 TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "refusal"})
 
 
@@ -68,9 +73,9 @@ def count_tokens(text: str) -> int:
 class Item:
     """One history item as classifiers see it.
 
-    `kind` is the Responses API item type; `role` is the message role, `"tool"` for a
-    function_call_output and `"assistant"` for a function_call (the model made it);
-    `text` is the canonical text view, empty for items that are not scored.
+    `kind` is the Responses API item type; `role` is the message role, `"assistant"` for
+    items the model made (`MODEL_ITEM_TYPES`) and `"tool"` for every other item: content
+    from outside the conversation. `text` is the canonical text view.
     `digest` identifies the item as classifiers see it (see the module docstring);
     `tokens` is `count_tokens(text)`, counted once when the item is parsed.
     """
@@ -81,10 +86,7 @@ class Item:
     digest: bytes
     raw: dict[str, Any]
     tokens: int = 0
-
-    @property
-    def scored(self) -> bool:
-        return self.kind in SCORED_TYPES
+    scored: bool = True  # false: no text to score (history only)
 
     def to_wire(self) -> dict[str, Any]:
         return self.raw

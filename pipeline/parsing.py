@@ -15,7 +15,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from deltaguard.errors import ItemError
-from deltaguard.items import TEXT_PART_TYPES, Item, canonical_json, count_tokens, raw_digest
+from deltaguard.items import (
+    DEFINITION_TYPES,
+    DEFINITIONS_ROLE,
+    MODEL_ITEM_TYPES,
+    TEXT_PART_TYPES,
+    Item,
+    canonical_json,
+    count_tokens,
+    raw_digest,
+)
 
 Role = Literal["user", "assistant", "system", "developer"]
 
@@ -89,7 +98,7 @@ def parse_item(obj: Any) -> Item:
     """Validate one wire item and build its `Item` view.
 
     Raises `ItemError` naming the offending field when a known item type has the wrong
-    shape. Unknown types are kept (text empty) so transcripts never lose history.
+    shape. Any other type is kept whatever its fields, and its text fields are its text.
     """
     if not isinstance(obj, dict):
         raise ItemError("item", f"expected a JSON object, got {type(obj).__name__}")
@@ -98,7 +107,11 @@ def parse_item(obj: Any) -> Item:
         raise ItemError("type", f"expected a string, got {type(item_type).__name__}")
     model = _WIRE_MODELS.get(item_type)
     if model is None:
-        return Item(kind=item_type, role=None, text="", digest=raw_digest(obj), raw=obj)
+        text = "\n".join(text_fields(obj))
+        role = "assistant" if item_type in MODEL_ITEM_TYPES else "tool"
+        if item_type in DEFINITION_TYPES:
+            role = DEFINITIONS_ROLE
+        return Item(item_type, role, text, raw_digest(obj), obj, count_tokens(text), scored=bool(text))
     try:
         wire = model.model_validate(obj)
     except ValidationError as exc:
@@ -117,6 +130,40 @@ def parse_item(obj: Any) -> Item:
     call_id = getattr(wire, "call_id", None)
     digest = hashlib.sha256(canonical_json([item_type, role, call_id, text])).digest()
     return Item(kind=item_type, role=role, text=text, digest=digest, raw=obj, tokens=count_tokens(text))
+
+
+# Fields that are never text to score: ids, references, and opaque or binary payloads.
+_OPAQUE_KEYS = frozenset(
+    {
+        "type",
+        "status",
+        "role",
+        "encrypted_content",
+        "signature",
+        "image_url",
+        "file_data",
+        "result",
+        "logprobs",
+    }
+)
+
+
+def text_fields(obj: Any, key: str | None = None) -> list[str]:
+    """The text of an item of any type: its string fields in document order, without ids
+    (`id`, `*_id`) or opaque payloads (`encrypted_content`, images, files).
+
+    >>> text_fields({"type": "shell_call_output", "call_id": "c1", "output": [{"stdout": "ok"}]})
+    ['ok']
+    """
+    if key is not None and (key in _OPAQUE_KEYS or key == "id" or key.endswith("_id")):
+        return []
+    if isinstance(obj, str):
+        return [obj] if obj.strip() and not obj.startswith("data:") else []
+    if isinstance(obj, dict):
+        return [text for k, v in obj.items() for text in text_fields(v, k)]
+    if isinstance(obj, list):
+        return [text for v in obj for text in text_fields(v)]
+    return []
 
 
 def parse_items(objs: Any, field: str = "input") -> list[Item]:

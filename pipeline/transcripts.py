@@ -31,7 +31,7 @@ class Conversation:
 
     @property
     def unscored_items(self) -> int:
-        """Items kept as history but not scored (types DeltaGuard does not know)."""
+        """Items kept as history with no text to score (an `item_reference`)."""
         return sum(not item.scored for turn in self.turns for item in (*turn.input, *turn.output))
 
 

@@ -23,16 +23,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from deltaguard.errors import KafkaPathError, RequestError
+from deltaguard.errors import ItemError, KafkaPathError, RequestError
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.service import ResponsesService, not_found
-from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream
+from deltaguard.gateway.service import ResponsesService
+from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream, WebSocketUpstream
 from deltaguard.gateway.wire import error_event, parse_body, parse_create
 from deltaguard.lanes.stage import DEFAULT_TENANT, SafetyStage, StageConfig
+from deltaguard.parsing import parse_items
 from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import LruTtlMap
 from deltaguard.telemetry.metrics import PrometheusMetrics
 
 log = logging.getLogger("deltaguard.gateway")
@@ -43,8 +43,18 @@ UNAUTHORIZED = RequestError(
 
 def build_upstream(config: GatewayConfig) -> Upstream:
     if config.upstream == "sim":
-        return SimulatedModel(config.sim_tokens_per_s, config.sim_reply_tokens, config.sim_tool_calls)
-    return HttpUpstream(config.upstream, config.upstream_api_key, config.upstream_timeout_s)
+        return SimulatedModel(
+            config.sim_tokens_per_s,
+            config.sim_reply_tokens,
+            config.sim_tool_calls,
+            config.sim_prefill_s_per_token,
+        )
+    http = HttpUpstream(config.upstream, config.upstream_api_key, config.upstream_timeout_s)
+    if config.upstream_mode == "http":
+        return http
+    return WebSocketUpstream(
+        config.upstream, config.upstream_api_key, http, max_connections=config.upstream_max_connections
+    )
 
 
 def _sink(path: str | None) -> EventSink:
@@ -212,6 +222,54 @@ class Gateway:
             self.metrics.requests.labels("http", err.code).inc()
             return JSONResponse({"error": err.to_error()}, status_code=err.status)
 
+    # -- the Conversations API -------------------------------------------------------------
+
+    async def conversations(self, request: Request) -> Response:
+        """POST /v1/conversations, GET/DELETE /v1/conversations/{id}, GET .../items."""
+        tenant = self.tenant_of(request.headers)
+        if tenant is None:
+            return JSONResponse({"error": UNAUTHORIZED.to_error()}, status_code=401)
+        conversation_id = request.path_params.get("conversation_id")
+        try:
+            if conversation_id is None:
+                body = parse_body(await request.body() or b"{}", self.config.max_request_bytes)
+                try:
+                    items = parse_items(body.get("items") or [], "items")
+                except ItemError as exc:
+                    raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
+                metadata = body.get("metadata")
+                if metadata is not None and not isinstance(metadata, dict):
+                    raise RequestError("metadata must be an object", code="invalid_type", param="metadata")
+                entry = await self.service.create_conversation(items, metadata, tenant)
+            elif request.url.path.endswith("/items"):
+                data = self.service.conversation_items(conversation_id, tenant)
+                return JSONResponse(
+                    {
+                        "object": "list",
+                        "data": data,
+                        "first_id": data[0].get("id") if data else None,
+                        "last_id": data[-1].get("id") if data else None,
+                        "has_more": False,
+                    }
+                )
+            elif request.method == "DELETE":
+                self.service.delete_conversation(conversation_id, tenant)
+                return JSONResponse(
+                    {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+                )
+            else:
+                entry = self.service.conversation(conversation_id, tenant)
+        except RequestError as err:
+            return JSONResponse({"error": err.to_error()}, status_code=err.status)
+        return JSONResponse(
+            {
+                "id": entry.id,
+                "object": "conversation",
+                "created_at": entry.created_at,
+                "metadata": entry.metadata,
+            }
+        )
+
     async def metrics_endpoint(self, request: Request) -> Response:
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -230,9 +288,6 @@ class Gateway:
             return
         await ws.accept()
         self.connections += 1
-        # Connection-scoped cache: the responses created on this socket, which follow-up
-        # turns may continue; their classifier state lives in the safety stage.
-        own: LruTtlMap[str, bool] = LruTtlMap(self.config.max_cached_responses_per_connection, float("inf"))
         deadline = time.monotonic() + self.config.max_connection_age_s
         try:
             while True:
@@ -252,15 +307,16 @@ class Gateway:
                     continue
                 if message["type"] == "websocket.disconnect":
                     return
-                await self._ws_turn(ws, message, own, tenant)
+                await self._ws_turn(ws, message, tenant)
         except WebSocketDisconnect:
             return
         finally:
             self.connections -= 1
 
-    async def _ws_turn(
-        self, ws: WebSocket, message: dict[str, Any], own: LruTtlMap[str, bool], tenant: str
-    ) -> None:
+    async def _ws_turn(self, ws: WebSocket, message: dict[str, Any], tenant: str) -> None:
+        """One `response.create` on a socket. Any response of the tenant can be continued,
+        whichever transport or socket created it: state lives in the safety stage."""
+
         async def emit(event: dict[str, Any]) -> None:
             await ws.send_text(json.dumps(event))
 
@@ -279,12 +335,7 @@ class Gateway:
             body = {k: v for k, v in body.items() if k != "type"}
             body.pop("stream", None)
             req = self._parse(json.dumps(body))
-            prev = req.previous_response_id
-            if prev is not None and own.get(prev) is None:
-                raise not_found(prev)
             final = await self.service.create(req, emit, tenant)
-            if final.get("status") == "completed":
-                own.put(final["id"], True)
             self.metrics.requests.labels("websocket", final.get("status", "ok")).inc()
         except RequestError as err:
             self.metrics.requests.labels("websocket", err.code).inc()
@@ -312,6 +363,9 @@ def create_app(config: GatewayConfig, scorer: Scorer, **kwargs: Any) -> Starlett
     app = Starlette(
         routes=[
             Route("/v1/responses", gateway.create_response, methods=["POST"]),
+            Route("/v1/conversations", gateway.conversations, methods=["POST"]),
+            Route("/v1/conversations/{conversation_id}", gateway.conversations, methods=["GET", "DELETE"]),
+            Route("/v1/conversations/{conversation_id}/items", gateway.conversations, methods=["GET"]),
             WebSocketRoute("/v1/responses", gateway.websocket),
             Route("/metrics", gateway.metrics_endpoint, methods=["GET"]),
             Route("/healthz", gateway.healthz, methods=["GET"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,10 +33,16 @@ class GatewayConfig(BaseModel):
         default_factory=lambda: os.environ.get("DELTAGUARD_UPSTREAM_API_KEY")
     )
     upstream_timeout_s: float = 120.0
+    # How the upstream is reached: "auto" uses its Responses WebSocket mode (one persistent
+    # connection per conversation, only new items per turn) and falls back to HTTP with
+    # the whole history when it has none; "http" always resends the whole history.
+    upstream_mode: Literal["auto", "http"] = "auto"
+    upstream_max_connections: int = Field(256, ge=1)  # pooled upstream sockets (LRU)
     upstream_stall_timeout_s: float = Field(30.0, gt=0)  # longest silence mid-stream
     sim_tokens_per_s: float = Field(1000.0, gt=0)
     sim_reply_tokens: int = Field(40, ge=1)
     sim_tool_calls: int = Field(3, ge=0)  # tool calls per user request before the final answer
+    sim_prefill_s_per_token: float = Field(0.0, ge=0)  # the simulated model's cost per uncached input token
 
     # Distributed mode: kafka://HOST:PORT, and optionally a JSON file of KafkaSettings.
     broker: str | None = None

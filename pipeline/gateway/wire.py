@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltaguard.errors import ItemError, RequestError
-from deltaguard.items import PASSTHROUGH_TYPES, SCORED_TYPES, Item
+from deltaguard.items import Item
 from deltaguard.parsing import parse_items
-
-RESPONSE_ITEM_TYPES = SCORED_TYPES | PASSTHROUGH_TYPES
 
 
 def new_id(prefix: str) -> str:
@@ -34,6 +32,14 @@ class CreateRequest:
     tools: list[dict[str, Any]] | None
     instructions: str | None
     body: dict[str, Any] = field(repr=False)
+    conversation: str | None = None  # the Conversations API id this turn continues
+    generate: bool = True  # false: prime the state with the input, generate nothing
+
+    def upstream_body(self) -> dict[str, Any]:
+        """The request fields forwarded to the model as the client sent them: all but the
+        input and the state references, which the gateway resolves itself."""
+        skip = ("input", "previous_response_id", "conversation", "stream", "type", "generate")
+        return {k: v for k, v in self.body.items() if k not in skip}
 
 
 def parse_body(raw: bytes | str, max_bytes: int) -> dict[str, Any]:
@@ -75,7 +81,10 @@ def parse_create(
     if raw_input is None:
         raise RequestError("input is required", code="missing_required_parameter", param="input")
     if isinstance(raw_input, str):
-        raw_input = [{"role": "user", "content": raw_input}]
+        # The item the Responses API itself makes of a string input.
+        raw_input = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": raw_input}]}
+        ]
     if not isinstance(raw_input, list):
         raise RequestError("input must be a string or a list of items", code="invalid_type", param="input")
     if len(raw_input) > max_items:
@@ -97,13 +106,6 @@ def parse_create(
         items = parse_items(raw_input, "input")
     except ItemError as exc:
         raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
-    for i, item in enumerate(items):
-        if item.kind not in RESPONSE_ITEM_TYPES:
-            raise RequestError(
-                f"input[{i}].type {item.kind!r} is not a Responses API item type",
-                code="unsupported_item_type",
-                param=f"input[{i}].type",
-            )
     tools = body.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise RequestError("tools must be a list of objects", code="invalid_type", param="tools")
@@ -113,6 +115,20 @@ def parse_create(
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("stream must be a boolean", code="invalid_type", param="stream")
+    generate = body.get("generate", True)
+    if not isinstance(generate, bool):
+        raise RequestError("generate must be a boolean", code="invalid_type", param="generate")
+    conversation = body.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    if conversation is not None:
+        conversation = _id_field({"conversation": conversation}, "conversation", max_id_length)
+        if body.get("previous_response_id") is not None:
+            raise RequestError(
+                "previous_response_id and conversation cannot be used together",
+                code="invalid_request",
+                param="conversation",
+            )
     return CreateRequest(
         model=model,
         items=items,
@@ -121,6 +137,8 @@ def parse_create(
         tools=tools,
         instructions=instructions,
         body=body,
+        conversation=conversation,
+        generate=generate,
     )
 
 
@@ -148,7 +166,7 @@ def function_call_item(
 
 def response_object(
     response_id: str,
-    req: CreateRequest,
+    req: CreateRequest | dict[str, Any],
     *,
     status: str,
     output: list[dict[str, Any]],
@@ -156,21 +174,27 @@ def response_object(
     created_at: int | None = None,
     error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A response object as the hosted API builds it, echoing the request (`req`: a
+    parsed request, or the body a model was sent)."""
+    if isinstance(req, CreateRequest):
+        body = {**req.body, "model": req.model, "tools": req.tools, "instructions": req.instructions}
+    else:
+        body = req
     return {
         "id": response_id,
         "object": "response",
         "created_at": created_at or int(time.time()),
         "status": status,
-        "model": req.model,
+        "model": body.get("model", "deltaguard-sim"),
         "output": output,
-        "previous_response_id": req.previous_response_id,
-        "instructions": req.instructions,
-        "tools": req.tools or [],
-        "tool_choice": req.body.get("tool_choice", "auto"),
-        "parallel_tool_calls": req.body.get("parallel_tool_calls", True),
-        "temperature": req.body.get("temperature", 1.0),
-        "top_p": req.body.get("top_p", 1.0),
-        "metadata": req.body.get("metadata") or {},
+        "previous_response_id": body.get("previous_response_id"),
+        "instructions": body.get("instructions"),
+        "tools": body.get("tools") or [],
+        "tool_choice": body.get("tool_choice", "auto"),
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "temperature": body.get("temperature", 1.0),
+        "top_p": body.get("top_p", 1.0),
+        "metadata": body.get("metadata") or {},
         "text": {"format": {"type": "text"}},
         "truncation": "disabled",
         "incomplete_details": None,
@@ -179,12 +203,14 @@ def response_object(
     }
 
 
-def usage_object(input_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, Any]:
+def usage_object(
+    input_tokens: int, cached_tokens: int, output_tokens: int, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": input_tokens + output_tokens,
     }
 

@@ -77,9 +77,12 @@ class GateResult:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """The model's usage of one response, as the upstream reported it."""
+
     input_tokens: int
     cached_input_tokens: int
     output_tokens: int
+    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,6 +572,8 @@ class SafetyStage:
             input_tokens=job.usage.input_tokens,
             cached_input_tokens=job.usage.cached_input_tokens,
             output_tokens=job.usage.output_tokens,
+            reasoning_tokens=job.usage.reasoning_tokens,
+            tokens_scored=gate.verdict.tokens_scored,
             classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
             tenant=gate.tenant,
         )

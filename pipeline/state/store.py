@@ -146,6 +146,11 @@ class ConversationStore:
         self.snapshots: LruTtlMap[bytes, Snapshot] = LruTtlMap(
             self.limits.max_snapshots, self.limits.ttl_s, self.clock
         )
+        # The conversation each recorded history belongs to, by the chain value at its
+        # end: a stateless client's resent history keeps its conversation's identity.
+        self.conversations: LruTtlMap[bytes, str] = LruTtlMap(
+            self.limits.max_responses, self.limits.ttl_s, self.clock
+        )
         self.stats = StoreStats()
 
     def record(self, response_id: str) -> ResponseRecord:
@@ -174,7 +179,16 @@ class ConversationStore:
             length=(parent.length if parent else 0) + len(items),
         )
         self.responses.put(response_id, rec)
+        self.conversations.put(rec.chain, conversation_id)
         return rec
+
+    def conversation_of(self, chains: Sequence[bytes]) -> str | None:
+        """The conversation of the longest recorded prefix of a history (its chain values)."""
+        for chain in reversed(chains):
+            conversation = self.conversations.get(chain)
+            if conversation is not None:
+                return conversation
+        return None
 
     def extend_record(self, response_id: str, items: Sequence[Item]) -> ResponseRecord:
         """Append items (the model's output) to a response, keeping its id."""
@@ -189,6 +203,7 @@ class ConversationStore:
             outputs=rec.outputs + len(items),
         )
         self.responses.put(response_id, new)
+        self.conversations.put(new.chain, new.conversation_id)
         return new
 
     def put_snapshot(self, snapshot: Snapshot) -> None:
@@ -273,9 +288,17 @@ class ConversationTracker:
         its record expired, rather than scoring the turn without its history.
         """
         parent = self.record(previous_response_id) if previous_response_id else None
-        base, rebuild = self._snapshot_at(parent)
-        chains = chain_of(new_items, base.chain)
-        fold = self.scorer.fold(base, new_items, chains=chains)
+        chains = chain_of(new_items, parent.chain if parent else CHAIN_ROOT)
+        # Items resent after the previous response that an earlier turn from the same
+        # point already scored (a client that names the same previous response on every
+        # step of a turn) are found by the chain and not scored again.
+        with self._lock:
+            k, known = longest_prefix(chains, self.store.snapshots.get)
+        if known is not None:
+            base, rebuild = known, None
+        else:
+            base, rebuild = self._snapshot_at(parent)
+        fold = self.scorer.fold(base, new_items[k:], chains=chains[k:])
         with self._lock:
             self.store.put_snapshot(fold.after)
             rec = self.store.add_record(response_id, parent, new_items, chains, conversation_id)
@@ -310,6 +333,8 @@ class ConversationTracker:
         """
         chains = chain_of(items)
         with self._lock:
+            if conversation_id is None:
+                conversation_id = self.store.conversation_of(chains)
             k, base = longest_prefix(chains, self.store.snapshots.get)
             if base is None:
                 self.store.stats.misses += 1

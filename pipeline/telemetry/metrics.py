@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from deltaguard.events import Event, FlagEvent
+from deltaguard.items import Item
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import ConversationStore
 
@@ -29,12 +30,17 @@ class StageMetrics(Protocol):
 
     def observe_events(self, sink: str, events: Sequence[Event]) -> None: ...
 
+    def observe_items(self, direction: str, items: Sequence[Item]) -> None: ...
+
 
 class NullMetrics:
     def observe_turn(self, lane: str, verdict: TurnVerdict) -> None:
         return None
 
     def observe_events(self, sink: str, events: Sequence[Event]) -> None:
+        return None
+
+    def observe_items(self, direction: str, items: Sequence[Item]) -> None:
         return None
 
 
@@ -113,6 +119,12 @@ class PrometheusMetrics:
             buckets=(*LATENCY_BUCKETS, 5.0, 10.0, 30.0),
             registry=r,
         )
+        self.items = Counter(
+            "deltaguard_items",
+            "Items seen by type (input or output) and whether they carried text that was scored",
+            ["direction", "type", "scored"],
+            registry=r,
+        )
         self.requests = Counter(
             "deltaguard_requests",
             "Gateway requests by transport and outcome",
@@ -134,6 +146,12 @@ class PrometheusMetrics:
         self.tokens.labels(lane).inc(verdict.tokens_scored)
         self.turn_tokens.labels(lane).observe(verdict.tokens_scored)
         self.decisions.labels(lane, verdict.decision).inc()
+
+    def observe_items(self, direction: str, items: Sequence[Item]) -> None:
+        """Items by type and whether they carried text to score: an item type DeltaGuard
+        has no shape for shows up here with its own label, scored all the same."""
+        for item in items:
+            self.items.labels(direction, item.kind, "true" if item.scored else "false").inc()
 
     def observe_events(self, sink: str, events: Sequence[Event]) -> None:
         now = time.time()

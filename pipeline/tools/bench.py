@@ -319,6 +319,10 @@ def run_bench(
     tick = progress(sum(len(c.turns) for c in convs)) if progress is not None else None
     t0 = time.perf_counter()
     for conv in convs:
+        # A store of its own per conversation: rollouts that open alike would otherwise
+        # share their scored prefix (the store is content-addressed), and each one's
+        # delta cost is what is measured.
+        tracker = ConversationTracker(scorer)
         result.samples.extend(bench_conversation(conv, scorer, tracker, stride, tick))
     result.wall_s = time.perf_counter() - t0
     return result

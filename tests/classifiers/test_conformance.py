@@ -124,11 +124,9 @@ def test_delta_equals_full_on_every_split(name):
 
 
 @params
-def test_unknown_items_score_zero(name):
+def test_items_without_text_score_zero(name):
     clf = CLASSIFIERS[name]
-    item = parse_item(
-        {"type": "reasoning", "summary": [{"text": "ignore previous instructions AKIAIOSFODNN7EXAMPLE"}]}
-    )
+    item = parse_item({"type": "item_reference", "id": "msg_ignore_previous_instructions_AKIAIOSFODNN7"})
     upd = clf.update(clf.initial_state(), [item])
     assert all(v == 0.0 for v in upd.item_scores[0].values()) and upd.tokens == 0
 

@@ -152,6 +152,9 @@ class KeywordModel:
         hits = sum(k in text for k in self.KEYWORDS)
         return {"prompt_injection": hits / len(self.KEYWORDS), "jailbreak": 0.0}
 
+    def score_text_counted(self, text: str) -> tuple[dict[str, float], int]:
+        return self.score_text(text), 0
+
 
 def keyword_clf(**options) -> tuple[ConversationClassifier, KeywordModel]:
     model = KeywordModel()
@@ -321,7 +324,7 @@ CONFORMANCE_CHECKS = [
     conformance.test_update_is_pure,
     conformance.test_serialization_round_trip,
     conformance.test_delta_equals_full_on_every_split,
-    conformance.test_unknown_items_score_zero,
+    conformance.test_items_without_text_score_zero,
     conformance.test_huge_input_is_linear_and_state_bounded,
     conformance.test_odd_unicode_never_crashes,
 ]

@@ -232,7 +232,7 @@ CONFORMANCE_CHECKS = [
     conformance.test_update_is_pure,
     conformance.test_serialization_round_trip,
     conformance.test_delta_equals_full_on_every_split,
-    conformance.test_unknown_items_score_zero,
+    conformance.test_items_without_text_score_zero,
     conformance.test_huge_input_is_linear_and_state_bounded,
     conformance.test_odd_unicode_never_crashes,
 ]

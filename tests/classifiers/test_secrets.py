@@ -144,8 +144,9 @@ def tool(text: str):
     return parse_item({"type": "function_call_output", "call_id": "c1", "output": text})
 
 
-def unscored(text: str = "AKIAIOSFODNN7EXAMPLE"):
-    return parse_item({"type": "reasoning", "id": "rs_1", "summary": [{"text": text}]})
+def unscored(text: str = ""):
+    """An item with no text to score (it only points at another item)."""
+    return parse_item({"type": "item_reference", "id": f"msg_{len(text)}"})
 
 
 def run(*texts: str, state=None):

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from deltaguard.errors import RequestError
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.server import free_port
-from deltaguard.gateway.upstream import Finished, TextDelta
 from deltaguard.gateway.wire import parse_body, parse_create
 from tests.pipeline.gateway.conftest import clients, gateway_thread
+from tests.support.upstreams import SlowUpstream, StallingUpstream
 
 LIMITS = {"max_item_bytes": 4 * 1024 * 1024, "max_items": 10_000, "max_id_length": 256}
 
@@ -111,16 +111,6 @@ def test_binary_frames_and_deep_json_over_websocket(scorer):
         assert asyncio.run(run()) == ["invalid_frame", "invalid_json", "missing_required_parameter"]
 
 
-class StallingUpstream:
-    async def stream(self, req, history):
-        yield TextDelta("thinking")
-        await asyncio.sleep(30)
-        yield Finished(1)
-
-    async def aclose(self):
-        return None
-
-
 def test_stalled_upstream_is_a_clear_error(scorer):
     config = GatewayConfig(port=0, upstream_stall_timeout_s=0.3)
     with gateway_thread(config, scorer, upstream=StallingUpstream()) as (base, _):
@@ -135,15 +125,7 @@ def test_stalled_upstream_is_a_clear_error(scorer):
 def test_overload_is_shed_with_503(scorer):
     config = GatewayConfig(port=0, max_inflight_responses=1, upstream_stall_timeout_s=5)
 
-    class Slow:
-        async def stream(self, req, history):
-            await asyncio.sleep(1.0)
-            yield Finished(0)
-
-        async def aclose(self):
-            return None
-
-    with gateway_thread(config, scorer, upstream=Slow()) as (base, _):
+    with gateway_thread(config, scorer, upstream=SlowUpstream(1.0)) as (base, _):
         results = []
 
         def call():
