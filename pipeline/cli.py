@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--host", default=defaults.HOST, help="bind address (default: loopback only)")
     sp.add_argument("--port", type=int, default=defaults.PORT)
     sp.add_argument("--upstream", default="sim", help="'sim' (simulated model) or a Responses API base URL")
+    sp.add_argument(
+        "--upstream-mode",
+        choices=("auto", "http"),
+        default="auto",
+        help="auto: the upstream's WebSocket mode, only new items per turn (HTTP when it has none); "
+        "http: the whole history over HTTP every turn",
+    )
     sp.add_argument("--sim-tokens-per-s", type=float, default=1000.0, help="simulated model speed")
     sp.add_argument(
         "--classifiers",
@@ -109,6 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         upstream=args.upstream,
+        upstream_mode=args.upstream_mode,
         sim_tokens_per_s=args.sim_tokens_per_s,
         classifiers=args.classifiers,
         monitor_classifiers=parse_names(args.monitor),

@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from socket import IPPROTO_TCP, TCP_NODELAY
 from typing import Any, Protocol
 
 import httpx
@@ -342,6 +343,9 @@ class WebSocketUpstream:
             websockets.connect(self.url, additional_headers=headers, max_size=self.max_frame_bytes),
             self.connect_timeout_s,
         )
+        raw = socket.transport.get_extra_info("socket")
+        if raw is not None:  # small frames go out at once, not after the peer's delayed ACK
+            raw.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)
         conn = _Connection(socket)
         self._pool[conversation] = conn
         while len(self._pool) > self.max_connections:
