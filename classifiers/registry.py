@@ -3,7 +3,7 @@
 Model-backed classifiers are wrapped in `ThresholdScaled` with the thresholds their
 manifest entry records, so that every classifier's threshold is 0.5 (classifiers/scaled.py).
 
-One lexical model serves two views, and each item role is judged by exactly one of them:
+One lexical model serves three views, and each item role is judged by exactly one of them:
 
     lexical        per item, at the model's per-message threshold: tool outputs (an
                    injection in a web page or a file is judged where it arrives);
@@ -11,8 +11,15 @@ One lexical model serves two views, and each item role is judged by exactly one 
                    (classifiers/conversation.py): a ~1% per-message false-positive rate
                    would flag ~7% of ordinary 35-turn chats, and a flagged conversation
                    stays flagged.
+    definitions    tool definitions (role "definitions"), prompt_injection only, at the
+                   threshold of the "tool-definitions" manifest entry (classifiers/definitions.py).
 
 With `conversation` left out, `lexical` judges user messages itself, per message.
+
+The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
+`conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were
+calibrated on (eval/conversation_eval.py). When both name the same entry, the model is
+loaded once.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from deltaguard.artifacts import manifest_entry
 from deltaguard.classifiers.base import Classifier
 from deltaguard.classifiers.conversation import SCORED_ROLES as CONVERSATION_ROLES
 from deltaguard.classifiers.conversation import ConversationClassifier
+from deltaguard.classifiers.definitions import DefinitionsClassifier
 from deltaguard.classifiers.encoder import EncoderClassifier
 from deltaguard.classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
 from deltaguard.classifiers.lexical import LexicalClassifier
@@ -31,7 +39,10 @@ from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.models import MODELS_DIR
 
-DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation")
+DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions")
+LEXICAL_ARTIFACT = "lexical"
+CONVERSATION_ARTIFACT = "lexical"
+DEFINITIONS_ARTIFACT = "lexical"  # shared only if it is the artifact its threshold was chosen for
 # Opt-in: the encoder (~10-40 ms of CPU per 256-token window; `serve --monitor encoder`).
 KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 
@@ -43,8 +54,14 @@ def load_classifiers(
     unknown = [n for n in names if n not in KNOWN_NAMES]
     if unknown:
         raise ValueError(f"unknown classifier {unknown[0]!r}; known: {', '.join(KNOWN_NAMES)}")
-    # The lexical model is loaded once, whichever of its views are named.
-    model = LexicalClassifier(models_dir).load() if {"lexical", "conversation"} & set(names) else None
+    # Each lexical artifact is loaded once, whichever of its views are named.
+    views = (
+        (LEXICAL_ARTIFACT, "lexical"),
+        (CONVERSATION_ARTIFACT, "conversation"),
+        (DEFINITIONS_ARTIFACT, "definitions"),
+    )
+    wanted = {artifact for artifact, view in views if view in names}
+    models = {a: LexicalClassifier(models_dir, artifact=a).load() for a in sorted(wanted)}
     out: list[Classifier] = []
     for name in names:
         if name == "secrets":
@@ -53,10 +70,15 @@ def load_classifiers(
             out.append(PiiClassifier())
         elif name == "lexical":
             roles = LEXICAL_ROLES - CONVERSATION_ROLES if "conversation" in names else LEXICAL_ROLES
-            view = LexicalClassifier(models_dir, roles=roles).share(model)
-            out.append(ThresholdScaled(view, model_thresholds(name, models_dir)))
+            view = LexicalClassifier(models_dir, roles=roles, artifact=LEXICAL_ARTIFACT)
+            view.share(models[LEXICAL_ARTIFACT])
+            out.append(ThresholdScaled(view, model_thresholds(LEXICAL_ARTIFACT, models_dir)))
         elif name == "conversation":
-            out.append(ConversationClassifier(models_dir, lexical=model).load())  # 0.5-scaled already
+            lexical = models[CONVERSATION_ARTIFACT]
+            out.append(ConversationClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
+        elif name == "definitions":
+            lexical = models[DEFINITIONS_ARTIFACT]
+            out.append(DefinitionsClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
         elif name == "encoder":
             encoder = EncoderClassifier(models_dir).load()
             out.append(ThresholdScaled(encoder, encoder.thresholds))

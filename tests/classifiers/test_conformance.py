@@ -55,6 +55,14 @@ def make_items(texts, seed=0):
 
 
 ITEMS = make_items(TEXTS * 3, seed=1)
+# Tool definitions (role "definitions"), so the definitions view's scoring path is folded too.
+ITEMS[4:4] = [
+    parse_item({"type": "tool_definitions", "tools": [{"type": "function", "name": "a", "description": t}]})
+    for t in TEXTS[:2]
+]
+ITEMS.append(
+    parse_item({"type": "mcp_list_tools", "id": "m1", "server_label": "s", "tools": [{"name": TEXTS[1]}]})
+)
 
 params = pytest.mark.parametrize("name", list(DEFAULT_NAMES))
 

@@ -82,7 +82,10 @@ def verdict(scorer, item: dict):
 def test_an_injection_is_caught_in_every_untrusted_channel(scorer, kind):
     item = shapes(INJECTION)[kind]
     parsed = parse_item(item)
-    assert parsed.role == "tool" and INJECTION in parsed.text
+    # Tool outputs are judged as untrusted content; tool definitions by the view calibrated
+    # on tool definitions (their benign descriptions read like instructions).
+    assert parsed.role == ("definitions" if kind in ("tool_definitions", "mcp_list_tools") else "tool")
+    assert INJECTION in parsed.text
     assert "prompt_injection" in verdict(scorer, item).flagged_categories
 
 
