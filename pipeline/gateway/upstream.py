@@ -373,19 +373,35 @@ class WebSocketUpstream:
                     yield event
                 return
             raise UpstreamError(f"upstream WebSocket connect failed: {exc!r}") from exc
-        async with conn.lock:
-            self.turns += 1
-            delta = call.parent is not None and call.parent in conn.responses
-            try:
-                async for event in self._turn(conn, call, delta):
-                    yield event
-            except _StateGone:
-                # The upstream evicted the parent from its connection cache: rebuild it.
-                async for event in self._turn(conn, call, delta=False):
-                    yield event
-            except (websockets.ConnectionClosed, OSError) as exc:
-                self._drop(call.conversation, conn)
+        self.turns += 1
+        started = False  # whether the client has been sent anything of this turn
+        try:
+            async with conn.lock:
+                delta = call.parent is not None and call.parent in conn.responses
+                try:
+                    async for event in self._turn(conn, call, delta):
+                        started = True
+                        yield event
+                except _StateGone:
+                    # The upstream evicted the parent from its connection cache: rebuild it.
+                    async for event in self._turn(conn, call, delta=False):
+                        started = True
+                        yield event
+        except (websockets.ConnectionClosed, OSError) as exc:
+            self._drop(call.conversation, conn)
+            if started:
                 raise UpstreamError(f"upstream WebSocket closed mid-response: {exc!r}") from exc
+            # A pooled socket the upstream had closed (idle, or its lifetime limit): one
+            # new connection, and the whole history, since its state went with the old one.
+            log.info("upstream socket for %s was closed; reconnecting", call.conversation)
+            try:
+                conn = await self._connection(call.conversation)
+                async with conn.lock:
+                    async for event in self._turn(conn, call, delta=False):
+                        yield event
+            except (websockets.ConnectionClosed, OSError, websockets.InvalidHandshake) as again:
+                self._drop(call.conversation, conn)
+                raise UpstreamError(f"upstream WebSocket failed: {again!r}") from again
 
     async def _turn(
         self, conn: _Connection, call: UpstreamCall, delta: bool

@@ -404,8 +404,12 @@ class ReasoningUpstream:
         prefill_s_per_token: float = 0.0,
         ws_cache_size: int = 64,
         recorder: Recorder | None = None,
+        ws_turns_per_connection: int | None = None,
     ) -> None:
+        """`ws_turns_per_connection`: close a socket after that many turns (as a hosted
+        API closes connections at their lifetime limit); None: never."""
         self.policy = policy or coding_agent_policy()
+        self.ws_turns_per_connection = ws_turns_per_connection
         self.prefill_s_per_token = prefill_s_per_token
         self.ws_cache_size = ws_cache_size
         self.recorder = recorder or Recorder()
@@ -459,6 +463,7 @@ class ReasoningUpstream:
         with self.recorder._lock:
             self.recorder.ws_connections.append(headers)
         connection: OrderedDict[str, list[Item]] = OrderedDict()
+        turns = 0
         while True:
             try:
                 frame = await websocket.receive()
@@ -494,6 +499,10 @@ class ReasoningUpstream:
                 async for out in self._run(turn, connection=connection):
                     await websocket.send_text(json.dumps(out))
             except WebSocketDisconnect:
+                return
+            turns += 1
+            if self.ws_turns_per_connection is not None and turns >= self.ws_turns_per_connection:
+                await websocket.close(code=1000)
                 return
 
     # -- one response --

@@ -172,3 +172,22 @@ def test_websocket_turns_are_forwarded_as_the_model_sent_them(scorer, mode):
         assert transports == ({"ws"} if mode == "auto" else {"sse"})
         if mode == "auto":  # the continuation carried only its new item
             assert [r.input_items for r in recorder.requests] == [1, 1]
+
+
+def test_a_closed_upstream_socket_is_reopened_with_the_whole_history(scorer):
+    """The upstream closes every socket after one turn (a lifetime limit): the gateway's
+    pooled connection is gone, so the next turn opens a new one and resends everything."""
+    with (
+        running_reasoning_upstream(policy=policy, ws_turns_per_connection=1) as (upstream, recorder),
+        gateway_thread(GatewayConfig(port=0, upstream=upstream), scorer) as (base, _),
+    ):
+        _, through = clients(base)
+        _, second = asyncio.run(ws_turns(through))
+        assert [e["type"] for e in second][-1] == "response.completed"
+        assert [(r.transport, r.previous_response_id is None) for r in recorder.requests] == [
+            ("ws", True),
+            ("ws", True),
+        ]
+        # The whole history: the task, the reasoning and patch call of turn 1, and the output.
+        assert recorder.requests[1].input_items == 4
+        assert recorder.reasoning_round_tripped()

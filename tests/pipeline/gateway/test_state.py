@@ -131,8 +131,8 @@ def test_tool_definitions_are_scored_once_and_again_when_they_change(scorer):
         with pytest.raises(openai.BadRequestError):
             client.responses.create(model="sim", input="hello", tools=poisoned)
         first = client.responses.create(model="sim", input="hello", tools=TOOLS)
-        again = client.responses.create(model="sim", input=[tool_output("x", "ok")], tools=TOOLS,
-                                        previous_response_id=first.id)  # fmt: skip
+        follow = [tool_output("x", "ok")]
+        again = client.responses.create(model="sim", input=follow, tools=TOOLS, previous_response_id=first.id)
         assert kinds(first.id)[:2] == ["tool_definitions", "message"]
         assert kinds(again.id)[:1] == ["function_call_output"]  # unchanged: not scored again
         with pytest.raises(openai.BadRequestError):
