@@ -1,4 +1,4 @@
-"""Gateway settings, with documented defaults (README, "Gateway limits")."""
+"""Gateway settings, with documented defaults (README, "The gateway": "Limits and faults")."""
 
 from __future__ import annotations
 
