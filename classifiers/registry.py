@@ -15,11 +15,6 @@ One lexical model serves three views, and each item role is judged by exactly on
                    threshold of the "tool-definitions" manifest entry (classifiers/definitions.py).
 
 With `conversation` left out, `lexical` judges user messages itself, per message.
-
-The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
-`conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were
-calibrated on (eval/conversation_eval.py). When both name the same entry, the model is
-loaded once.
 """
 
 from __future__ import annotations
@@ -40,9 +35,6 @@ from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.models import MODELS_DIR
 
 DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions")
-LEXICAL_ARTIFACT = "lexical"
-CONVERSATION_ARTIFACT = "lexical"
-DEFINITIONS_ARTIFACT = "lexical"  # shared only if it is the artifact its threshold was chosen for
 # Opt-in: the encoder (~10-40 ms of CPU per 256-token window; `serve --monitor encoder`).
 KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 
@@ -54,14 +46,9 @@ def load_classifiers(
     unknown = [n for n in names if n not in KNOWN_NAMES]
     if unknown:
         raise ValueError(f"unknown classifier {unknown[0]!r}; known: {', '.join(KNOWN_NAMES)}")
-    # Each lexical artifact is loaded once, whichever of its views are named.
-    views = (
-        (LEXICAL_ARTIFACT, "lexical"),
-        (CONVERSATION_ARTIFACT, "conversation"),
-        (DEFINITIONS_ARTIFACT, "definitions"),
-    )
-    wanted = {artifact for artifact, view in views if view in names}
-    models = {a: LexicalClassifier(models_dir, artifact=a).load() for a in sorted(wanted)}
+    # The lexical model is loaded once, whichever of its views are named.
+    views = {"lexical", "conversation", "definitions"}
+    model = LexicalClassifier(models_dir).load() if views & set(names) else None
     out: list[Classifier] = []
     for name in names:
         if name == "secrets":
@@ -70,15 +57,13 @@ def load_classifiers(
             out.append(PiiClassifier())
         elif name == "lexical":
             roles = LEXICAL_ROLES - CONVERSATION_ROLES if "conversation" in names else LEXICAL_ROLES
-            view = LexicalClassifier(models_dir, roles=roles, artifact=LEXICAL_ARTIFACT)
-            view.share(models[LEXICAL_ARTIFACT])
-            out.append(ThresholdScaled(view, model_thresholds(LEXICAL_ARTIFACT, models_dir)))
+            view = LexicalClassifier(models_dir, roles=roles).share(model)
+            out.append(ThresholdScaled(view, model_thresholds(name, models_dir)))
         elif name == "conversation":
-            lexical = models[CONVERSATION_ARTIFACT]
-            out.append(ConversationClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
+            out.append(ConversationClassifier(models_dir, lexical=model).load())  # 0.5-scaled already
         elif name == "definitions":
-            lexical = models[DEFINITIONS_ARTIFACT]
-            out.append(DefinitionsClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
+            # Shares `model` when it is the artifact its threshold was chosen for.
+            out.append(DefinitionsClassifier(models_dir, lexical=model).load())  # 0.5-scaled already
         elif name == "encoder":
             encoder = EncoderClassifier(models_dir).load()
             out.append(ThresholdScaled(encoder, encoder.thresholds))
