@@ -53,7 +53,11 @@ def conversations() -> list[dict]:
                 "output": [assistant("Install it with pip install tool, then run tool --help.")],
             },
         ],
-        "labels": {"expect": "block at turn 1 (prompt_injection)"},
+        "labels": {
+            "expect": "block at turn 1 (prompt_injection)",
+            "categories": ["prompt_injection"],
+            "turn": 1,
+        },
     }
     split_secret = {
         "id": "agent-split-secret",
@@ -73,7 +77,11 @@ def conversations() -> list[dict]:
                 ],
             },
         ],
-        "labels": {"expect": "block at turn 2 (secrets, split across two tool outputs)"},
+        "labels": {
+            "expect": "block at turn 2 (secrets, split across two tool outputs)",
+            "categories": ["secrets"],
+            "turn": 2,
+        },
     }
     pii = {
         "id": "chat-card-number",
@@ -87,7 +95,7 @@ def conversations() -> list[dict]:
                 "output": [assistant("Thanks, updated.")],
             },
         ],
-        "labels": {"expect": "flag at turn 1 (pii)"},
+        "labels": {"expect": "flag at turn 1 (pii)", "categories": ["pii"], "turn": 1},
     }
     benign = {
         "id": "chat-benign",
@@ -105,10 +113,10 @@ def conversations() -> list[dict]:
             },
             {"input": [user("thanks, have a nice day!")]},
         ],
-        "labels": {"expect": "allow; the reasoning item is kept as history, not scored"},
+        "labels": {"expect": "allow; the reasoning item is history, its summary scored", "categories": []},
     }
     agent = agent_rollout("agent-coding-12-turns", 12, tool_tokens=400, seed=3)
-    agent["labels"] = {"expect": "allow; per-turn tokens stay flat"}
+    agent["labels"] = {"expect": "allow; per-turn tokens stay flat", "categories": []}
     return [injection, split_secret, pii, benign, agent]
 
 

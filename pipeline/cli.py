@@ -98,6 +98,17 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--tool-tokens", type=int, default=800, help="size of each file the agent reads")
     dp.add_argument("--sim-tokens-per-s", type=float, default=1000.0)
 
+    ep = sub.add_parser(
+        "eval",
+        help="measure the classifiers on labelled transcripts; thresholds for a target FPR, as a policy",
+    )
+    ep.add_argument("file", type=Path, help='transcript file whose lines carry labels {"categories": [...]}')
+    ep.add_argument("--target-fpr", type=float, default=0.01, help="false-positive rate the thresholds meet")
+    ep.add_argument("--out", type=Path, default=Path("eval/out/eval"), help="report, curves and policy.json")
+    ep.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
+    ep.add_argument("--classifiers", type=parse_names, default=DEFAULT_NAMES)
+    ep.add_argument("--no-plots", action="store_true", help="JSON, markdown and the policy file only")
+
     from deltaguard.kafka.command import add_worker_parser
 
     add_worker_parser(sub)
@@ -170,6 +181,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from deltaguard.state.loading import build_scorer
+    from deltaguard.state.policy import load_policy
+    from deltaguard.tools.evaluate import evaluate, markdown, write_outputs
+
+    if not args.file.is_file():
+        print(f"deltaguard eval: {args.file}: no such file", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.target_fpr < 1.0:
+        print("deltaguard eval: --target-fpr must be in [0, 1)", file=sys.stderr)
+        return 2
+    policy = load_policy(args.policy) if args.policy else None
+    scorer = build_scorer(args.classifiers, policy=policy)
+    result = evaluate(args.file, scorer, args.target_fpr)
+    for err in result.errors:
+        print(f"error: {err}", file=sys.stderr)
+    paths = write_outputs(result, args.out, scorer.policy, plots=not args.no_plots)
+    print(markdown(result))
+    print(
+        f"\n{len(result.conversations)} labelled conversations; wrote "
+        + ", ".join(str(p) for p in paths.values())
+    )
+    return 1 if result.errors else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -179,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "demo":
             return cmd_demo(args)
+        if args.command == "eval":
+            return cmd_eval(args)
         if args.command == "bench":
             from deltaguard.tools.bench import cmd_bench
 

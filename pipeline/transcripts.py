@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ class Conversation:
     id: str
     turns: list[Turn]
     line: int
+    labels: dict[str, Any] = field(default_factory=dict)  # the line's `labels`, as written
 
     @property
     def unscored_items(self) -> int:
@@ -59,7 +60,8 @@ def parse_conversation(obj: Any, path: str, line: int) -> Conversation:
         except ItemError as exc:
             raise fail(exc.field, exc.reason) from None
         turns.append(Turn(inputs, outputs))
-    return Conversation(conv_id, turns, line)
+    labels = obj.get("labels")
+    return Conversation(conv_id, turns, line, labels if isinstance(labels, dict) else {})
 
 
 def read_transcripts(path: Path) -> Iterator[Conversation | TranscriptError]:

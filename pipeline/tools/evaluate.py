@@ -1,0 +1,319 @@
+"""Evaluate and calibrate on your own traffic: `deltaguard eval FILE.jsonl`.
+
+Each conversation of a transcript file (docs/contract.md section 1) says in its `labels`
+what it is:
+
+    "labels": {"categories": ["prompt_injection"], "turn": 3}
+
+`categories`: the categories the conversation really is (an attack, a secret, ...), empty
+or absent for a benign one; `turn` (optional): the 0-based turn where that content
+arrives, to measure how soon it is caught. Lines without `categories` are not scored.
+
+The conversations are replayed in delta mode with the configured classifiers and
+policy. Per category, a conversation's score is the highest score it reached at any
+turn (verdicts are conversation-level), and it is flagged when any turn flagged the
+category. Reported per category: precision, recall, false-positive rate (with Wilson 95%
+intervals), ROC AUC and average precision, the turns between the labelled turn and the
+one that caught it, and the threshold that meets `--target-fpr` on these conversations,
+written as a policy file that `serve --policy` and `replay --policy` read (only for
+categories with at least 1 / target benign conversations: a threshold chosen on fewer
+would promise a rate the data cannot show). ROC and PR
+curves are PNGs (the `bench` extra: matplotlib).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deltaguard.errors import DeltaGuardError, TranscriptError
+from deltaguard.state.policy import Policy
+from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import ConversationTracker
+from deltaguard.tools.replay import replay_delta
+from deltaguard.transcripts import Conversation, read_transcripts
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """One labelled conversation, replayed."""
+
+    id: str
+    categories: frozenset[str]
+    turn: int | None
+    scores: dict[str, float]  # per category, the highest over its turns
+    caught_at: dict[str, int]  # per flagged category, the first turn that flagged it
+
+
+@dataclass
+class CategoryReport:
+    category: str
+    positives: int
+    negatives: int
+    true_positives: int
+    false_positives: int
+    auc: float | None
+    average_precision: float | None
+    turns_to_catch: list[int] = field(default_factory=list)
+    threshold_for_target: float | None = None
+    fpr_at_target: float | None = None
+    recall_at_target: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "category": self.category,
+            "positives": self.positives,
+            "negatives": self.negatives,
+            "precision": _ratio(self.true_positives, self.true_positives + self.false_positives),
+            "recall": _ratio(self.true_positives, self.positives),
+            "recall_95": wilson(self.true_positives, self.positives),
+            "false_positive_rate": _ratio(self.false_positives, self.negatives),
+            "false_positive_rate_95": wilson(self.false_positives, self.negatives),
+            "roc_auc": self.auc,
+            "average_precision": self.average_precision,
+            "turns_to_catch": self.turns_to_catch,
+            "threshold_for_target": self.threshold_for_target,
+            "false_positive_rate_at_target": self.fpr_at_target,
+            "recall_at_target": self.recall_at_target,
+        }
+        return out
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
+    """Wilson score interval of k successes in n trials."""
+    if n == 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
+def roc_auc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
+    """The probability that a positive outscores a negative (ties count half)."""
+    if not positive or not negative:
+        return None
+    ranked = sorted([(s, 1) for s in positive] + [(s, 0) for s in negative])
+    rank_sum = 0.0
+    i = 0
+    while i < len(ranked):
+        j = i
+        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
+            j += 1
+        mean_rank = (i + j + 1) / 2  # ranks are 1-based
+        rank_sum += mean_rank * sum(label for _, label in ranked[i:j])
+        i = j
+    n_pos, n_neg = len(positive), len(negative)
+    return round((rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg), 4)
+
+
+def average_precision(positive: Sequence[float], negative: Sequence[float]) -> float | None:
+    if not positive:
+        return None
+    ranked = sorted([(s, 1) for s in positive] + [(s, 0) for s in negative], key=lambda x: -x[0])
+    hits, total = 0, 0.0
+    for k, (_, label) in enumerate(ranked, start=1):
+        if label:
+            hits += 1
+            total += hits / k
+    return round(total / len(positive), 4)
+
+
+def threshold_for_fpr(negative: Sequence[float], target: float) -> float | None:
+    """The lowest threshold (scores are flagged at >= threshold) that flags at most
+    `target` of the negatives: just above the highest negative score it must pass.
+
+    None when there are too few negatives for the target to mean anything (fewer than
+    1 / target: at 1%, a hundred benign conversations)."""
+    if not negative or len(negative) * target < 1.0:
+        return None
+    allowed = math.floor(target * len(negative))
+    cut = sorted(negative, reverse=True)[allowed]
+    # Rounded up to the policy file's 6 decimals, so that the written threshold holds.
+    return min(1.0, math.floor(cut * 1e6 + 1) / 1e6)
+
+
+def labelled_categories(conv: Conversation, path: str) -> tuple[frozenset[str], int | None] | None:
+    labels = conv.labels
+    if "categories" not in labels:
+        return None
+    cats = labels["categories"]
+    if not isinstance(cats, list) or not all(isinstance(c, str) for c in cats):
+        raise TranscriptError(path, conv.line, "labels.categories", "expected a list of category names")
+    turn = labels.get("turn")
+    if turn is not None and (not isinstance(turn, int) or turn < 0):
+        raise TranscriptError(path, conv.line, "labels.turn", "expected a non-negative turn index")
+    return frozenset(cats), turn
+
+
+@dataclass
+class EvalResult:
+    conversations: list[Labelled]
+    reports: dict[str, CategoryReport]
+    errors: list[TranscriptError]
+    target_fpr: float
+
+    def policy(self, base: Policy) -> dict[str, Any]:
+        """A policy file: `base` with the thresholds that meet the target FPR."""
+        cats = {}
+        for name, report in self.reports.items():
+            if report.threshold_for_target is None:
+                continue
+            action = base.categories[name].action if name in base.categories else "flag"
+            cats[name] = {"threshold": report.threshold_for_target, "action": action}
+        return {"categories": cats}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target_fpr": self.target_fpr,
+            "conversations": len(self.conversations),
+            "categories": {name: r.to_json() for name, r in self.reports.items()},
+            "errors": [str(e) for e in self.errors],
+        }
+
+
+def evaluate(path: Path, scorer: Scorer, target_fpr: float = 0.01) -> EvalResult:
+    """Replay the labelled conversations of `path` and measure every labelled category."""
+    labelled: list[Labelled] = []
+    errors: list[TranscriptError] = []
+    tracker = ConversationTracker(scorer)
+    for entry in read_transcripts(path):
+        if isinstance(entry, TranscriptError):
+            errors.append(entry)
+            continue
+        try:
+            label = labelled_categories(entry, str(path))
+        except TranscriptError as exc:
+            errors.append(exc)
+            continue
+        if label is None:
+            continue
+        turns = replay_delta(entry, tracker)
+        scores: dict[str, float] = {}
+        caught: dict[str, int] = {}
+        for row in turns:
+            for cat, value in row["category_scores"].items():
+                scores[cat] = max(scores.get(cat, 0.0), value)
+            for cat in row["flagged_categories"]:
+                caught.setdefault(cat, row["index"])
+        labelled.append(Labelled(entry.id, label[0], label[1], scores, caught))
+    if not labelled:
+        raise DeltaGuardError(f"{path}: no conversation has labels.categories to evaluate against")
+    names = sorted({c for conv in labelled for c in conv.categories} | set(scorer.policy.categories))
+    reports = {name: _report(name, labelled, target_fpr) for name in names}
+    return EvalResult(labelled, reports, errors, target_fpr)
+
+
+def _report(name: str, convs: Sequence[Labelled], target_fpr: float) -> CategoryReport:
+    pos = [c for c in convs if name in c.categories]
+    neg = [c for c in convs if name not in c.categories]
+    pos_scores = [c.scores.get(name, 0.0) for c in pos]
+    neg_scores = [c.scores.get(name, 0.0) for c in neg]
+    report = CategoryReport(
+        name,
+        len(pos),
+        len(neg),
+        sum(name in c.caught_at for c in pos),
+        sum(name in c.caught_at for c in neg),
+        roc_auc(pos_scores, neg_scores),
+        average_precision(pos_scores, neg_scores),
+        turns_to_catch=[c.caught_at[name] - (c.turn or 0) for c in pos if name in c.caught_at],
+    )
+    threshold = threshold_for_fpr(neg_scores, target_fpr)
+    if threshold is not None and pos:
+        report.threshold_for_target = threshold
+        report.fpr_at_target = _ratio(sum(s >= threshold for s in neg_scores), len(neg_scores))
+        report.recall_at_target = _ratio(sum(s >= threshold for s in pos_scores), len(pos_scores))
+    return report
+
+
+def markdown(result: EvalResult) -> str:
+    rows = [
+        "| category | positives | negatives | precision | recall [95%] | FPR [95%] | ROC AUC | AP | "
+        f"threshold at FPR <= {result.target_fpr:g} | recall there | turns to catch (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in result.reports.items():
+        j = r.to_json()
+        if not r.positives and not r.false_positives:
+            continue
+        turns = sorted(r.turns_to_catch)
+        median = turns[len(turns) // 2] if turns else None
+        rows.append(
+            f"| {name} | {r.positives} | {r.negatives} | {_fmt(j['precision'])} | "
+            f"{_fmt(j['recall'])} {_ci(j['recall_95'])} | {_fmt(j['false_positive_rate'])} "
+            f"{_ci(j['false_positive_rate_95'])} | {_fmt(r.auc)} | {_fmt(r.average_precision)} | "
+            f"{_fmt(r.threshold_for_target)} | {_fmt(r.recall_at_target)} | {_fmt(median)} |"
+        )
+    return "\n".join(rows)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _ci(interval: list[float] | None) -> str:
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+
+
+def plot_curves(result: EvalResult, out: Path) -> list[Path]:
+    """roc.png and pr.png: one curve per category with positives and negatives."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:
+        raise DeltaGuardError("the curves need matplotlib: pip install 'deltaguard[bench]'") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for kind in ("roc", "pr"):
+        fig, ax = plt.subplots(figsize=(5, 5))
+        for name, r in result.reports.items():
+            if not r.positives or not r.negatives:
+                continue
+            pos = sorted(c.scores.get(name, 0.0) for c in result.conversations if name in c.categories)
+            neg = sorted(c.scores.get(name, 0.0) for c in result.conversations if name not in c.categories)
+            cuts = sorted(set(pos + neg + [1.1]), reverse=True)
+            xs, ys = [], []
+            for t in cuts:
+                tp = sum(s >= t for s in pos)
+                fp = sum(s >= t for s in neg)
+                if kind == "roc":
+                    xs.append(fp / len(neg))
+                    ys.append(tp / len(pos))
+                elif tp + fp:
+                    xs.append(tp / len(pos))
+                    ys.append(tp / (tp + fp))
+            ax.plot(xs, ys, label=f"{name} (n+={r.positives})")
+        ax.set_xlabel("false-positive rate" if kind == "roc" else "recall")
+        ax.set_ylabel("recall" if kind == "roc" else "precision")
+        ax.set_title("ROC" if kind == "roc" else "precision-recall")
+        ax.legend(loc="lower right" if kind == "roc" else "lower left", fontsize="small")
+        ax.grid(True, alpha=0.3)
+        path = out / f"{kind}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def write_outputs(result: EvalResult, out: Path, base: Policy, plots: bool = True) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"report": out / "eval.json", "markdown": out / "eval.md", "policy": out / "policy.json"}
+    paths["report"].write_text(json.dumps(result.to_json(), indent=2))
+    paths["markdown"].write_text(markdown(result) + "\n")
+    paths["policy"].write_text(json.dumps(result.policy(base), indent=2) + "\n")
+    if plots:
+        for p in plot_curves(result, out):
+            paths[p.stem] = p
+    return paths
