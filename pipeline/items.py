@@ -100,7 +100,9 @@ def canonical_json(obj: Any) -> bytes:
 
 
 def raw_digest(obj: dict[str, Any]) -> bytes:
-    # Server-assigned fields do not make an item different history.
+    # Server-assigned fields do not make an item different history, and neither does a
+    # field a client echoes back as null (Codex resends reasoning items with
+    # `"content": null` added).
     return hashlib.sha256(
-        canonical_json({k: v for k, v in obj.items() if k not in ("id", "status")})
+        canonical_json({k: v for k, v in obj.items() if k not in ("id", "status") and v is not None})
     ).digest()

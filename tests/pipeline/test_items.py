@@ -75,3 +75,11 @@ def test_list_errors_name_the_index():
     with pytest.raises(ItemError) as exc:
         parse_items([{"role": "user", "content": "ok"}, {"role": "user", "content": None}])
     assert exc.value.field.startswith("input[1].content")
+
+
+def test_an_item_echoed_back_with_null_fields_is_the_same_history():
+    produced = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "t"}]}
+    produced["encrypted_content"] = "opaque"
+    echoed = {**produced, "content": None, "status": "completed"}  # as Codex resends it
+    assert parse_item(produced).digest == parse_item(echoed).digest
+    assert parse_item({**produced, "encrypted_content": "other"}).digest != parse_item(produced).digest
