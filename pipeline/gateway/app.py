@@ -1,5 +1,6 @@
 """The ASGI app: `POST /v1/responses` (JSON or SSE), WebSocket `/v1/responses`,
-`GET /metrics`, `GET /healthz`.
+`POST /v1/chat/completions` (`chat.py`), the guard API and `GET /openapi.json`
+(`guard.py`), `GET /metrics`, `GET /healthz`.
 
     app = create_app(GatewayConfig(), scorer)   # classifiers already loaded
     uvicorn.run(app, host="127.0.0.1", port=8400)
@@ -24,7 +25,10 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from deltaguard.errors import ItemError, KafkaPathError, RequestError
+from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstream
+from deltaguard.gateway.chat_upstream import ChatUpstream
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.guard import GuardEndpoints, GuardService, routes_of
 from deltaguard.gateway.service import ResponsesService
 from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream, WebSocketUpstream
 from deltaguard.gateway.wire import error_event, parse_body, parse_create
@@ -98,6 +102,7 @@ class Gateway:
         billing_sink: EventSink | None = None,
         stage_config: StageConfig | None = None,
         upstream: Upstream | None = None,
+        chat_upstream: ChatUpstream | None = None,
     ) -> None:
         self.config = config
         self.metrics = PrometheusMetrics()
@@ -134,6 +139,11 @@ class Gateway:
         self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
         self.upstream = upstream or build_upstream(config)
         self.service = ResponsesService(config, self.stage, self.upstream)
+        self.chat_upstream = chat_upstream or build_chat_upstream(config)
+        self.chat = ChatEndpoint(
+            ChatService(config, self.stage, self.chat_upstream), self.tenant_of, self.metrics
+        )
+        self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant_of, self.metrics)
         self.connections = 0
         if self.kafka is not None:
             self.flag_subscriber = FlagSubscriber(settings, self.stage.mark_flagged)
@@ -159,6 +169,7 @@ class Gateway:
                         f.write(json.dumps(event.model_dump(mode="json")) + "\n")
                 log.error("events not delivered by the shutdown deadline (%s) spooled to %s", left, path)
             await self.upstream.aclose()
+            await self.chat_upstream.aclose()
 
     def tenant_of(self, headers: Any) -> str | None:
         """The tenant whose API key the request carries; None when the key is wrong.
@@ -363,6 +374,8 @@ def create_app(config: GatewayConfig, scorer: Scorer, **kwargs: Any) -> Starlett
     app = Starlette(
         routes=[
             Route("/v1/responses", gateway.create_response, methods=["POST"]),
+            Route("/v1/chat/completions", gateway.chat.handle, methods=["POST"]),
+            *(Route(path, endpoint, methods=methods) for path, endpoint, methods in routes_of(gateway.guard)),
             Route("/v1/conversations", gateway.conversations, methods=["POST"]),
             Route("/v1/conversations/{conversation_id}", gateway.conversations, methods=["GET", "DELETE"]),
             Route("/v1/conversations/{conversation_id}/items", gateway.conversations, methods=["GET"]),

@@ -533,6 +533,17 @@ class SafetyStage:
                 _MonitorJob(gate.tenant, gate.response_id, gate.conversation_id, output, None, None, True)
             )
 
+    async def check_output(self, gate: GateResult, output: Sequence[Item]) -> TurnVerdict:
+        """Append the model's output to the history and score it now, for a caller that
+        must judge the answer before it is returned (a guard API). The verdict covers
+        the whole conversation, output included. `complete_turn` then queues billing and
+        the output flag as usual, and finds the output already scored (cached)."""
+        self._require_running()
+        await self.append_output(gate, output)
+        tracker = self.gate_tracker(gate.tenant)
+        tracked = await self._limiter.run(tracker.score_pending, gate.response_id)
+        return self.gate_scorer.verdict(tracked.fold)
+
     async def complete_turn(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
         """Queue output scoring and the billing event; returns without waiting for them.
 

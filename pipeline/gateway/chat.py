@@ -1,0 +1,339 @@
+"""`POST /v1/chat/completions` on the gateway: JSON or SSE, forwarded to a chat upstream.
+
+Chat clients resend the whole conversation with every request and hold no id, so each
+request is gated with `SafetyStage.check_history`: the hash chain finds the longest
+prefix already scored, only the rest is folded, and the store gives the request the
+conversation identity of that prefix (billing, flags and the repeated-block lock-out
+apply per conversation). Messages map to items canonically (`chat_items`), and the
+model's answer is appended in the form the client will echo back, so the next request
+continues the same chain.
+
+Faithful pass-through: the body goes to the upstream as the client sent it (every
+field, tools included), and every chunk or field the upstream sends reaches the client;
+the gateway adds only a `safety` object (to the JSON response, and to the first chunk of
+a stream). To bill a stream, the upstream is asked for its usage chunk
+(`stream_options.include_usage`); a client that did not ask for it does not see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.gateway.chat_upstream import (
+    ChatUpstream,
+    HttpChatUpstream,
+    SimulatedChatModel,
+    UpstreamRefused,
+)
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.service import _with_stall_timeout, safety_summary
+from deltaguard.gateway.wire import new_id, parse_body
+from deltaguard.integrations.chat_items import ItemCache, chat_history_items, chat_output_items
+from deltaguard.items import TOOL_DEFINITIONS, Item
+from deltaguard.lanes.output_stream import OutputStreamScorer
+from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.parsing import parse_item
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A parsed `POST /v1/chat/completions` body."""
+
+    body: dict[str, Any]  # as the client sent it: forwarded unchanged
+    items: list[Item]  # the history to gate: tool definitions (when any), then the messages
+    stream: bool
+    include_usage: bool  # the client asked for the usage chunk
+
+
+def build_chat_upstream(config: GatewayConfig) -> ChatUpstream:
+    if config.upstream == "sim":
+        return SimulatedChatModel(config.sim_tokens_per_s, config.sim_reply_tokens, config.sim_tool_calls)
+    return HttpChatUpstream(config.upstream, config.upstream_api_key, config.upstream_timeout_s)
+
+
+def parse_chat(
+    body: dict[str, Any], *, max_item_bytes: int, max_items: int, cache: ItemCache | None = None
+) -> ChatRequest:
+    """Validate a chat body; every refusal names the field at fault."""
+    model = body.get("model")
+    if model is None:
+        raise RequestError("model is required", code="missing_required_parameter", param="model")
+    if not isinstance(model, str):
+        raise RequestError("model must be a string", code="invalid_type", param="model")
+    messages = body.get("messages")
+    if messages is None:
+        raise RequestError("messages is required", code="missing_required_parameter", param="messages")
+    if not isinstance(messages, list):
+        raise RequestError("messages must be a list of messages", code="invalid_type", param="messages")
+    if not messages:
+        raise RequestError("messages must not be empty", code="invalid_value", param="messages")
+    if len(messages) > max_items:
+        raise RequestError(
+            f"messages has {len(messages)} entries; the limit is {max_items}",
+            code="too_many_items",
+            param="messages",
+        )
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise RequestError(
+                f"messages[{i}] must be an object", code="invalid_type", param=f"messages[{i}]"
+            )
+        if message.get("role") not in _ROLES:
+            raise RequestError(
+                f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}",
+                code="invalid_value",
+                param=f"messages[{i}].role",
+            )
+        size = len(json.dumps(message, ensure_ascii=False))
+        if size > max_item_bytes:
+            raise RequestError(
+                f"messages[{i}] is {size} bytes; the limit is {max_item_bytes}",
+                code="item_too_large",
+                param=f"messages[{i}]",
+                status=413,
+            )
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise RequestError("stream must be a boolean", code="invalid_type", param="stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise RequestError("stream_options must be an object", code="invalid_type", param="stream_options")
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise RequestError("tools must be a list of objects", code="invalid_type", param="tools")
+    try:
+        items = chat_history_items(messages, cache=cache)
+    except ItemError as exc:
+        raise RequestError(f"invalid message: {exc}", code="invalid_item", param=exc.field) from None
+    if tools:
+        # Tool descriptions and schemas are untrusted (tool poisoning); first, so that
+        # the same tools keep the history's prefix, and its scores, unchanged.
+        items.insert(0, parse_item({"type": TOOL_DEFINITIONS, "tools": tools}))
+    return ChatRequest(body, items, stream, bool(options and options.get("include_usage") is True))
+
+
+def chat_usage(usage: Any) -> Usage:
+    """A chat `usage` object as the stage bills it (zeros when the upstream sent none)."""
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = usage.get("prompt_tokens_details") or {}
+    completion = usage.get("completion_tokens_details") or {}
+    return Usage(
+        int(usage.get("prompt_tokens") or 0),
+        int(prompt.get("cached_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+        int(completion.get("reasoning_tokens") or 0),
+    )
+
+
+class _Answer:
+    """The assistant message a stream of chunks adds up to (choice 0, as the client keeps it)."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Any = None
+        self.finished = False
+
+    def feed(self, chunk: dict[str, Any]) -> str:
+        """Take one chunk; returns the answer text it adds."""
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        text = ""
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            self.finished = self.finished or choice.get("finish_reason") is not None
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                text += delta["content"]
+            if isinstance(delta.get("refusal"), str):
+                self.refusal.append(delta["refusal"])
+            for call in delta.get("tool_calls") or []:
+                if not isinstance(call, dict):
+                    continue
+                entry = self.calls.setdefault(
+                    int(call.get("index") or 0),
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                if call.get("id"):
+                    entry["id"] = call["id"]
+                fn = call.get("function") or {}
+                entry["function"]["name"] += fn.get("name") or ""
+                entry["function"]["arguments"] += fn.get("arguments") or ""
+        self.content.append(text)
+        return text
+
+    def message(self) -> dict[str, Any]:
+        calls = [self.calls[k] for k in sorted(self.calls)]
+        text = "".join(self.content)
+        return {
+            "role": "assistant",
+            "content": text or None,
+            "refusal": "".join(self.refusal) or None,
+            **({"tool_calls": calls} if calls else {}),
+        }
+
+
+class ChatService:
+    """Gates chat requests, forwards them to the chat upstream, and completes their turns."""
+
+    def __init__(self, config: GatewayConfig, stage: SafetyStage, upstream: ChatUpstream) -> None:
+        self.config = config
+        self.stage = stage
+        self.upstream = upstream
+        self.items = ItemCache()  # a resent history parses only the messages not seen before
+        self.inflight = 0
+
+    def parse(self, raw: bytes) -> ChatRequest:
+        c = self.config
+        body = parse_body(raw, c.max_request_bytes)
+        return parse_chat(
+            body, max_item_bytes=c.max_item_bytes, max_items=c.max_items_per_request, cache=self.items
+        )
+
+    async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> GateResult:
+        """The gate lane on the request's whole history; raises `SafetyBlocked`."""
+        if self.inflight >= self.config.max_inflight_responses:
+            raise RequestError(
+                f"the gateway has {self.inflight} chat completions in flight, its limit; retry later",
+                code="server_overloaded",
+                status=503,
+                type="server_error",
+            )
+        gate = await self.stage.check_history(new_id("chatcmpl"), req.items, tenant=tenant)
+        if gate.blocked:
+            raise SafetyBlocked(gate.blocked_categories)
+        return gate
+
+    async def _finish(self, gate: GateResult, message: Any, usage: Any) -> None:
+        """The answer joins the history (before the client can resend it); scoring and
+        billing are queued."""
+        try:
+            output = chat_output_items(message, self.items) if isinstance(message, dict) else []
+        except ItemError:
+            output = []  # an answer of a shape no client can echo: billed, not history
+        await self.stage.append_output(gate, output)
+        self.stage.metrics.observe_items("output", output)
+        await self.stage.complete_turn(gate, output, chat_usage(usage))
+
+    async def complete(self, req: ChatRequest, gate: GateResult) -> dict[str, Any]:
+        """A JSON chat completion: the upstream's object, plus `safety`."""
+        self.inflight += 1
+        try:
+            response = await asyncio.wait_for(
+                self.upstream.complete(req.body), self.config.upstream_timeout_s + 1.0
+            )
+        except TimeoutError:
+            raise UpstreamError("upstream did not answer in time") from None
+        finally:
+            self.inflight -= 1
+        choices = response.get("choices") or []
+        first = choices[0] if choices and isinstance(choices[0], dict) else {}
+        await self._finish(gate, first.get("message"), response.get("usage"))
+        return {**response, "safety": safety_summary(gate)}
+
+    async def stream(self, req: ChatRequest, gate: GateResult) -> AsyncIterator[dict[str, Any]]:
+        """The upstream's chunks, as it sent them (the first with `safety` added)."""
+        body = req.body
+        if not req.include_usage:
+            body = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
+        watch = OutputStreamScorer(
+            [c for c in self.stage.gate_scorer.classifiers if c.name in self.config.output_stream_classifiers]
+        )
+        answer = _Answer()
+        first = True
+        self.inflight += 1
+        try:
+            async for chunk in _with_stall_timeout(
+                self.upstream.stream(body), self.config.upstream_stall_timeout_s
+            ):
+                found = watch.feed(answer.feed(chunk))
+                flagged = sorted({f.category for f in found} - set(gate.verdict.flagged_categories))
+                if flagged:
+                    await self.stage.flag_output(gate, flagged, dict(watch.scores))
+                if not req.include_usage:
+                    if chunk.get("usage") and not chunk.get("choices"):
+                        continue  # the usage chunk only the gateway asked for
+                    if "usage" in chunk and chunk["usage"] is None:
+                        chunk = {k: v for k, v in chunk.items() if k != "usage"}
+                if first:
+                    chunk = {**chunk, "safety": safety_summary(gate)}
+                    first = False
+                yield chunk
+        finally:
+            self.inflight -= 1
+        if not answer.finished:
+            raise UpstreamError("upstream stream ended before a finish_reason")
+        await self._finish(gate, answer.message(), answer.usage)
+
+
+class ChatEndpoint:
+    """The route: tenant check, parsing, then JSON or SSE; every refusal a JSON error."""
+
+    def __init__(self, service: ChatService, tenant_of: Callable[[Any], str | None], metrics: Any) -> None:
+        self.service = service
+        self.tenant_of = tenant_of
+        self.metrics = metrics
+
+    def _error(self, err: RequestError) -> Response:
+        self.metrics.requests.labels("chat", err.code).inc()
+        return JSONResponse({"error": err.to_error()}, status_code=err.status)
+
+    async def handle(self, request: Request) -> Response:
+        tenant = self.tenant_of(request.headers)
+        if tenant is None:
+            err = RequestError(
+                "Incorrect API key provided.", code="invalid_api_key", status=401, type="authentication_error"
+            )
+            return self._error(err)
+        try:
+            req = self.service.parse(await request.body())
+            gate = await self.service.gate(req, tenant)
+            if not req.stream:
+                out = await self.service.complete(req, gate)
+                self.metrics.requests.labels("chat", "ok").inc()
+                return JSONResponse(out)
+            chunks = aiter(self.service.stream(req, gate))
+            first = await anext(chunks)  # so that a failure before any chunk is a plain HTTP error
+        except UpstreamRefused as exc:
+            self.metrics.requests.labels("chat", "upstream_refused").inc()
+            return JSONResponse(exc.body, status_code=exc.status)
+        except UpstreamError as exc:
+            return self._error(RequestError(str(exc), code="upstream_error", status=502, type="server_error"))
+        except StopAsyncIteration:
+            return self._error(
+                RequestError(
+                    "upstream sent no chunks", code="upstream_error", status=502, type="server_error"
+                )
+            )
+        except RequestError as err:
+            return self._error(err)
+        self.metrics.requests.labels("chat_sse", "ok").inc()
+        return StreamingResponse(_sse(first, chunks), media_type="text/event-stream")
+
+
+async def _sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Chunks as `data:` lines, then `[DONE]`; a failure mid-stream is an `error` object,
+    which the SDK raises as `APIError`."""
+    try:
+        yield f"data: {json.dumps(first)}\n\n".encode()
+        async for chunk in chunks:
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+    except UpstreamError as exc:
+        error = {"type": "server_error", "code": "upstream_error", "message": str(exc), "param": None}
+        yield f"data: {json.dumps({'error': error})}\n\n".encode()
+        return
+    yield b"data: [DONE]\n\n"
