@@ -162,7 +162,7 @@ class SimulatedModel:
             args = json.dumps({"path": f"src/{rng.choice(_WORDS)}_{calls_since_user}.py"})
             tokens = max(1, len(args) // 4)
             await self._pace(start, tokens)
-            call_id, name = f"call_{seed.hex()[:24]}", str(tool["name"])
+            call_id, name = new_id("call"), str(tool["name"])  # unique, as a real model's are
             item = {"id": new_id("fc"), "type": "function_call", "status": "completed", "arguments": args}
             item.update(call_id=call_id, name=name)
             at = {"item_id": item["id"], "output_index": 0}

@@ -15,8 +15,8 @@ carries the conversation so far, with no id DeltaGuard issued. `HistoryGate` wra
 
 - Gate lane: `SafetyStage.check_history`, so only the suffix after the longest history
   prefix already scored is folded (the hash chain over items finds it).
-- Conversations are told apart by that same chain: a turn whose history extends one
-  this gate has seen (its input, or its input and the model's answer) continues that
+- Conversations are told apart by that same chain (the conversation store keeps it): a
+  turn whose history extends one that ended in a model answer continues that
   conversation's id, so flag and billing events group by conversation and monitor
   flags are enforced on the conversation's next turn, with no session id from the client.
 - Monitor lane: the monitor classifiers fold the same history, delta-only, on their own
@@ -40,7 +40,7 @@ from deltaguard.events import Event
 from deltaguard.items import Item
 from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, StageConfig, Usage
 from deltaguard.sinks import EventSink, MemorySink
-from deltaguard.state.scoring import Scorer, TurnVerdict, chain_of
+from deltaguard.state.scoring import Scorer, TurnVerdict
 from deltaguard.state.store import LruTtlMap
 
 log = logging.getLogger("deltaguard.integrations")
@@ -53,7 +53,6 @@ class ProxyTurn:
     tenant: str
     items: tuple[Item, ...]  # the whole history the model is sent
     gate: GateResult
-    chain: bytes | None  # hash chain after `items` (None for continuations)
 
     @property
     def response_id(self) -> str:
@@ -100,8 +99,6 @@ class HistoryGate:
         self.billing_sink = self.stage.billing_sink
         self.monitor_scorer = self.stage.monitor_scorer
         limits = self.config.store
-        # (tenant, chain after a history) -> the conversation that history belongs to
-        self._conversations: LruTtlMap[tuple[str, bytes], str] = LruTtlMap(limits.max_snapshots, limits.ttl_s)
         # (tenant, the proxy's response id) -> DeltaGuard's response id, for continuations
         self._responses: LruTtlMap[tuple[str, str], str] = LruTtlMap(limits.max_responses, limits.ttl_s)
 
@@ -122,23 +119,11 @@ class HistoryGate:
 
     # -- pre-call: gate lane -----------------------------------------------------------
 
-    def _conversation_of(self, tenant: str, chains: Sequence[bytes]) -> str | None:
-        for chain in reversed(chains):
-            conversation = self._conversations.get((tenant, chain))
-            if conversation is not None:
-                return conversation
-        return None
-
     async def check(self, items: Sequence[Item], tenant: str = DEFAULT_TENANT) -> ProxyTurn:
         """Gate a turn from its whole history; only the unseen suffix is scored."""
         response_id = f"dg_{uuid.uuid4().hex}"
-        chains = chain_of(items)
-        conversation = self._conversation_of(tenant, chains) or response_id
-        gate = await self.stage.check_history(response_id, items, conversation_id=conversation, tenant=tenant)
-        chain = chains[-1] if chains else None
-        if chain is not None:
-            self._conversations.put((tenant, chain), conversation)
-        return ProxyTurn(tenant, tuple(items), gate, chain)
+        gate = await self.stage.check_history(response_id, items, tenant=tenant)
+        return ProxyTurn(tenant, tuple(items), gate)
 
     async def check_continuation(
         self, previous_response_id: str, new_items: Sequence[Item], tenant: str = DEFAULT_TENANT
@@ -154,7 +139,7 @@ class HistoryGate:
         response_id = f"dg_{uuid.uuid4().hex}"
         gate = await self.stage.check_turn(response_id, new_items, previous, tenant=tenant)
         history = self.stage.gate_tracker(tenant).store.record(response_id).history()
-        return ProxyTurn(tenant, tuple(history), gate, None)
+        return ProxyTurn(tenant, tuple(history), gate)
 
     # -- during the call: monitor lane -------------------------------------------------
 
@@ -180,11 +165,8 @@ class HistoryGate:
         usage: Usage,
         upstream_response_id: str | None = None,
     ) -> None:
-        """Queue output scoring and billing (returns at once); remember the answer's
-        history so the client's next turn, which echoes it, continues this conversation."""
+        """Queue output scoring and billing (returns at once). The answer joins the
+        history, so the client's next turn, which echoes it, continues this conversation."""
         await self.stage.complete_turn(turn.gate, output, usage)
-        if turn.chain is not None and output:
-            end = chain_of(output, turn.chain)[-1]
-            self._conversations.put((turn.tenant, end), turn.conversation_id)
         if upstream_response_id:
             self._responses.put((turn.tenant, upstream_response_id), turn.response_id)

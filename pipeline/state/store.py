@@ -90,6 +90,7 @@ class ResponseRecord:
     chains: tuple[bytes, ...]  # chain value after each of `items`
     length: int  # items in the whole history up to and including these
     outputs: int = 0  # how many of `items`, at the end, are the model's output
+    answered: bool = False  # the history holds a model item (an answer, a tool call)
 
     @property
     def output_items(self) -> tuple[Item, ...]:
@@ -148,6 +149,8 @@ class ConversationStore:
         )
         # The conversation each recorded history belongs to, by the chain value at its
         # end: a stateless client's resent history keeps its conversation's identity.
+        # Only histories that hold a model item are anchors, so two clients whose first
+        # requests are alike (one system prompt, one task) stay two conversations.
         self.conversations: LruTtlMap[bytes, str] = LruTtlMap(
             self.limits.max_responses, self.limits.ttl_s, self.clock
         )
@@ -177,9 +180,11 @@ class ConversationStore:
             items=tuple(items),
             chains=tuple(chains if chains is not None else chain_of(items, start)),
             length=(parent.length if parent else 0) + len(items),
+            answered=(parent.answered if parent else False) or any(i.role == "assistant" for i in items),
         )
         self.responses.put(response_id, rec)
-        self.conversations.put(rec.chain, conversation_id)
+        if rec.answered:
+            self.conversations.put(rec.chain, conversation_id)
         return rec
 
     def conversation_of(self, chains: Sequence[bytes]) -> str | None:
@@ -201,9 +206,11 @@ class ConversationStore:
             chains=rec.chains + tuple(chain_of(items, rec.chain)),
             length=rec.length + len(items),
             outputs=rec.outputs + len(items),
+            answered=rec.answered or bool(items),
         )
         self.responses.put(response_id, new)
-        self.conversations.put(new.chain, new.conversation_id)
+        if items:
+            self.conversations.put(new.chain, new.conversation_id)
         return new
 
     def put_snapshot(self, snapshot: Snapshot) -> None:
