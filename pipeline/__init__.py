@@ -20,7 +20,7 @@ import of the package against it):
     recording                          flagged conversations to SQLite (wraps the lanes' flags)
     kafka                              distributed mode: publisher, subscriber, faust worker
     gateway, integrations              the Responses API gateway; LiteLLM
-    tools, cli                         replay, bench, demo; the `deltaguard` command
+    tools, review, cli                 replay, bench, demo, eval; the review page; the `deltaguard` command
 
 Nothing heavy happens at import: models load when a scorer is built.
 """
@@ -104,5 +104,5 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"recording"}),
     frozenset({"kafka"}),
     frozenset({"gateway", "integrations"}),
-    frozenset({"tools", "cli", "__main__"}),
+    frozenset({"tools", "review", "cli", "__main__"}),
 )

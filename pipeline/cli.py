@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from deltaguard import defaults
 from deltaguard.errors import DeltaGuardError
@@ -109,6 +110,26 @@ def build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--classifiers", type=parse_names, default=DEFAULT_NAMES)
     ep.add_argument("--no-plots", action="store_true", help="JSON, markdown and the policy file only")
 
+    cp = sub.add_parser(
+        "calibrate",
+        help="eval on recorded traffic plus the labels marked on the review page; a policy for a target FPR",
+    )
+    cp.add_argument("store", type=Path, help="recording store (serve --record PATH)")
+    cp.add_argument("--target-fpr", type=float, default=0.01, help="false-positive rate the thresholds meet")
+    cp.add_argument(
+        "--out", type=Path, default=Path("eval/out/calibrate"), help="report, curves, policy.json"
+    )
+    cp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
+    cp.add_argument("--classifiers", type=parse_names, default=DEFAULT_NAMES)
+    cp.add_argument("--no-plots", action="store_true", help="JSON, markdown and the policy file only")
+
+    vp = sub.add_parser("review", help="a local web page to review recorded flags and mark false positives")
+    vp.add_argument("store", type=Path, help="recording store (serve --record PATH)")
+    vp.add_argument("--host", default=defaults.HOST, help="a loopback address (the page binds nothing else)")
+    vp.add_argument("--port", type=int, default=8401)
+    vp.add_argument("--export", type=Path, metavar="FILE", help="write the reviewed recordings here and exit")
+    vp.add_argument("--log-level", default="info")
+
     from deltaguard.kafka.command import add_worker_parser
 
     add_worker_parser(sub)
@@ -121,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     from deltaguard.classifiers.registry import parse_names
     from deltaguard.gateway.config import GatewayConfig
-    from deltaguard.gateway.server import serve
+    from deltaguard.gateway.server import scorer_for, serve
+    from deltaguard.review import review_routes
 
     config = GatewayConfig(
         host=args.host,
@@ -141,7 +163,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         broker=args.broker,
         kafka_config=args.kafka_config,
     )
-    serve(config, log_level=args.log_level)
+    scorer = scorer_for(config)
+    # The review page rides along with the recording, behind the same tenant keys.
+    routes = review_routes(config.record_path, config.api_keys, scorer) if config.record_path else []
+    serve(config, scorer, log_level=args.log_level, routes=routes)
     return 0
 
 
@@ -181,29 +206,75 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def _check_target(command: str, target: float) -> bool:
+    if 0.0 <= target < 1.0:
+        return True
+    print(f"deltaguard {command}: --target-fpr must be in [0, 1)", file=sys.stderr)
+    return False
+
+
+def _eval_scorer(args: argparse.Namespace) -> Any:
     from deltaguard.state.loading import build_scorer
     from deltaguard.state.policy import load_policy
-    from deltaguard.tools.evaluate import evaluate, markdown, write_outputs
 
-    if not args.file.is_file():
-        print(f"deltaguard eval: {args.file}: no such file", file=sys.stderr)
-        return 2
-    if not 0.0 <= args.target_fpr < 1.0:
-        print("deltaguard eval: --target-fpr must be in [0, 1)", file=sys.stderr)
-        return 2
-    policy = load_policy(args.policy) if args.policy else None
-    scorer = build_scorer(args.classifiers, policy=policy)
-    result = evaluate(args.file, scorer, args.target_fpr)
+    return build_scorer(args.classifiers, policy=load_policy(args.policy) if args.policy else None)
+
+
+def _eval_outputs(result: Any, args: argparse.Namespace, scorer: Any, what: str) -> int:
+    """What eval and calibrate print and write, from one `EvalResult`."""
+    from deltaguard.tools.evaluate import markdown, write_outputs
+
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)
     paths = write_outputs(result, args.out, scorer.policy, plots=not args.no_plots)
     print(markdown(result))
-    print(
-        f"\n{len(result.conversations)} labelled conversations; wrote "
-        + ", ".join(str(p) for p in paths.values())
-    )
+    print(f"\n{len(result.conversations)} {what}; wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if result.errors else 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from deltaguard.tools.evaluate import evaluate
+
+    if not args.file.is_file():
+        print(f"deltaguard eval: {args.file}: no such file", file=sys.stderr)
+        return 2
+    if not _check_target("eval", args.target_fpr):
+        return 2
+    scorer = _eval_scorer(args)
+    return _eval_outputs(evaluate(args.file, scorer, args.target_fpr), args, scorer, "labelled conversations")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from deltaguard.tools.calibrate import calibrate
+
+    if not args.store.is_file():
+        print(f"deltaguard calibrate: {args.store}: no such recording store", file=sys.stderr)
+        return 2
+    if not _check_target("calibrate", args.target_fpr):
+        return 2
+    scorer = _eval_scorer(args)
+    result = calibrate(args.store, scorer, args.target_fpr)
+    what = f"reviewed recordings ({result.unlabelled} left out: not every flag marked)"
+    return _eval_outputs(result, args, scorer, what)
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    from deltaguard.gateway.config import api_keys_from_env
+    from deltaguard.review import export_reviewed, serve_review
+    from deltaguard.review.server import check_loopback
+    from deltaguard.state.loading import build_scorer
+
+    if not args.store.is_file():
+        print(f"deltaguard review: {args.store}: no such recording store", file=sys.stderr)
+        return 2
+    if args.export is not None:
+        written, left_out = export_reviewed(args.store, args.export)
+        print(f"wrote {written} reviewed recordings to {args.export} ({left_out} not reviewed, left out)")
+        return 0
+    check_loopback(args.host)
+    print(f"review page: http://{args.host}:{args.port}/review", file=sys.stderr)
+    serve_review(args.store, args.host, args.port, api_keys_from_env(), build_scorer, args.log_level)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -217,6 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_demo(args)
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "calibrate":
+            return cmd_calibrate(args)
+        if args.command == "review":
+            return cmd_review(args)
         if args.command == "bench":
             from deltaguard.tools.bench import cmd_bench
 

@@ -73,7 +73,8 @@ from deltaguard.transcripts import Conversation, parse_conversation
 
 log = logging.getLogger("deltaguard.recording")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the review labels table (a version 1 store gains it on open)
+REVIEW_VERDICTS = ("confirmed", "false_positive")
 _DECISION_RANK = {"allow": 0, "flag": 1, "block": 2}
 
 
@@ -150,10 +151,12 @@ class Redactions:
     kinds: dict[str, int] = field(default_factory=dict)
     categories: set[str] = field(default_factory=set)
     items: list[int] = field(default_factory=list)  # indices of the items that changed
+    kind_categories: dict[str, str] = field(default_factory=dict)  # kind -> its category
 
     def add(self, span: Span) -> None:
         self.kinds[span.kind] = self.kinds.get(span.kind, 0) + 1
         self.categories.add(span.category)
+        self.kind_categories[span.kind] = span.category
 
 
 # A place a string lives in a wire item, and its offset in the item's text view.
@@ -289,7 +292,7 @@ CREATE TABLE IF NOT EXISTS transcripts (
     decision TEXT NOT NULL,           -- the harshest flag decision seen: flag or block
     categories TEXT NOT NULL,         -- JSON list: every category flagged so far
     redacted INTEGER NOT NULL,
-    redactions TEXT NOT NULL,         -- JSON {"kinds": {kind: n}, "categories": [..], "turns": [..]}
+    redactions TEXT NOT NULL,         -- JSON {"kinds": {kind: n}, "categories", "turns", "kind_categories"}
     classifier_versions TEXT NOT NULL,
     policy TEXT NOT NULL,             -- JSON Policy in force when recorded
     transcript TEXT NOT NULL,         -- one line of transcript format v1
@@ -309,6 +312,14 @@ CREATE TABLE IF NOT EXISTS flags (
     created_at REAL NOT NULL,
     event TEXT NOT NULL,              -- the FlagEvent as JSON
     PRIMARY KEY (transcript, event_id)
+);
+CREATE TABLE IF NOT EXISTS labels (   -- schema 2: a reviewer's verdict on one flagged category
+    transcript INTEGER NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
+    category TEXT NOT NULL,
+    verdict TEXT NOT NULL CHECK (verdict IN ('confirmed', 'false_positive')),
+    reviewer TEXT,                    -- the tenant whose key marked it
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (transcript, category)
 );
 """
 
@@ -403,6 +414,9 @@ class TranscriptStore:
                 raise RecordingStoreError(
                     f"{self.path} has schema version {row[0]}; this DeltaGuard reads up to {SCHEMA_VERSION}"
                 )
+            elif int(row[0]) < SCHEMA_VERSION:
+                # Migrations only add tables (created above), so older stores stay readable as is.
+                db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
             raise RecordingStoreError(f"{self.path} is not a usable recording store: {exc}") from exc
         self._db = db
@@ -532,19 +546,82 @@ class TranscriptStore:
             self._add_flag(db, row_id, event)
         return row_id
 
+    # -- review labels
+
+    def set_label(self, transcript: int, category: str, verdict: str | None, reviewer: str | None) -> None:
+        """Mark recording `transcript`'s flag for `category` confirmed or false positive
+        (`verdict` None: clear the mark). Labels never trigger retention: a reviewer's
+        store may have other limits than the gateway that writes it."""
+        if verdict is not None and verdict not in REVIEW_VERDICTS:
+            raise RecordingStoreError(f"label verdict must be one of {REVIEW_VERDICTS}, got {verdict!r}")
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT 1 FROM transcripts WHERE id = ?", (transcript,)).fetchone() is None:
+                raise RecordingStoreError(f"no recording {transcript} in {self.path}")
+            if verdict is None:
+                db.execute("DELETE FROM labels WHERE transcript = ? AND category = ?", (transcript, category))
+            else:
+                db.execute(
+                    "INSERT INTO labels VALUES (?, ?, ?, ?, ?) ON CONFLICT (transcript, category) "
+                    "DO UPDATE SET verdict = excluded.verdict, reviewer = excluded.reviewer, "
+                    "updated_at = excluded.updated_at",
+                    (transcript, category, verdict, reviewer, self.clock()),
+                )
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def labels(self, transcripts: Sequence[int] | None = None) -> dict[int, dict[str, dict[str, Any]]]:
+        """{recording id: {category: {"verdict", "reviewer", "updated_at"}}}."""
+        sql = "SELECT transcript, category, verdict, reviewer, updated_at FROM labels"
+        args: list[int] = []
+        if transcripts is not None:
+            args = [int(t) for t in transcripts]
+            sql += f" WHERE transcript IN ({', '.join('?' for _ in args)})" if args else " WHERE 0"
+        out: dict[int, dict[str, dict[str, Any]]] = {}
+        for t, cat, verdict, reviewer, at in self.db.execute(sql, args):
+            out.setdefault(t, {})[cat] = {"verdict": verdict, "reviewer": reviewer, "updated_at": at}
+        return out
+
     # -- reading
 
     def count(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM transcripts").fetchone()[0])
 
+    def summaries(self) -> list[dict[str, Any]]:
+        """Every recording's metadata (no transcript, verdicts or flags), newest flag first."""
+        cur = self.db.execute(
+            "SELECT id, tenant, conversation_id, decision, categories, redacted, response_ids, "
+            "created_at, updated_at FROM transcripts ORDER BY updated_at DESC, id DESC"
+        )
+        names = [d[0] for d in cur.description]
+        out = []
+        for row in cur.fetchall():
+            r = dict(zip(names, row, strict=True))
+            r["categories"] = json.loads(r["categories"])
+            r["turns"] = len(json.loads(r.pop("response_ids")))
+            r["redacted"] = bool(r["redacted"])
+            out.append(r)
+        return out
+
     def read(
-        self, conversation_id: str | None = None, tenant: str | Literal["*"] | None = "*"
+        self,
+        conversation_id: str | None = None,
+        tenant: str | Literal["*"] | None = "*",
+        ids: Sequence[int] | None = None,
     ) -> list[RecordedTranscript]:
-        """Recordings in the order they were first made; `tenant="*"`: every tenant."""
-        where, args = [], []
+        """Recordings in the order they were first made; `tenant="*"`: every tenant;
+        `ids`: only these recordings."""
+        where: list[str] = []
+        args: list[Any] = []
         if conversation_id is not None:
             where.append("conversation_id = ?")
             args.append(conversation_id)
+        if ids is not None:
+            where.append(f"id IN ({', '.join('?' for _ in ids)})" if ids else "0")
+            args += [int(i) for i in ids]
         if tenant != "*":
             where.append("tenant IS ?")
             args.append(tenant)
@@ -765,6 +842,7 @@ class TranscriptRecorder:
                 "kinds": redactions.kinds,
                 "categories": sorted(redactions.categories),
                 "turns": redacted_turns,  # turns with an item changed by redaction
+                "kind_categories": redactions.kind_categories,  # which mask is which category
             },
             "classifier_versions": scorer.versions,
             "policy": scorer.policy.model_dump(mode="json"),

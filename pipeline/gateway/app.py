@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from deltaguard.errors import ItemError, KafkaPathError, RequestError
+from deltaguard.gateway.auth import tenant_for
 from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstream
 from deltaguard.gateway.chat_upstream import ChatUpstream
 from deltaguard.gateway.config import GatewayConfig
@@ -32,7 +32,7 @@ from deltaguard.gateway.guard import GuardEndpoints, GuardService, routes_of
 from deltaguard.gateway.service import ResponsesService
 from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream, WebSocketUpstream
 from deltaguard.gateway.wire import error_event, parse_body, parse_create
-from deltaguard.lanes.stage import DEFAULT_TENANT, SafetyStage, StageConfig
+from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.parsing import parse_items
 from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
@@ -177,15 +177,7 @@ class Gateway:
         Every configured key is compared, in constant time, so timing does not tell
         which key (or how much of one) matched.
         """
-        if not self.config.api_keys:
-            return DEFAULT_TENANT
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        offered = token.strip().encode() if scheme.lower() == "bearer" else b""
-        found = None
-        for key, tenant in self.config.api_keys.items():
-            if hmac.compare_digest(offered, key.encode()):
-                found = tenant
-        return found
+        return tenant_for(self.config.api_keys, headers)
 
     # -- HTTP --------------------------------------------------------------------------
 
@@ -369,7 +361,10 @@ async def _sse(
             task.cancel()
 
 
-def create_app(config: GatewayConfig, scorer: Scorer, **kwargs: Any) -> Starlette:
+def create_app(
+    config: GatewayConfig, scorer: Scorer, *, routes: Sequence[BaseRoute] = (), **kwargs: Any
+) -> Starlette:
+    """The gateway's app; `routes` are mounted beside its own (the review page, `serve --record`)."""
     gateway = Gateway(config, scorer, **kwargs)
     app = Starlette(
         routes=[
@@ -382,6 +377,7 @@ def create_app(config: GatewayConfig, scorer: Scorer, **kwargs: Any) -> Starlett
             WebSocketRoute("/v1/responses", gateway.websocket),
             Route("/metrics", gateway.metrics_endpoint, methods=["GET"]),
             Route("/healthz", gateway.healthz, methods=["GET"]),
+            *routes,
         ],
         lifespan=gateway.lifespan,
     )

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,12 @@ def scorer_for(config: GatewayConfig) -> Scorer:
     return build_scorer(names, policy=load_policy(Path(config.policy_path)) if config.policy_path else None)
 
 
-def serve(config: GatewayConfig, scorer: Scorer | None = None, log_level: str = "info") -> None:
-    """Serve until SIGINT/SIGTERM; lanes and sinks drain on the way out."""
-    app = create_app(config, scorer or scorer_for(config))
+def serve(
+    config: GatewayConfig, scorer: Scorer | None = None, log_level: str = "info", routes: Sequence[Any] = ()
+) -> None:
+    """Serve until SIGINT/SIGTERM; lanes and sinks drain on the way out. `routes`: more
+    routes to mount (the review page, built above the gateway layer)."""
+    app = create_app(config, scorer or scorer_for(config), routes=routes)
     # uvicorn drains on SIGTERM, then re-raises it to the handler it found: make that
     # handler a no-op so a drained shutdown exits 0 instead of dying by the signal.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)

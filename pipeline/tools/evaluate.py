@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,7 @@ class EvalResult:
     reports: dict[str, CategoryReport]
     errors: list[TranscriptError]
     target_fpr: float
+    unlabelled: int | None = None  # calibrate: recordings left out, no review label
 
     def policy(self, base: Policy) -> dict[str, Any]:
         """A policy file: `base` with the thresholds that meet the target FPR."""
@@ -177,20 +178,41 @@ class EvalResult:
             "conversations": len(self.conversations),
             "categories": {name: r.to_json() for name, r in self.reports.items()},
             "errors": [str(e) for e in self.errors],
+            **({} if self.unlabelled is None else {"unlabelled": self.unlabelled}),
         }
 
 
 def evaluate(path: Path, scorer: Scorer, target_fpr: float = 0.01) -> EvalResult:
     """Replay the labelled conversations of `path` and measure every labelled category."""
+    return evaluate_conversations(
+        read_transcripts(path),
+        scorer,
+        target_fpr,
+        str(path),
+        f"{path}: no conversation has labels.categories to evaluate against",
+    )
+
+
+def evaluate_conversations(
+    entries: Iterable[Conversation | TranscriptError],
+    scorer: Scorer,
+    target_fpr: float,
+    source: str,
+    nothing_labelled: str,
+) -> EvalResult:
+    """The shared path of `deltaguard eval` (a file) and `deltaguard calibrate` (a store):
+    replay the labelled conversations and measure every category.
+
+    `nothing_labelled` is the error raised when no conversation carries labels."""
     labelled: list[Labelled] = []
     errors: list[TranscriptError] = []
     tracker = ConversationTracker(scorer)
-    for entry in read_transcripts(path):
+    for entry in entries:
         if isinstance(entry, TranscriptError):
             errors.append(entry)
             continue
         try:
-            label = labelled_categories(entry, str(path))
+            label = labelled_categories(entry, source)
         except TranscriptError as exc:
             errors.append(exc)
             continue
@@ -206,7 +228,7 @@ def evaluate(path: Path, scorer: Scorer, target_fpr: float = 0.01) -> EvalResult
                 caught.setdefault(cat, row["index"])
         labelled.append(Labelled(entry.id, label[0], label[1], scores, caught))
     if not labelled:
-        raise DeltaGuardError(f"{path}: no conversation has labels.categories to evaluate against")
+        raise DeltaGuardError(nothing_labelled)
     names = sorted({c for conv in labelled for c in conv.categories} | set(scorer.policy.categories))
     reports = {name: _report(name, labelled, target_fpr) for name in names}
     return EvalResult(labelled, reports, errors, target_fpr)

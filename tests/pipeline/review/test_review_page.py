@@ -1,0 +1,71 @@
+"""The review page in a real browser: headless Chromium (Debian's package) driven by
+playwright-core against the gateway's review routes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.support.browser import BrowserUnavailable, chromium_binary, playwright_core, run_node_script
+
+SCRIPT = Path(__file__).with_name("review_page.cjs")
+GREEN = (0xDA, 0xFB, 0xE1)  # .flag-card.label-false_positive background
+AMBER = (0xFF, 0xF8, 0xE1)  # an unreviewed flag card
+
+
+@pytest.fixture(scope="module")
+def browser_ready():
+    try:
+        chromium_binary()
+        playwright_core()
+    except BrowserUnavailable as exc:
+        pytest.fail(f"the browser tests need Chromium and playwright-core: {exc}")
+
+
+def card_color(png: Path, box: dict) -> tuple[int, int, int]:
+    """The colour just inside the card's border (top-left, clear of its text)."""
+    with Image.open(png) as img:
+        return img.convert("RGB").getpixel((int(box["x"]) + 4, int(box["y"]) + 4))
+
+
+def test_review_page_filters_opens_and_marks_a_false_positive(browser_ready, review_gateway, tmp_path):
+    base, _db = review_gateway
+    seen = run_node_script(SCRIPT, {"url": base, "key": "key-a", "out": str(tmp_path)})
+
+    assert "API key" in seen["error_before_key"]
+    assert seen["session"] == "tenant tenant-a" and seen["rows_all"] == 2  # tenant-b's is not listed
+    assert seen["rows_block"] == ["prompt_injection, jailbreak"]  # the decision filter
+    # The fetched page that carried the injection is the highlighted item, and it looks it.
+    (item,) = seen["flagged_items"]
+    assert (
+        item["flagged"] == "prompt_injection,jailbreak" and "Ignore all previous instructions" in item["text"]
+    )
+    assert item["background"] != seen["plain_item_background"]
+    # The plot: one line per category with a point per turn, thresholds of the flagged ones.
+    assert seen["turns"] == 2 and seen["plot"]["width"] == 642  # 640 and its border
+    assert {line["category"] for line in seen["plot"]["lines"]} >= {"prompt_injection", "jailbreak", "pii"}
+    assert all(line["points"] == 2 for line in seen["plot"]["lines"])
+    assert seen["plot"]["dots"] == 2 * len(seen["plot"]["lines"])
+    assert sorted(seen["plot"]["thresholds"]) == ["jailbreak", "prompt_injection"]
+    # Marked: the DOM says so, the list row too, and so does the store behind the API.
+    assert (seen["state_before"], seen["state_after"]) == ("unreviewed", "false positive")
+    assert seen["row_review_state"] == "partly"
+    assert seen["foreign_requests"] == []  # everything came from the app
+    rows = httpx.get(
+        base + "/review/api/conversations?decision=block", headers={"Authorization": "Bearer key-a"}
+    )
+    assert rows.json()["conversations"][0]["labels"] == {"jailbreak": "false_positive"}
+
+    # The screenshots: full viewport PNGs, the card amber before and green after.
+    for name in ("before.png", "after.png"):
+        with Image.open(tmp_path / name) as img:
+            assert (img.format, img.size) == ("PNG", (1280, 900))
+    assert [seen["box_before"][k] for k in "xy"] == [seen["box_after"][k] for k in "xy"]
+    before = card_color(tmp_path / "before.png", seen["box_before"])
+    after = card_color(tmp_path / "after.png", seen["box_after"])
+    assert before == AMBER and after == GREEN, (before, after)
+    assert json.dumps(seen)  # kept readable in the failure output
