@@ -84,6 +84,12 @@ async def test_broker_restart_loses_no_billing_or_flag_event(broker: Broker, tmp
         broker.start()  # same port, empty: the sink recreates its topics on reconnect
         await collector.restart()
         await asyncio.sleep(1.0)
+        # On a loaded machine the reconnect backoff can outlast that second: publish on
+        # until the sink is connected again (it must be, for the spool to drain).
+        for _ in range(200):
+            if not sink.stats["outage"]:
+                break
+            await asyncio.sleep(0.1)
         stop.set()
         await task
         await sink.aclose()
