@@ -16,7 +16,10 @@
 - post-inference lane: output scoring and the billing event, queued after the response
   so that they overlap the next request instead of delaying it.
 
-Classifier work runs off the event loop on one thread pool created at `start()`.
+Classifier work runs off the event loop on one thread pool (`limiter.InferenceLimiter`),
+created at `start()` or injected. The monitor step itself is `monitor.MonitorStep`; which
+conversations are refused before they are scored is `lockout.ConversationLockout`;
+`drain()` waits for queued work without stopping the stage.
 """
 
 from __future__ import annotations
