@@ -78,7 +78,7 @@ def test_manifest_entry_is_its_own_and_matches_an_artifact():
 
 # A realistic exfiltration ask without override wording: lexical-v2 scores it just under the
 # threshold (held-out recall is ~20-25%, models/README.md); kept to show the limit.
-MISSED = pytest.mark.xfail(reason="under the lexical-v2 definitions threshold", strict=False)
+MISSED = pytest.mark.xfail(reason="under the lexical-v2 definitions threshold", strict=True)
 
 
 @pytest.mark.parametrize("index", [0, 1, pytest.param(2, marks=MISSED)])
