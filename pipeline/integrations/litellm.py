@@ -300,6 +300,12 @@ class DeltaGuardGuardrail(CustomGuardrail):
             if self._closed:
                 raise LaneClosed("the DeltaGuard guardrail is closed (the proxy is shutting down)")
             if self._gate is None:
+                if self._closer is None:
+                    # Watched before the classifiers load: a SIGTERM that arrives while they
+                    # do must still drain the requests waiting on them.
+                    self._closer = asyncio.create_task(self._close_at_exit(), name="deltaguard:closer")
+                    self._spawn(self._closer)
+                    self._watch_shutdown_signals()
                 s = self.settings
                 scorer = await asyncio.to_thread(build_scorer, tuple(s.classifiers), thresholds=s.thresholds)
                 gate = HistoryGate(
@@ -313,9 +319,6 @@ class DeltaGuardGuardrail(CustomGuardrail):
                 )
                 await gate.start()
                 self._gate = gate
-                self._closer = asyncio.create_task(self._close_at_exit(), name="deltaguard:closer")
-                self._spawn(self._closer)
-                self._watch_shutdown_signals()
                 log.info(
                     "DeltaGuard ready: gate %s, monitor %s",
                     [c.name for c in gate.stage.gate_scorer.classifiers],
