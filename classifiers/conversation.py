@@ -223,16 +223,16 @@ class ConversationClassifier:
                 item_scores.append(zero_scores(cats))
                 continue
             n += 1
-            own = lexical.score_text(item.text)
-            tokens += item.tokens
+            own, extra = lexical.score_text_counted(item.text)
+            tokens += item.tokens + extra
             admitted = max(own.values()) >= self.admit
             window = self._window(buffer, n, item.text if admitted else None)
             if window != buffer:
                 buffer = window
                 if buffer:
                     joined = "\n".join(text for _, text in buffer)
-                    span = lexical.score_text(joined)
-                    tokens += count_tokens(joined)
+                    span, extra = lexical.score_text_counted(joined)
+                    tokens += count_tokens(joined) + extra
                 else:
                     span = zero_scores(cats)
             for cat in cats:

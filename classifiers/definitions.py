@@ -135,8 +135,7 @@ class DefinitionsClassifier:
         flat = [text for piece in pieces for text in piece]
         if not flat:
             return [0.0] * len(items), 0
-        views = getattr(self._model, "score_views", None)  # absent before normaliser support
-        rows, extra = views(flat) if views else (self._model.score_many(flat), [0])
+        rows, extra = self._model.score_views(flat)
         out, at = [], 0
         for piece in pieces:
             out.append(float(rows[at : at + len(piece), self._head].max()) if piece else 0.0)

@@ -16,6 +16,11 @@ of the two vectorizers, concatenated as a `FeatureUnion` does, followed by
 `CalibratedClassifierCV(method="sigmoid")` over `LogisticRegression`; the training
 recipe checks that the two agree within 1e-6 on its whole test split.
 
+An artifact whose config names a normaliser version (`"normalize"`, lexical-v3) is scored
+on the views of classifiers/normalize.py: the primary view and, when something was hidden
+or encoded, the extra view; an item takes the max over its views, and the extra view's
+tokens are added to the update's `tokens`. Artifacts without it read the raw text.
+
 By default only what users and tools say is scored. System and developer messages come
 from the application's operator, and the model can flag ordinary "You are a helpful ..."
 prompts (see models/README.md), so they are scored only when asked for with `roles`.
@@ -48,7 +53,8 @@ from typing import Any
 import numpy as np
 
 from deltaguard.artifacts import verified_path
-from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
+from deltaguard.classifiers import normalize
+from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, running_max, zero_scores
 from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -268,6 +274,13 @@ class LexicalModel:
                 if config[block][key] != value:
                     raise ValueError(f"unsupported {block} setting {key}={config[block][key]!r}")
         self.config = config
+        # Artifacts trained on normalised text (classifiers/normalize.py) say so; older ones
+        # read the raw text, as they were trained.
+        self.normalizer: str | None = config.get("normalize")
+        if self.normalizer is not None and self.normalizer != normalize.VERSION:
+            raise ValueError(f"normalize version {self.normalizer!r} != {normalize.VERSION!r}")
+        if self.normalizer is not None:
+            normalize.warm()
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
         self._is_word, is_space = _unicode_classes()
 
@@ -488,10 +501,8 @@ class LexicalModel:
         """Positive-class probability per head for the whole text, as sklearn gives it."""
         return _sigmoid(self._logits([text])[0])
 
-    def score_many(self, texts: Sequence[str]) -> np.ndarray:
+    def _chunk_scores(self, texts: Sequence[str]) -> np.ndarray:
         """Per text and head, the max probability over the text's chunks (`chunk_text`)."""
-        if not texts:
-            return np.zeros((0, len(self.heads)))
         chunks = [chunk_text(text) for text in texts]
         if len(chunks) == 1:
             return _sigmoid(self._logits(chunks[0])).max(axis=0, keepdims=True)
@@ -499,9 +510,29 @@ class LexicalModel:
         proba = _sigmoid(self._logits(list(chain.from_iterable(chunks))))
         return np.maximum.reduceat(proba, firsts, axis=0)
 
+    def score_views(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        """Per text and head, the max probability over its views and their chunks; and per
+        text, the tokens of its extra view (work beyond the item's own tokens, 0 if none).
+        Without a normaliser the one view is the raw text."""
+        if not texts:
+            return np.zeros((0, len(self.heads))), []
+        if self.normalizer is None:
+            return self._chunk_scores(texts), [0] * len(texts)
+        every = [normalize.views(text) for text in texts]
+        flat = [view for v in every for view in v.texts()]
+        extra = [0 if v.extra is None else count_tokens(v.extra) for v in every]
+        if len(flat) == len(texts):
+            return self._chunk_scores(flat), extra
+        firsts = np.cumsum([0] + [len(v.texts()) for v in every[:-1]])
+        return np.maximum.reduceat(self._chunk_scores(flat), firsts, axis=0), extra
+
+    def score_many(self, texts: Sequence[str]) -> np.ndarray:
+        """Per text and head, the max probability over its views and chunks (`score_views`)."""
+        return self.score_views(texts)[0]
+
     def score(self, text: str) -> np.ndarray:
-        """Per-head max probability over overlapping chunks of at most CHUNK_CHARS."""
-        return _sigmoid(self._logits(chunk_text(text))).max(axis=0)
+        """Per-head max probability over the text's views and overlapping chunks."""
+        return self.score_views([text])[0][0]
 
 
 class LexicalClassifier:
@@ -512,20 +543,27 @@ class LexicalClassifier:
     lane: Lane = "gate"
     max_state_bytes = 256
 
-    def __init__(self, models_dir: Path = MODELS_DIR, *, roles: Collection[str] = SCORED_ROLES) -> None:
+    def __init__(
+        self,
+        models_dir: Path = MODELS_DIR,
+        *,
+        roles: Collection[str] = SCORED_ROLES,
+        artifact: str = ARTIFACT_NAME,
+    ) -> None:
         """`roles`: item roles that are scored, by default user and tool. System and
         developer prompts come from the application's operator and the model flags
         benign "You are a ... assistant" prompts (no such negatives exist in the training
         data, see models/README.md); pass e.g. roles={"user", "tool", "system",
-        "developer"} to score them anyway."""
+        "developer"} to score them anyway. `artifact`: the manifest entry to serve."""
         self.models_dir = Path(models_dir)
+        self.artifact = artifact
         self.roles = frozenset(roles)
         self._model: LexicalModel | None = None
         self._entry: dict[str, Any] | None = None
 
     def load(self) -> LexicalClassifier:
         """Read and hash-check the artifact; raises ModelArtifactError if it is not usable."""
-        path, entry = verified_path(ARTIFACT_NAME, self.models_dir)
+        path, entry = verified_path(self.artifact, self.models_dir)
         model = LexicalModel.from_npz(path)
         if model.heads != self.categories:
             raise ModelArtifactError(
@@ -565,10 +603,15 @@ class LexicalClassifier:
 
     def score_text(self, text: str) -> Scores:
         """Item-level scores for one text as a scored role would get them."""
+        return self.score_text_counted(text)[0]
+
+    def score_text_counted(self, text: str) -> tuple[Scores, int]:
+        """`score_text`, and the tokens of the text's extra normalised view (0 if none)."""
         model = self._require_model()
         if not text.strip():
-            return zero_scores(self.categories)
-        return {head: float(p) for head, p in zip(self.categories, model.score(text), strict=True)}
+            return zero_scores(self.categories), 0
+        rows, extra = model.score_views([text])
+        return {head: float(p) for head, p in zip(self.categories, rows[0], strict=True)}, extra[0]
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
         model = self._require_model()
@@ -577,7 +620,9 @@ class LexicalClassifier:
         tokens = sum(items[i].tokens for i in scored)  # counted once, when the item was parsed
         with_text = [i for i in scored if items[i].text.strip()]
         if with_text:  # one featurisation pass for all of this update's items
-            for i, row in zip(with_text, model.score_many([items[i].text for i in with_text]), strict=True):
+            rows, extra = model.score_views([items[i].text for i in with_text])
+            tokens += sum(extra)  # the normaliser's extra views are work too
+            for i, row in zip(with_text, rows, strict=True):
                 item_scores[i] = {head: float(p) for head, p in zip(self.categories, row, strict=True)}
         previous = state.get("max") or zero_scores(self.categories)
         scores = running_max(previous, item_scores)

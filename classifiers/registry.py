@@ -15,6 +15,11 @@ One lexical model serves three views, and each item role is judged by exactly on
                    threshold of the "tool-definitions" manifest entry (classifiers/definitions.py).
 
 With `conversation` left out, `lexical` judges user messages itself, per message.
+
+The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
+`conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were
+calibrated on (eval/conversation_eval.py). When both name the same entry, the model is
+loaded once.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.models import MODELS_DIR
 
 DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions")
+LEXICAL_ARTIFACT = "lexical"
+CONVERSATION_ARTIFACT = "lexical-v2"
+DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
 # Opt-in: the encoder (~10-40 ms of CPU per 256-token window; `serve --monitor encoder`).
 KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 
@@ -46,9 +54,14 @@ def load_classifiers(
     unknown = [n for n in names if n not in KNOWN_NAMES]
     if unknown:
         raise ValueError(f"unknown classifier {unknown[0]!r}; known: {', '.join(KNOWN_NAMES)}")
-    # The lexical model is loaded once, whichever of its views are named.
-    views = {"lexical", "conversation", "definitions"}
-    model = LexicalClassifier(models_dir).load() if views & set(names) else None
+    # Each lexical artifact is loaded once, whichever of its views are named.
+    views = (
+        (LEXICAL_ARTIFACT, "lexical"),
+        (CONVERSATION_ARTIFACT, "conversation"),
+        (DEFINITIONS_ARTIFACT, "definitions"),
+    )
+    wanted = {artifact for artifact, view in views if view in names}
+    models = {a: LexicalClassifier(models_dir, artifact=a).load() for a in sorted(wanted)}
     out: list[Classifier] = []
     for name in names:
         if name == "secrets":
@@ -57,13 +70,15 @@ def load_classifiers(
             out.append(PiiClassifier())
         elif name == "lexical":
             roles = LEXICAL_ROLES - CONVERSATION_ROLES if "conversation" in names else LEXICAL_ROLES
-            view = LexicalClassifier(models_dir, roles=roles).share(model)
-            out.append(ThresholdScaled(view, model_thresholds(name, models_dir)))
+            view = LexicalClassifier(models_dir, roles=roles, artifact=LEXICAL_ARTIFACT)
+            view.share(models[LEXICAL_ARTIFACT])
+            out.append(ThresholdScaled(view, model_thresholds(LEXICAL_ARTIFACT, models_dir)))
         elif name == "conversation":
-            out.append(ConversationClassifier(models_dir, lexical=model).load())  # 0.5-scaled already
+            lexical = models[CONVERSATION_ARTIFACT]
+            out.append(ConversationClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
         elif name == "definitions":
-            # Shares `model` when it is the artifact its threshold was chosen for.
-            out.append(DefinitionsClassifier(models_dir, lexical=model).load())  # 0.5-scaled already
+            lexical = models[DEFINITIONS_ARTIFACT]
+            out.append(DefinitionsClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
         elif name == "encoder":
             encoder = EncoderClassifier(models_dir).load()
             out.append(ThresholdScaled(encoder, encoder.thresholds))

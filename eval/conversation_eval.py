@@ -79,6 +79,7 @@ import numpy as np
 
 from deltaguard.classifiers.conversation import ConversationClassifier
 from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT
 from deltaguard.classifiers.scaled import scale
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -1012,7 +1013,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cost", action="store_true", help="skip the per-turn cost benchmark")
     args = parser.parse_args(argv)
     t0 = time.time()
-    lexical = LexicalClassifier().load()
+    lexical = LexicalClassifier(artifact=CONVERSATION_ARTIFACT).load()
     log("building the validation and test conversations")
     val = build_conversations("validation")
     test = build_conversations("test")

@@ -92,7 +92,7 @@ def encoder_scores(texts: list[str], threads: int, recipe_cache: bool) -> dict[s
 def lexical_scores(texts: list[str]) -> dict[str, np.ndarray]:
     from deltaguard.classifiers.lexical import LexicalClassifier
 
-    clf = LexicalClassifier().load()
+    clf = LexicalClassifier(artifact="lexical-v2").load()
     model = clf._require_model()
     return {t: model.score(t) for t in sorted(set(texts))}
 
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     lex = lexical_scores(texts)
     enc = encoder_scores(texts, args.threads, args.recipe_cache)
     thresholds = {
-        "lexical": manifest_entry("lexical")["thresholds"],
+        "lexical": manifest_entry("lexical-v2")["thresholds"],
         "encoder": manifest_entry("encoder")["head_thresholds"],
         "combined": combined_thresholds(corpus, lex, enc),
     }

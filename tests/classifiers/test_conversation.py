@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from deltaguard.classifiers.conversation import ConversationClassifier
 from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT
 from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.errors import ConversationNotLoadedError
 from deltaguard.items import Item
@@ -67,7 +68,7 @@ ATTACK_TEXTS = [
 
 @pytest.fixture(scope="module")
 def lexical() -> LexicalClassifier:
-    return LexicalClassifier().load()
+    return LexicalClassifier(artifact=CONVERSATION_ARTIFACT).load()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,383 @@
+"""Text normalisation shared by the injection / jailbreak classifiers: what the models read.
+
+Attackers hide instructions from text classifiers in ways a model upstream still reads:
+look-alike letters from other scripts, invisible characters inside words, ASCII shifted
+into Unicode tag characters, base64 / hex / URL-encoded sentences, leetspeak. `views`
+turns one item's text into what is scored:
+
+    primary   NFKC, invisible characters (zero-width, bidi controls, variation
+              selectors, tag characters) removed, confusables folded to Latin in Latin
+              text and in mixed-script words, combining marks over Latin letters dropped.
+              Plain ASCII text is returned unchanged (the fast path: most tool outputs).
+    extra     only when something was hidden or encoded: the primary view with tag
+              characters decoded back to ASCII, base64 / hex / URL-encoded segments
+              decoded in place (bounded: MAX_SEGMENTS segments of at most
+              MAX_SEGMENT_CHARS characters, DECODE_ROUNDS rounds for nested encodings),
+              leetspeak words folded, and marker tokens saying what was found
+              (HIDDEN_MARKER, DECODED_MARKER, LEET_MARKER). Invisible text and encoded
+              instructions are evidence in themselves; the markers let a model trained on
+              these views weigh that evidence, and a classifier scores the extra view too
+              (max over views), counting its tokens as work.
+
+Everything is a pure function of the one text: deterministic, no state across items, so
+delta mode and full mode see exactly the same views. Cost: a few microseconds for ASCII
+text with nothing to decode (byte-level prefilters), tens of microseconds otherwise; the
+per-code-point table behind the Unicode checks is built once (`warm`, called at load).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import re
+import unicodedata
+from dataclasses import dataclass
+from urllib.parse import unquote_plus
+
+import numpy as np
+
+__all__ = [
+    "DECODED_MARKER",
+    "HIDDEN_MARKER",
+    "LEET_MARKER",
+    "VERSION",
+    "Views",
+    "fold_leet",
+    "primary",
+    "views",
+    "warm",
+]
+
+VERSION = "1"
+MAX_SEGMENTS = 16  # encoded segments decoded per text
+MAX_SEGMENT_CHARS = 8192  # longer runs are left encoded (a data blob, not a sentence)
+MIN_SEGMENT_CHARS = 16  # shorter runs are words, ids and hashes, not encoded sentences
+DECODE_ROUNDS = 2  # base64 of hex of ... decoded at most this deep
+MIN_DECODED_LETTERS = 0.6  # share of letters and spaces a decoded segment needs to count as text
+
+HIDDEN_MARKER = "dg_hidden_text"
+DECODED_MARKER = "dg_decoded_text"
+LEET_MARKER = "dg_leet_text"
+
+# Characters nothing renders: soft hyphen, combining grapheme joiner, zero-width and
+# joiners, bidi controls, word joiners and invisible operators, Hangul fillers, variation
+# selectors, musical format controls, tag characters.
+_INVISIBLE_RANGES = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE007F),
+    (0xE0100, 0xE01EF),
+)
+_INVISIBLE = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _INVISIBLE_RANGES) + "]+")
+_TAGS = re.compile("[\U000e0020-\U000e007e]+")
+_ZW_IN_WORD = re.compile("(?<=[A-Za-z])[\u200b-\u200d\u2060\ufeff\u00ad]+(?=[A-Za-z])")
+_VARIATION_RUN = re.compile("[\U000e0100-\U000e01ef]{4,}")
+_MIN_TAG_PAYLOAD = 8  # emoji subdivision flags use 4-6 tag characters legitimately
+_MIN_ZW_IN_WORDS = 2  # one stray zero-width space is copy-paste noise
+
+# Look-alikes of Latin letters in Cyrillic, Greek, Armenian and a few symbols that NFKC
+# leaves alone (fullwidth and mathematical letters NFKC folds itself).
+_CONFUSABLE_MAP = {
+    **dict(zip("аВсеԁһіјӏКМНорԛѕТԝхуАСЕНІЈОРЅХУЬ", "aBcedhijlKMHopqsTwxyACEHIJOPSXYb", strict=True)),
+    **dict(zip("αβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧϲϳ", "aBeikvoptuxABEZHIKMNOPTYXcj", strict=True)),
+    **dict(zip("ցհոսօ", "ghnuo", strict=True)),
+    **dict(zip("ıȷɡℓ∕‐‑‒–—‘’“”", "ijgl/-----''\"\"", strict=True)),
+}
+_CONFUSABLES = str.maketrans(_CONFUSABLE_MAP)
+_MIXED_WORD = re.compile(r"\w*[A-Za-z]\w*")
+
+# Per code point flags, for the Unicode checks in one numpy gather.
+_F_INVISIBLE, _F_CONFUSABLE, _F_MARK, _F_LATIN, _F_LETTER = 1, 2, 4, 8, 16
+
+# Encoded segments. Candidates are cheap to find; only those that decode to text count.
+_B64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])")
+_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])|(?:\\x[0-9A-Fa-f]{2}){4,}")
+_URL = re.compile(r"(?:[\w.~+-]*%[0-9A-Fa-f]{2}){3,}[\w.~+-]*")
+
+_LEET_CHARS = "013457@$"
+_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
+_HEXLIKE = re.compile(r"[0-9a-fA-F]+")
+_NOT_LEET_NEIGHBOURS = frozenset("_26789/+=-\\")
+MAX_LEET_CHARS = 24
+
+
+def _shape_table(mapping: dict[bytes, bytes], default: bytes) -> bytes:
+    table = bytearray(default * 256)
+    for chars, code in mapping.items():
+        for c in chars:
+            table[c] = code[0]
+    return bytes(table)
+
+
+_LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+# Byte shapes of ASCII text: letter "a", leet digit "1", other digit "2", "@$" "1" too.
+_LEET_SHAPE = _shape_table({_LETTERS: b"a", b"013457@$": b"1", b"2689": b"2"}, b" ")
+# Byte shapes for encoded segments: 2 for characters an encoded run of 16+ characters
+# almost always has (digits, "+", "%", "\\": base64 of text has one ~96% of the time) and
+# identifiers and paths mostly do not; 1 for the other characters of base64 / hex / URL
+# escapes; 0 for the rest.
+_ENCODED_SHAPE = _shape_table({_LETTERS + b"/=_-": b"\x01", b"0123456789+%\\": b"\x02"}, b"\x00")
+
+
+@dataclass(frozen=True, slots=True)
+class Views:
+    """What is scored for one text: `primary`, and `extra` when something was hidden."""
+
+    primary: str
+    extra: str | None
+    hidden: int  # invisible characters that hid text (tag payloads, zero-width in words)
+    decoded: int  # encoded segments decoded
+    leet: int  # words folded from leetspeak
+
+    def texts(self) -> list[str]:
+        """The views to score, primary first."""
+        return [self.primary] if self.extra is None else [self.primary, self.extra]
+
+
+@functools.cache
+def _tables() -> tuple[np.ndarray, np.ndarray]:
+    """Per code point: its flags, and the Latin letter it folds to (itself if none)."""
+    flags = np.zeros(0x110000, dtype=np.uint8)
+    for lo, hi in _INVISIBLE_RANGES:
+        flags[lo : hi + 1] |= _F_INVISIBLE
+    flags[[ord(c) for c in _CONFUSABLE_MAP]] |= _F_CONFUSABLE
+    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    for run in re.finditer(r"[^\W\d_]+", every):
+        flags[run.start() : run.end()] |= _F_LETTER
+    flags[[i for i in range(0x300, 0x20000) if unicodedata.combining(chr(i))]] |= _F_MARK
+    flags[np.frombuffer(_LETTERS, dtype=np.uint8)] |= _F_LATIN
+    fold = np.arange(0x110000, dtype="<u4")
+    fold[[ord(c) for c in _CONFUSABLE_MAP]] = [ord(c) for c in _CONFUSABLE_MAP.values()]
+    flags.flags.writeable = fold.flags.writeable = False
+    return flags, fold
+
+
+def warm() -> None:
+    """Build the per-code-point tables now (about a second, once per process)."""
+    _tables()
+
+
+def _points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+
+
+def _text(points: np.ndarray) -> str:
+    return points.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+
+
+def _is_latin(flags: np.ndarray) -> bool:
+    return 2 * int(np.count_nonzero(flags & _F_LATIN)) >= int(np.count_nonzero(flags & _F_LETTER))
+
+
+def _drop_marks(text: str) -> str:
+    """Combining marks stacked on Latin letters ("ïgnörë", zalgo text) are dropped."""
+    flags_of, _ = _tables()
+    points = _points(unicodedata.normalize("NFD", text))
+    flags = flags_of.take(points)
+    mark = (flags & _F_MARK) != 0
+    if not mark.any():
+        return text
+    position = np.arange(len(points))
+    base = np.maximum.accumulate(np.where(mark, 0, position))  # the character each mark sits on
+    on_latin = mark & ((flags.take(base) & _F_LATIN) != 0)
+    return unicodedata.normalize("NFC", _text(points[~on_latin]))
+
+
+def primary(text: str) -> str:
+    """The primary view (see the module docstring); ASCII text is returned as is."""
+    if text.isascii():
+        return text
+    flags_of, fold = _tables()
+    out = unicodedata.normalize("NFKC", text)
+    points = _points(out)
+    flags = flags_of.take(points)
+    seen = int(np.bitwise_or.reduce(flags)) if flags.size else 0
+    if seen & _F_INVISIBLE:
+        keep = (flags & _F_INVISIBLE) == 0
+        points, flags = points[keep], flags[keep]
+    latin = _is_latin(flags)
+    if seen & _F_CONFUSABLE and latin:  # Latin text: every look-alike is a disguise
+        points = fold.take(points)
+    if seen & (_F_INVISIBLE | _F_CONFUSABLE):
+        out = _text(points)
+    if seen & _F_CONFUSABLE and not latin:  # other scripts: only words that mix in Latin letters
+        out = _MIXED_WORD.sub(lambda m: m.group(0).translate(_CONFUSABLES), out)
+    if latin and not out.isascii():
+        out = _drop_marks(out)
+    return out
+
+
+# -- the extra view --------------------------------------------------------------------------
+
+
+def _is_text(decoded: str) -> bool:
+    if len(decoded) < 4 or not decoded.isprintable():
+        return False
+    letters = sum(c.isalpha() or c == " " for c in decoded)
+    return letters >= MIN_DECODED_LETTERS * len(decoded) and " " in decoded.strip()
+
+
+def _decode_b64(segment: str) -> str | None:
+    raw = segment.rstrip("=")
+    if len(raw) % 4 == 1:
+        return None
+    alt = b"-_" if ("-" in raw or "_" in raw) else None
+    try:
+        return base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=alt, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _decode_hex(segment: str) -> str | None:
+    try:
+        return bytes.fromhex(segment.replace("\\x", "")).decode("utf-8")
+    except ValueError:
+        return None
+
+
+def _decode_url(segment: str) -> str | None:
+    return unquote_plus(segment)
+
+
+_DECODERS = ((_URL, _decode_url), (_HEX, _decode_hex), (_B64, _decode_b64))
+
+
+def _long_runs(text: str) -> list[str]:
+    """Runs of MIN_SEGMENT_CHARS+ characters that could be encoded (every pattern needs one)."""
+    shape = np.frombuffer(text.encode("ascii", "replace").translate(_ENCODED_SHAPE), dtype=np.uint8)
+    inside = np.concatenate([[False], shape != 0, [False]])
+    edges = np.flatnonzero(inside[1:] != inside[:-1])
+    starts, ends = edges[0::2], edges[1::2]
+    long = (ends - starts) >= MIN_SEGMENT_CHARS
+    if not long.any():
+        return []
+    starts, ends = starts[long], ends[long]
+    strong = np.concatenate([[0], np.cumsum(shape == 2)])
+    keep = strong[ends] > strong[starts]
+    return sorted({text[a:b] for a, b in zip(starts[keep].tolist(), ends[keep].tolist(), strict=True)})
+
+
+def _decode_segments(text: str, budget: list[int]) -> tuple[str, int]:
+    """Encoded segments replaced by their text, while `budget[0]` segments remain."""
+    long_runs = _long_runs(text)
+    if not long_runs:
+        return text, 0
+    found = 0
+    for pattern, decode in _DECODERS:
+        replacements: dict[str, str] = {}
+        for run in long_runs:
+            for m in pattern.finditer(run):
+                segment = m.group(0)
+                if budget[0] <= 0 or len(segment) > MAX_SEGMENT_CHARS or segment in replacements:
+                    continue
+                decoded = decode(segment)
+                if decoded is None or decoded == segment or not _is_text(decoded):
+                    continue
+                budget[0] -= 1
+                replacements[segment] = f" {decoded} "
+        for segment in sorted(replacements, key=lambda s: (-len(s), s)):  # longest first: no partial hits
+            text = text.replace(segment, replacements[segment])
+            found += 1
+        if replacements:
+            long_runs = _long_runs(text)
+    return text, found
+
+
+def _leet_word(word: str) -> str | None:
+    if not 3 <= len(word) <= MAX_LEET_CHARS or word.isdigit() or word[:2] in ("0x", "0X"):
+        return None
+    if len(word) >= 6 and _HEXLIKE.fullmatch(word):
+        return None
+    if any(c.isdigit() and c not in _LEET_CHARS for c in word):
+        return None  # 2, 6, 8, 9 spell no letter here: a version, a size or an id
+    letters = "".join(c for c in word if c.isalpha())
+    if len(letters) < 2 or len(letters) == len(word):
+        return None
+    if not (letters.islower() or letters.isupper() or letters[1:].islower()):
+        return None  # mixed case inside a word: an id or a base64 fragment, not a word
+    head = word.rstrip("0123456789")
+    if not any(c in _LEET_CHARS for c in head):
+        return None  # letters then a number: "file10", "md5", "step35"
+    return word.translate(_LEET).lower()
+
+
+def fold_leet(text: str) -> tuple[str, int]:
+    """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many."""
+    # One byte per character (non-ASCII as "?"), shaped so that a byte search finds every
+    # letter next to a leet character; only the words around those hits are looked at.
+    shape = text.encode("ascii", "replace").translate(_LEET_SHAPE)
+    hits: list[int] = []
+    for pair in (b"a1", b"1a"):
+        at = shape.find(pair)
+        while at >= 0:
+            hits.append(at)
+            at = shape.find(pair, at + 1)
+    if not hits:
+        return text, 0
+    spans = set()
+    for at in hits:
+        start = max(shape.rfind(b" ", 0, at), shape.rfind(b"2", 0, at)) + 1
+        ends = [e for e in (shape.find(b" ", at), shape.find(b"2", at)) if e >= 0]
+        spans.add((start, min(ends) if ends else len(text)))
+    out, last, found = [], 0, 0
+    for start, end in sorted(spans):
+        if text[start - 1 : start] in _NOT_LEET_NEIGHBOURS or text[end : end + 1] in _NOT_LEET_NEIGHBOURS:
+            continue  # part of an identifier, a number, a path or an encoded blob
+        folded = _leet_word(text[start:end])
+        if folded is not None:
+            out += [text[last:start], folded]
+            last = end
+            found += 1
+    if not found:
+        return text, 0
+    out.append(text[last:])
+    return "".join(out), found
+
+
+def _hidden(text: str) -> tuple[str, int]:
+    """Tag-character payloads decoded to ASCII, and a count of smuggling-grade hiding."""
+    zero_width = len(_ZW_IN_WORD.findall(text))
+    evidence = zero_width if zero_width >= _MIN_ZW_IN_WORDS else 0
+    payloads = [m for m in _TAGS.finditer(text) if len(m.group(0)) >= _MIN_TAG_PAYLOAD]
+    if payloads:
+        evidence += sum(len(m.group(0)) for m in payloads)
+        text = _TAGS.sub(lambda m: " " + "".join(chr(ord(c) - 0xE0000) for c in m.group(0)) + " ", text)
+    evidence += sum(len(m.group(0)) for m in _VARIATION_RUN.finditer(text))
+    return text, evidence
+
+
+def views(text: str) -> Views:
+    """The primary view of `text` and, when something was hidden or encoded, the extra view."""
+    first = primary(text)
+    hidden = 0
+    extra = first
+    if not text.isascii() and np.bitwise_or.reduce(_tables()[0].take(_points(text))) & _F_INVISIBLE:
+        revealed, hidden = _hidden(text)
+        if hidden:
+            extra = primary(revealed)
+    budget = [MAX_SEGMENTS]
+    decoded = 0
+    for _ in range(DECODE_ROUNDS):
+        extra, n = _decode_segments(extra, budget)
+        decoded += n
+        if not n:
+            break
+        extra = primary(extra)
+    extra, leet = fold_leet(extra)
+    if not (hidden or decoded or leet):
+        return Views(first, None, 0, 0, 0)
+    markers = [m for m, n in ((HIDDEN_MARKER, hidden), (DECODED_MARKER, decoded), (LEET_MARKER, leet)) if n]
+    return Views(first, " ".join([*markers, extra]), hidden, decoded, leet)

@@ -1,0 +1,98 @@
+"""Gate-lane CPU per 1,000-token tool output, today's gate and the v2 gate side by side.
+
+`python -m eval.gate_cost` folds the same pipeline/tools/rollouts.py tool outputs (about
+1,000 tokens each, one per update, as an agent turn's delta) through every gate-lane
+classifier of the default set, and through the same set with the lexical view on
+lexical-v2, interleaved item by item so that both see the same machine load. CPU time of
+this thread (`time.thread_time`), p50 and p95 per classifier and for the lane. Writes
+eval/out/gate_cost.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from deltaguard.classifiers.base import Classifier
+from deltaguard.classifiers.lexical import SCORED_ROLES, LexicalClassifier
+from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers, model_thresholds
+from deltaguard.classifiers.scaled import ThresholdScaled
+from deltaguard.parsing import parse_item
+from deltaguard.tools.rollouts import tool_output
+from eval.detection_eval import entry_of
+
+OUT = Path(__file__).resolve().parent / "out" / "gate_cost.md"
+TEXTS = 300
+REPEAT = 3
+
+
+def v2_gate(default: list[Classifier]) -> list[Classifier]:
+    """The default gate with its lexical view served by lexical-v2."""
+    entry = entry_of("lexical-v2.npz")
+    roles = SCORED_ROLES - {"user"}  # as in the default set: conversation judges user messages
+    view = LexicalClassifier(roles=roles, artifact=entry).load()
+    return [ThresholdScaled(view, model_thresholds(entry)) if c.name == "lexical" else c for c in default]
+
+
+def measure(gates: dict[str, list[Classifier]], texts: int, repeat: int) -> dict[str, dict[str, list[float]]]:
+    items = [
+        parse_item(
+            {"type": "function_call_output", "call_id": "c", "output": tool_output(random.Random(i), 1000)}
+        )
+        for i in range(texts)
+    ]
+    times: dict[str, dict[str, list[float]]] = {
+        g: {c.name: [] for c in cs} | {"lane": []} for g, cs in gates.items()
+    }
+    for _ in range(repeat):
+        for item in items:
+            for gate, classifiers in gates.items():
+                total = 0.0
+                for clf in classifiers:
+                    state = clf.initial_state()
+                    t0 = time.thread_time()
+                    clf.update(state, [item])
+                    dt = (time.thread_time() - t0) * 1e3
+                    times[gate][clf.name].append(dt)
+                    total += dt
+                times[gate]["lane"].append(total)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, default=TEXTS)
+    parser.add_argument("--repeat", type=int, default=REPEAT)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    default = [c for c in load_classifiers(DEFAULT_NAMES) if c.lane == "gate"]
+    gates = {"default (lexical view: lexical-v3)": default, "lexical view on lexical-v2": v2_gate(default)}
+    times = measure(gates, args.texts, args.repeat)
+    names = [*(c.name for c in default), "lane"]
+    lines = [
+        "# Gate-lane CPU per 1,000-token tool output",
+        "",
+        f"`python -m eval.gate_cost` ({args.texts} rollout tool outputs x {args.repeat}, one per update, "
+        "interleaved; CPU ms, p50 / p95)",
+        "",
+        "| gate | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for gate, by in times.items():
+        cells = [f"{statistics.median(by[n]):.3f} / {np.percentile(by[n], 95):.3f}" for n in names]
+        lines.append(f"| {gate} | " + " | ".join(cells) + " |")
+    report = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report, encoding="utf-8")
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
