@@ -752,8 +752,8 @@ def train(args: argparse.Namespace) -> int:
             "L2-normalised",
         },
         "training_data": {
-            "splits": "training/train_lexical.py build_datasets (imported): same sources, slices and splits as "
-            "the lexical entry",
+            "splits": "training/train_lexical.py build_datasets (imported): same sources, slices and "
+            "splits as the lexical entry",
             "train_caps": TRAIN_CAPS,
             "embedded_train": EMBEDDED_TRAIN,
             "rows": {h: {"train": train_sets[h].counts()} for h in HEADS},
