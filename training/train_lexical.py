@@ -1677,8 +1677,8 @@ def main(argv: list[str] | None = None) -> int:
             },
             {
                 "source": "synthetic, seeded (NOT IN docs/data.md): test logs, CI logs, tracebacks, grep "
-                "output, diffs and JSON tool results whose names, paths and lines come from the same split's stdlib "
-                "files (ToolOutputFaker)",
+                "output, diffs and JSON tool results whose names, paths and lines come from the same "
+                "split's stdlib files (ToolOutputFaker)",
                 "slices": f"{SYNTHETIC_TOOLS_PER_SPLIT} per split, seeds {SEED + 10}..{SEED + 12}; negatives "
                 "for both heads (source 'tool_output'); pipeline/tools/rollouts.py is NOT used "
                 "(held-out check)",
