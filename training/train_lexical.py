@@ -1715,10 +1715,7 @@ def main(argv: list[str] | None = None) -> int:
         "fixtures": fixtures,
     }
     write_manifest_entry(entry)
-    log(
-        f"manifest entry '{ENTRY}' written; sha256 {entry['sha256']}; "
-        f"total {time.time() - t_start:.0f}s"
-    )
+    log(f"manifest entry '{ENTRY}' written; sha256 {entry['sha256']}; total {time.time() - t_start:.0f}s")
     return 0
 
 
