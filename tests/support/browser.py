@@ -23,6 +23,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.support.npm import npm_install
+
 PLAYWRIGHT_VERSION = "1.65.1"
 PLAYWRIGHT_PACKAGE = "playwright-core"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -85,19 +87,8 @@ def playwright_core(version: str = PLAYWRIGHT_VERSION, timeout_s: float = 300.0)
     modules = prefix / "node_modules"
     if (modules / PLAYWRIGHT_PACKAGE / "package.json").exists():
         return modules
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        raise BrowserUnavailable("node and npm are needed to install playwright-core")
-    prefix.mkdir(parents=True, exist_ok=True)
-    with open(prefix / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (modules / PLAYWRIGHT_PACKAGE / "package.json").exists():
-            command = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
-            done = _run([*command, f"{PLAYWRIGHT_PACKAGE}@{version}"], timeout_s)
-            if done.returncode != 0 or not (modules / PLAYWRIGHT_PACKAGE).exists():
-                raise BrowserUnavailable(
-                    f"npm install {PLAYWRIGHT_PACKAGE}@{version} failed:\n{done.stderr[-4000:]}"
-                )
+    marker = modules / PLAYWRIGHT_PACKAGE / "package.json"
+    npm_install(PLAYWRIGHT_PACKAGE, version, prefix, marker, BrowserUnavailable, timeout_s)
     return modules
 
 

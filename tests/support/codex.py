@@ -20,10 +20,8 @@ every response.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.npm import npm_install
 from tests.support.reasoning_upstream import (
     Item,
     Policy,
@@ -98,22 +97,7 @@ def codex_binary(version: str = CODEX_VERSION, timeout_s: float = 300.0) -> Path
     launcher = prefix / "node_modules" / ".bin" / "codex"
     if launcher.exists():
         return launcher
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        raise CodexUnavailable("node and npm are needed to install the Codex CLI")
-    prefix.mkdir(parents=True, exist_ok=True)
-    # One installer at a time (parallel test workers share the cache).
-    with open(prefix / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not launcher.exists():
-            command = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
-            done = subprocess.run(
-                [*command, f"{CODEX_PACKAGE}@{version}"], capture_output=True, text=True, timeout=timeout_s
-            )
-            if done.returncode != 0 or not launcher.exists():
-                raise CodexUnavailable(
-                    f"npm install {CODEX_PACKAGE}@{version} failed:\n{done.stderr[-4000:]}"
-                )
+    npm_install(CODEX_PACKAGE, version, prefix, launcher, CodexUnavailable, timeout_s)
     return launcher
 
 

@@ -12,9 +12,7 @@ so it is started with a preload (`loopback.cjs`) that pins every listening socke
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from deltaguard.gateway.server import free_port
+from tests.support.npm import npm_install
 
 PORTKEY_VERSION = "1.15.2"
 PORTKEY_PACKAGE = "@portkey-ai/gateway"
@@ -52,21 +51,7 @@ def portkey_server(version: str = PORTKEY_VERSION, timeout_s: float = 300.0) -> 
     script = prefix / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
     if script.exists():
         return script
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        raise PortkeyUnavailable("node and npm are needed to install the Portkey gateway")
-    prefix.mkdir(parents=True, exist_ok=True)
-    with (prefix / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not script.exists():
-            command = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
-            done = subprocess.run(
-                [*command, f"{PORTKEY_PACKAGE}@{version}"], capture_output=True, text=True, timeout=timeout_s
-            )
-            if done.returncode != 0 or not script.exists():
-                raise PortkeyUnavailable(
-                    f"npm install {PORTKEY_PACKAGE}@{version} failed:\n{done.stderr[-4000:]}"
-                )
+    npm_install(PORTKEY_PACKAGE, version, prefix, script, PortkeyUnavailable, timeout_s)
     return script
 
 
