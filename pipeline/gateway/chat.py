@@ -35,7 +35,7 @@ from deltaguard.gateway.chat_upstream import (
 )
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.service import _with_stall_timeout, safety_summary
-from deltaguard.gateway.wire import new_id, parse_body
+from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
 from deltaguard.integrations.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.items import TOOL_DEFINITIONS, Item
 from deltaguard.lanes.output_stream import OutputStreamScorer
@@ -77,12 +77,7 @@ def parse_chat(
         raise RequestError("messages must be a list of messages", code="invalid_type", param="messages")
     if not messages:
         raise RequestError("messages must not be empty", code="invalid_value", param="messages")
-    if len(messages) > max_items:
-        raise RequestError(
-            f"messages has {len(messages)} entries; the limit is {max_items}",
-            code="too_many_items",
-            param="messages",
-        )
+    check_sizes(messages, "messages", max_items=max_items, max_item_bytes=max_item_bytes)
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise RequestError(
@@ -94,14 +89,6 @@ def parse_chat(
                 code="invalid_value",
                 param=f"messages[{i}].role",
             )
-        size = len(json.dumps(message, ensure_ascii=False))
-        if size > max_item_bytes:
-            raise RequestError(
-                f"messages[{i}] is {size} bytes; the limit is {max_item_bytes}",
-                code="item_too_large",
-                param=f"messages[{i}]",
-                status=413,
-            )
     stream = body.get("stream", False)
     if stream is None:
         stream = False
@@ -110,9 +97,7 @@ def parse_chat(
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise RequestError("stream_options must be an object", code="invalid_type", param="stream_options")
-    tools = body.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise RequestError("tools must be a list of objects", code="invalid_type", param="tools")
+    tools = optional_tools(body)
     try:
         items = chat_history_items(messages, cache=cache)
     except ItemError as exc:

@@ -18,7 +18,6 @@ at once (the caller is about to return it) and queues billing and the output fla
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from deltaguard.gateway.chat import chat_usage
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard_openapi import OPENAPI
 from deltaguard.gateway.upstream import usage_of
-from deltaguard.gateway.wire import new_id, parse_body
+from deltaguard.gateway.wire import check_sizes, new_id, optional_instructions, optional_tools, parse_body
 from deltaguard.integrations.chat_items import (
     ItemCache,
     chat_history_items,
@@ -125,27 +124,10 @@ class GuardService:
         field = "messages" if has_messages else "input"
         raw = body[field]
         if isinstance(raw, list):
-            if len(raw) > self.config.max_items_per_request:
-                raise RequestError(
-                    f"{field} has {len(raw)} entries; the limit is {self.config.max_items_per_request}",
-                    code="too_many_items",
-                    param=field,
-                )
-            for i, entry in enumerate(raw):
-                size = len(json.dumps(entry, ensure_ascii=False))
-                if size > self.config.max_item_bytes:
-                    raise RequestError(
-                        f"{field}[{i}] is {size} bytes; the limit is {self.config.max_item_bytes}",
-                        code="item_too_large",
-                        param=f"{field}[{i}]",
-                        status=413,
-                    )
-        tools = body.get("tools")
-        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-            raise RequestError("tools must be a list of objects", code="invalid_type", param="tools")
-        instructions = body.get("instructions")
-        if instructions is not None and not isinstance(instructions, str):
-            raise RequestError("instructions must be a string", code="invalid_type", param="instructions")
+            c = self.config
+            check_sizes(raw, field, max_items=c.max_items_per_request, max_item_bytes=c.max_item_bytes)
+        tools = optional_tools(body)
+        instructions = optional_instructions(body)
         context = hashlib.sha256(canonical_json([tools or [], instructions or ""])).digest()
         changed = parent is None or parent.context != context
         try:

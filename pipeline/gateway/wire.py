@@ -60,6 +60,39 @@ def parse_body(raw: bytes | str, max_bytes: int) -> dict[str, Any]:
     return obj
 
 
+def check_sizes(entries: list[Any], field: str, *, max_items: int, max_item_bytes: int) -> None:
+    """The request limits on a list of items or messages: how many, and each one's size."""
+    if len(entries) > max_items:
+        raise RequestError(
+            f"{field} has {len(entries)} entries; the limit is {max_items}",
+            code="too_many_items",
+            param=field,
+        )
+    for i, entry in enumerate(entries):
+        size = len(entry) if isinstance(entry, str) else len(json.dumps(entry, ensure_ascii=False))
+        if size > max_item_bytes:
+            raise RequestError(
+                f"{field}[{i}] is {size} bytes; the limit is {max_item_bytes}",
+                code="item_too_large",
+                param=f"{field}[{i}]",
+                status=413,
+            )
+
+
+def optional_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise RequestError("tools must be a list of objects", code="invalid_type", param="tools")
+    return tools
+
+
+def optional_instructions(body: dict[str, Any]) -> str | None:
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise RequestError("instructions must be a string", code="invalid_type", param="instructions")
+    return instructions
+
+
 def _id_field(body: dict[str, Any], name: str, max_len: int) -> str | None:
     value = body.get(name)
     if value is None:
@@ -87,31 +120,13 @@ def parse_create(
         ]
     if not isinstance(raw_input, list):
         raise RequestError("input must be a string or a list of items", code="invalid_type", param="input")
-    if len(raw_input) > max_items:
-        raise RequestError(
-            f"input has {len(raw_input)} items; the limit is {max_items}",
-            code="too_many_items",
-            param="input",
-        )
-    for i, raw in enumerate(raw_input):
-        size = len(json.dumps(raw, ensure_ascii=False)) if not isinstance(raw, str) else len(raw)
-        if size > max_item_bytes:
-            raise RequestError(
-                f"input[{i}] is {size} bytes; the limit is {max_item_bytes}",
-                code="item_too_large",
-                param=f"input[{i}]",
-                status=413,
-            )
+    check_sizes(raw_input, "input", max_items=max_items, max_item_bytes=max_item_bytes)
     try:
         items = parse_items(raw_input, "input")
     except ItemError as exc:
         raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
-    tools = body.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise RequestError("tools must be a list of objects", code="invalid_type", param="tools")
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise RequestError("instructions must be a string", code="invalid_type", param="instructions")
+    tools = optional_tools(body)
+    instructions = optional_instructions(body)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("stream must be a boolean", code="invalid_type", param="stream")
