@@ -30,6 +30,7 @@ from deltaguard.items import Item, count_tokens
 
 __all__ = [
     "CATEGORIES",
+    "HARM_CATEGORIES",
     "Classifier",
     "Finding",
     "Lane",
@@ -45,7 +46,17 @@ State = dict[str, Any]
 Scores = dict[str, float]
 Lane = Literal["gate", "monitor"]
 
-CATEGORIES: tuple[str, ...] = ("prompt_injection", "jailbreak", "toxicity", "pii", "secrets")
+# The finer harm categories; `toxicity` is their umbrella (its score is their max,
+# classifiers/harm.py). Categories are only ever added, at the end of the taxonomy.
+HARM_CATEGORIES: tuple[str, ...] = ("hate", "harassment", "sexual", "violence", "self_harm", "dangerous")
+CATEGORIES: tuple[str, ...] = (
+    "prompt_injection",
+    "jailbreak",
+    "toxicity",
+    "pii",
+    "secrets",
+    *HARM_CATEGORIES,
+)
 
 
 @dataclass(frozen=True, slots=True)

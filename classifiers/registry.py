@@ -16,6 +16,9 @@ One lexical model serves three views, and each item role is judged by exactly on
 
 With `conversation` left out, `lexical` judges user messages itself, per message.
 
+`harm` (classifiers/harm.py, manifest entry "harm") scores toxicity and the finer harm
+categories of user requests and of the model's own output, in the gate lane.
+
 The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
 `conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were
 calibrated on (eval/conversation_eval.py). When both name the same entry, the model is
@@ -32,6 +35,7 @@ from deltaguard.classifiers.conversation import SCORED_ROLES as CONVERSATION_ROL
 from deltaguard.classifiers.conversation import ConversationClassifier
 from deltaguard.classifiers.definitions import DefinitionsClassifier
 from deltaguard.classifiers.encoder import EncoderClassifier
+from deltaguard.classifiers.harm import HarmClassifier
 from deltaguard.classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.pii import PiiClassifier
@@ -39,7 +43,7 @@ from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.models import MODELS_DIR
 
-DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions")
+DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "harm")
 LEXICAL_ARTIFACT = "lexical"
 CONVERSATION_ARTIFACT = "lexical-v2"
 DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
@@ -79,6 +83,8 @@ def load_classifiers(
         elif name == "definitions":
             lexical = models[DEFINITIONS_ARTIFACT]
             out.append(DefinitionsClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
+        elif name == "harm":
+            out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
         elif name == "encoder":
             encoder = EncoderClassifier(models_dir).load()
             out.append(ThresholdScaled(encoder, encoder.thresholds))

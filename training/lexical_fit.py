@@ -120,11 +120,11 @@ def fit(train: Sequence[Row], validation: Sequence[Row], settings: FitSettings =
     return union, models
 
 
-def export(union, models, path: Path) -> None:
+def export(union, models, path: Path, heads: Sequence[str] = HEADS) -> None:
     """train_lexical's artifact format, with the normaliser version in its config."""
     from training.train_lexical import export as export_v2
 
-    export_v2(union, models, path)
+    export_v2(union, models, path, tuple(heads))
     with np.load(path, allow_pickle=False) as npz:
         arrays = {key: npz[key] for key in npz.files}
     config = json.loads(str(arrays["config"]))
@@ -133,15 +133,15 @@ def export(union, models, path: Path) -> None:
     np.savez_compressed(path, **arrays)
 
 
-def to_model(union, models, path: Path) -> LexicalModel:
-    export(union, models, path)
+def to_model(union, models, path: Path, heads: Sequence[str] = HEADS) -> LexicalModel:
+    export(union, models, path, heads)
     return LexicalModel.from_npz(path)
 
 
-def parity(union, models, model: LexicalModel, texts: Sequence[str]) -> float:
+def parity(union, models, model: LexicalModel, texts: Sequence[str], heads: Sequence[str] = HEADS) -> float:
     """Max |sklearn - numpy| probability on the primary views of `texts` (no chunking)."""
     views = [normalize.primary(t) for t in texts]
     x = union.transform(views)
-    ref = np.column_stack([models[h].predict_proba(x)[:, 1] for h in HEADS])
+    ref = np.column_stack([models[h].predict_proba(x)[:, 1] for h in heads])
     ours = np.vstack([model.predict_proba(v) for v in views])
     return float(np.max(np.abs(ref - ours)))

@@ -1251,12 +1251,13 @@ def fit(corpus: Corpus, vocabulary_excludes: tuple[str, ...] = ()):
     return union, models, chosen_c
 
 
-def export(union, models, path: Path) -> dict[str, float]:
-    """Write the npz artifact: vocabularies, idf, folded calibrated coefficients."""
+def export(union, models, path: Path, heads: tuple[str, ...] = HEADS) -> dict[str, float]:
+    """Write the npz artifact: vocabularies, idf, folded calibrated coefficients, one row
+    per head of `heads` (each a calibrated model in `models`)."""
     word = dict(union.transformer_list)["word"]
     char = dict(union.transformer_list)["char"]
     coefs, intercepts, calib = [], [], {}
-    for head in HEADS:
+    for head in heads:
         cal = models[head]
         if len(cal.calibrated_classifiers_) != 1:
             raise SystemExit("expected one calibrated classifier (FrozenEstimator)")
@@ -1278,13 +1279,14 @@ def export(union, models, path: Path) -> dict[str, float]:
     char_vocab = vocab_array(char)
     if any("\x00" in g for g in char_vocab.tolist()):
         raise SystemExit("a char n-gram contains NUL, which the numpy unicode array cannot keep")
+    # The settings the vectorisers were fitted with (the keys of the module's defaults).
     config = {
-        "word": {
-            k: (list(v) if isinstance(v, tuple) else v) for k, v in WORD_VECTORIZER.items() if k != "dtype"
-        },
-        "char": {
-            k: (list(v) if isinstance(v, tuple) else v) for k, v in CHAR_VECTORIZER.items() if k != "dtype"
-        },
+        name: {
+            k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in vec.get_params().items()
+            if k in defaults and k != "dtype"
+        }
+        for name, vec, defaults in (("word", word, WORD_VECTORIZER), ("char", char, CHAR_VECTORIZER))
     }
     for block in config.values():
         block["norm"] = "l2"
@@ -1294,7 +1296,7 @@ def export(union, models, path: Path) -> dict[str, float]:
         path,
         format_version=np.array(FORMAT_VERSION, dtype=np.int64),
         config=np.array(json.dumps(config, sort_keys=True)),
-        heads=np.array(HEADS),
+        heads=np.array(heads),
         word_vocab=vocab_array(word),
         word_idf=word.idf_.astype(np.float64),
         char_vocab=char_vocab,

@@ -56,7 +56,7 @@ class GatewayConfig(BaseModel):
     # Classifiers run in the monitor lane (beside inference) instead of the gate lane.
     monitor_classifiers: tuple[str, ...] = ()
     # Classifiers that score the model's output while it streams (flags before the end).
-    output_stream_classifiers: tuple[str, ...] = ("secrets", "pii")
+    output_stream_classifiers: tuple[str, ...] = ("secrets", "pii", "harm")
     flags_path: str | None = None  # JSONL file for flag events (in memory when unset)
     # Events that could not be delivered by the shutdown deadline are appended here.
     spool_path: str = "deltaguard-undelivered.jsonl"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from deltaguard.classifiers.base import CATEGORIES
+from deltaguard.classifiers.base import CATEGORIES, HARM_CATEGORIES
 from deltaguard.errors import PolicyError
 
 Decision = Literal["allow", "flag", "block"]
@@ -37,6 +37,9 @@ def _default_categories() -> dict[str, CategoryPolicy]:
         "toxicity": CategoryPolicy(threshold=0.5, action="flag"),
         "pii": CategoryPolicy(threshold=0.5, action="flag"),
         "secrets": CategoryPolicy(threshold=0.5, action="block"),
+        # The finer harm categories (toxicity is their umbrella): flagged, not blocked,
+        # by default; a deployment that wants to refuse harmful requests sets "block".
+        **{cat: CategoryPolicy(threshold=0.5, action="flag") for cat in HARM_CATEGORIES},
     }
 
 

