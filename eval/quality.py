@@ -186,7 +186,7 @@ def markdown(results: dict) -> str:
                 cells = [f"{m[c]:.4f}" if c in m else "" for c in cols]
                 lines.append(f"| {head} | {split} | {system} | " + " | ".join(cells) + " |")
     lines.append(
-        "| toxicity | - | - | not trained: no labelled toxic text among the allowed sources "
+        "| toxicity | - | - | not these models: the harm classifier, `python -m eval.harm_eval` "
         "(models/README.md) |" + " |" * (len(cols) - 1)
     )
     return "\n".join(lines)

