@@ -38,7 +38,7 @@ from deltaguard.gateway.service import _with_stall_timeout, safety_summary
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
 from deltaguard.integrations.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.items import TOOL_DEFINITIONS, Item
-from deltaguard.lanes.output_stream import OutputStreamScorer
+from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
 from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
 from deltaguard.parsing import parse_item
 
@@ -246,7 +246,7 @@ class ChatService:
                 self.upstream.stream(body), self.config.upstream_stall_timeout_s
             ):
                 found = watch.feed(answer.feed(chunk))
-                flagged = sorted({f.category for f in found} - set(gate.verdict.flagged_categories))
+                flagged = new_categories(found, gate.verdict.flagged_categories)
                 if flagged:
                     await self.stage.flag_output(gate, flagged, dict(watch.scores))
                 if not req.include_usage:

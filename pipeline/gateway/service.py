@@ -28,7 +28,7 @@ from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.upstream import TERMINAL_EVENTS, Upstream, UpstreamCall, usage_of
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
-from deltaguard.lanes.output_stream import OutputStreamScorer
+from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
 from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
 from deltaguard.parsing import parse_item, parse_items
 from deltaguard.state.scoring import chain_of
@@ -313,7 +313,7 @@ class ResponsesService:
         return final
 
     async def _watch_output(self, gate: GateResult, watch: OutputStreamScorer, found: list[Any]) -> None:
-        flagged = sorted({f.category for f in found} - set(gate.verdict.flagged_categories))
+        flagged = new_categories(found, gate.verdict.flagged_categories)
         if flagged:
             await self.stage.flag_output(gate, flagged, dict(watch.scores))
 

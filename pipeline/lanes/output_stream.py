@@ -13,10 +13,18 @@ on how the stream was chunked.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from deltaguard.classifiers.base import Classifier, Finding, State
 from deltaguard.items import Item, count_tokens
+from deltaguard.state.policy import ordered_categories
+
+
+def new_categories(found: Sequence[Finding], flagged: Collection[str]) -> list[str]:
+    """The categories of `found` not in `flagged`, in taxonomy order: the order the
+    post-inference lane names them in, so that its flag and the streamed one share an
+    event id when they name the same categories."""
+    return ordered_categories({f.category: 1.0 for f in found if f.category not in flagged})
 
 
 def _chunk_item(text: str) -> Item:
