@@ -17,7 +17,15 @@ LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
 SINK_QUEUE_SIZE = 10_000  # flag and billing events
 DRAIN_TIMEOUT_S = 10.0  # shutdown: lanes and sinks drain within this, the rest is spooled
 
-# Turns of one conversation blocked on their own content (injection, jailbreak, toxicity)
-# after which the rest of it is refused.
+# Turns of one conversation blocked on their own content (injection, jailbreak, toxicity
+# or one of its finer harm categories, where a policy blocks them) after which the rest of
+# it is refused.
 BLOCK_LIMIT = 3
-PROBE_CATEGORIES = frozenset({"prompt_injection", "jailbreak", "toxicity"})
+PROBE_CATEGORIES = frozenset(
+    {
+        "prompt_injection",
+        "jailbreak",
+        "toxicity",
+        *("hate", "harassment", "sexual", "violence", "self_harm", "dangerous"),  # HARM_CATEGORIES
+    }
+)

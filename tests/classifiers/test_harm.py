@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deltaguard import defaults
 from deltaguard.artifacts import manifest_entry
 from deltaguard.classifiers.base import CATEGORIES, HARM_CATEGORIES
 from deltaguard.classifiers.harm import CATEGORIES as HARM_CLASSIFIER_CATEGORIES
@@ -74,6 +75,7 @@ def test_categories_taxonomy_and_policy():
     policy = Policy()
     for cat in ("toxicity", *HARM_CATEGORIES):
         assert policy.categories[cat].action == "flag" and policy.categories[cat].threshold == 0.5
+    assert {"toxicity", *HARM_CATEGORIES} <= defaults.PROBE_CATEGORIES  # blocks count for the lock-out
 
 
 def test_registered_as_default(clf):
