@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 from deltaguard.artifacts import manifest_entry, sha256_file
+from deltaguard.classifiers import normalize
 from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
+from deltaguard.classifiers.scaled import scale
 from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -58,6 +60,14 @@ MAX_ITEM_WINDOWS = 64  # per item (~12k tokens, ~50 kB of English); longer items
 MEMO_ITEMS = 4096  # item results remembered (an entry is ~100 bytes)
 SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
 EMBEDDING_DIM = 384
+
+
+@dataclass(frozen=True, slots=True)
+class WindowShape:
+    """Window length (with [CLS] and [SEP]) and content tokens between window starts."""
+
+    tokens: int = WINDOW_TOKENS
+    stride: int = WINDOW_STRIDE
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,19 +104,28 @@ class EncoderModel:
     """Tokenizer, onnxruntime session and heads: text -> windows -> per-head probabilities."""
 
     def __init__(
-        self, tokenizer: Any, session: Any, heads: tuple[str, ...], coef: np.ndarray, intercept: np.ndarray
+        self,
+        tokenizer: Any,
+        session: Any,
+        heads: tuple[str, ...],
+        coef: np.ndarray,
+        intercept: np.ndarray,
+        shape: WindowShape = WindowShape(),
     ) -> None:
         self.tokenizer = tokenizer
         self.session = session
         self.heads = heads
         self.coef = coef
         self.intercept = intercept
+        self.shape = shape
         self.cls_id = self._special_id("[CLS]")
         self.sep_id = self._special_id("[SEP]")
 
     @classmethod
-    def from_files(cls, model: Path, tokenizer: Path, heads: Path, threads: int = 1) -> EncoderModel:
-        return cls(_load_tokenizer(tokenizer), _load_session(model, threads), *_load_heads(heads))
+    def from_files(
+        cls, model: Path, tokenizer: Path, heads: Path, threads: int = 1, shape: WindowShape = WindowShape()
+    ) -> EncoderModel:
+        return cls(_load_tokenizer(tokenizer), _load_session(model, threads), *_load_heads(heads), shape)
 
     def _special_id(self, token: str) -> int:
         found = self.tokenizer.token_to_id(token)
@@ -125,12 +144,12 @@ class EncoderModel:
 
     def windows(self, ids: Sequence[int], context: Sequence[int], max_windows: int | None) -> list[Window]:
         """The windows of one item's content ids; `context` is used when the item fits in one."""
-        content = WINDOW_TOKENS - 2
+        content = self.shape.tokens - 2
         first_content = content - len(context)
         out = []
         if len(ids) <= first_content:
             return [self._window(context, ids)]
-        for start in _window_starts(len(ids), content, WINDOW_STRIDE, max_windows):
+        for start in _window_starts(len(ids), content, self.shape.stride, max_windows):
             out.append(self._window((), ids[start : start + content]))
         return out
 
@@ -274,22 +293,21 @@ def _load_heads(path: Path) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
     return heads, coef, intercept
 
 
-def verified_files(models_dir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+def verified_files(models_dir: Path, artifact: str = ARTIFACT_NAME) -> tuple[dict[str, Path], dict[str, Any]]:
     """The entry's files after checking each sha256 against the manifest."""
-    entry = manifest_entry(ARTIFACT_NAME, models_dir)
+    entry = manifest_entry(artifact, models_dir)
     paths = {}
     for role in ARTIFACT_FILES:
         spec = entry.get("files", {}).get(role)
         if spec is None:
-            raise ModelArtifactError(f"model {ARTIFACT_NAME!r}: manifest lists no {role!r} file")
+            raise ModelArtifactError(f"model {artifact!r}: manifest lists no {role!r} file")
         path = models_dir / spec["file"]
         if not path.is_file():
-            raise ModelArtifactError(f"model {ARTIFACT_NAME!r}: artifact {path} is missing")
+            raise ModelArtifactError(f"model {artifact!r}: artifact {path} is missing")
         actual = sha256_file(path)
         if actual != spec["sha256"]:
             raise ModelArtifactError(
-                f"model {ARTIFACT_NAME!r}: artifact {path} has sha256 {actual}, "
-                f"manifest says {spec['sha256']}"
+                f"model {artifact!r}: artifact {path} has sha256 {actual}, manifest says {spec['sha256']}"
             )
         paths[role] = path
     return paths, entry
@@ -297,7 +315,8 @@ def verified_files(models_dir: Path) -> tuple[dict[str, Path], dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class _ItemResult:
-    """An item's scores per head and its token cost (windows, overlap and context included)."""
+    """An item's probabilities per head and its token cost (every view's windows, overlap
+    and context included)."""
 
     scores: tuple[float, ...]
     tokens: int
@@ -310,6 +329,7 @@ class _Pending:
     lo: int
     hi: int
     key: bytes
+    role: str
 
 
 class _ItemMemo:
@@ -353,18 +373,33 @@ class _ItemMemo:
 class _Plan:
     """One request's items: zero (None), already scored, or waiting for their windows."""
 
-    entries: list[_ItemResult | _Pending | None]
+    entries: list[tuple[_ItemResult, str] | _Pending | None]
     context: list[int]  # the state's context after the request
 
 
 class EncoderClassifier:
-    """Monitor-lane classifier: MiniLM embeddings + calibrated heads, conversation score = running max.
+    """Monitor-lane classifier: a MiniLM encoder + linear heads, conversation score = running max.
 
-    >>> clf = EncoderClassifier().load()                                 # doctest: +SKIP
+    One class serves two manifest entries: "encoder" (the frozen sentence encoder with
+    logistic heads, opt-in) and "detector" (a MiniLM student fine-tuned end to end, on by
+    default). What differs is read from the entry:
+
+        roles                           the roles scored (default SCORED_ROLES); the detector
+                                        leaves system and developer messages alone: they
+                                        are the operator's own instructions
+        window_tokens / window_stride   the window shape (default 256 / 192)
+        normalize                       score classifiers/normalize.py's views (max over
+                                        views) rather than the raw text
+        role_heads                      the head that judges a category for a role, e.g.
+                                        {"tool": {"prompt_injection": "indirect_injection"}}:
+                                        tool outputs are judged by the head trained on them
+        head_thresholds                 per head; scores come out scaled so that each
+                                        head's threshold is 0.5 (classifiers/scaled.py)
+
+    >>> clf = EncoderClassifier(artifact="detector").load()              # doctest: +SKIP
     >>> upd = clf.update(clf.initial_state(), [parse_item({"role": "user", "content": "hi"})])
     """
 
-    name = "encoder"
     lane: Lane = "monitor"
     max_state_bytes = 1024  # {"max": two floats, "context": up to ~100 ids}
 
@@ -375,8 +410,11 @@ class EncoderClassifier:
         max_item_windows: int | None = MAX_ITEM_WINDOWS,
         context_tokens: int = CONTEXT_TOKENS,
         memo_items: int = MEMO_ITEMS,
+        artifact: str = ARTIFACT_NAME,
     ) -> None:
         self.models_dir = Path(models_dir)
+        self.artifact = artifact
+        self.name = artifact
         self.threads = threads
         self.max_item_windows = max_item_windows
         self.context_tokens = context_tokens
@@ -384,14 +422,57 @@ class EncoderClassifier:
         self._memo = _ItemMemo(memo_items)
         self._model: EncoderModel | None = None
         self._entry: dict[str, Any] | None = None
+        self._categories: tuple[str, ...] = ()
+        self._views = False
+        self._roles: frozenset[str] = SCORED_ROLES
+        self._heads: dict[str, tuple[int, ...]] = {}  # role -> head index of each category
+        self._head_thresholds: tuple[float, ...] = ()
 
     def load(self) -> EncoderClassifier:
         """Hash-check the artifacts and create the onnxruntime session (once)."""
-        paths, entry = verified_files(self.models_dir)
-        model = EncoderModel.from_files(paths["model"], paths["tokenizer"], paths["heads"], self.threads)
-        if list(model.heads) != list(entry.get("categories", model.heads)):
-            raise ModelArtifactError(f"encoder heads {model.heads} differ from the manifest's categories")
+        paths, entry = verified_files(self.models_dir, self.artifact)
+        shape = WindowShape(
+            int(entry.get("window_tokens", WINDOW_TOKENS)), int(entry.get("window_stride", WINDOW_STRIDE))
+        )
+        model = EncoderModel.from_files(
+            paths["model"], paths["tokenizer"], paths["heads"], self.threads, shape
+        )
+        where = f"model {self.artifact!r}"
+        categories = tuple(entry.get("categories", model.heads))
+        role_heads = entry.get("role_heads", {})
+        roles = frozenset(entry.get("roles", SCORED_ROLES))
+        try:
+            thresholds = tuple(float(entry["head_thresholds"][h]) for h in model.heads)
+            heads = {
+                role: tuple(model.heads.index(role_heads.get(role, {}).get(c, c)) for c in categories)
+                for role in roles
+            }
+        except (KeyError, ValueError) as exc:
+            raise ModelArtifactError(
+                f"{where}: heads {model.heads} do not match the manifest ({exc})"
+            ) from exc
+        trained_on = entry.get("normalize")
+        if trained_on not in (None, normalize.VERSION):
+            raise ModelArtifactError(
+                f"{where}: trained on normalize v{trained_on}, this is v{normalize.VERSION}"
+            )
+        if trained_on is not None:
+            normalize.warm()
+        self._views = trained_on is not None
+        self._categories, self._heads, self._head_thresholds = categories, heads, thresholds
+        self._roles = roles
         self._model, self._entry = model, entry
+        return self
+
+    def share(self, loaded: EncoderClassifier) -> EncoderClassifier:
+        """Use `loaded`'s session and artifacts (one model in memory for several settings)."""
+        self._model, self._entry = loaded._model, loaded._entry
+        self._categories, self._heads, self._head_thresholds = (
+            loaded._categories,
+            loaded._heads,
+            loaded._head_thresholds,
+        )
+        self._views, self._roles = loaded._views, loaded._roles
         return self
 
     def _loaded_entry(self, what: str) -> dict[str, Any]:
@@ -406,15 +487,14 @@ class EncoderClassifier:
     @property
     def categories(self) -> tuple[str, ...]:
         self._loaded_entry("categories")
-        assert self._model is not None
-        return self._model.heads
+        return self._categories
 
     @property
     def thresholds(self) -> dict[str, float]:
-        """Per-head thresholds chosen on validation (the manifest's `head_thresholds`);
-        the registry rescales the scores so that they become 0.5 (classifiers/scaled.py)."""
-        entry = self._loaded_entry("thresholds")
-        return {h: float(t) for h, t in entry["head_thresholds"].items()}
+        """0.5 for every category: each head's threshold chosen on validation (the
+        manifest's `head_thresholds`) is scaled to 0.5 before heads become categories."""
+        self._loaded_entry("thresholds")
+        return dict.fromkeys(self._categories, 0.5)
 
     @property
     def model(self) -> EncoderModel:
@@ -445,27 +525,35 @@ class EncoderClassifier:
     def _plan(self, model: EncoderModel, state: State, items: Sequence[Item], windows: list[Window]) -> _Plan:
         """Tokenize the request's scored items once and append their windows."""
         context = self._tail(state.get("context", []))
-        entries: list[_ItemResult | _Pending | None] = []
+        entries: list[tuple[_ItemResult, str] | _Pending | None] = []
         for item in items:
-            if not (item.scored and item.role in SCORED_ROLES and item.text):
+            if not (item.scored and item.role in self._roles and item.text):
                 entries.append(None)
                 continue
             key = _ItemMemo.key(item.text, context)
             known = self._memo.get(key)
             if known is not None and not self.context_tokens:
-                entries.append(known)  # with context on, the tail needs the ids anyway
+                entries.append((known, item.role))  # with context on, the tail needs the ids anyway
                 continue
-            ids = model.tokenize(item.text)
-            if not ids:
+            # The primary view's ids make the context tail; an extra view (something was
+            # hidden or encoded) adds windows of its own, without context.
+            texts = normalize.views(item.text).texts() if self._views else [item.text]
+            ids = model.tokenize(texts[0])
+            extra = [more for more in map(model.tokenize, texts[1:]) if more]
+            if not ids and not extra:
                 entries.append(None)
                 continue
             if known is not None:
-                entries.append(known)
+                entries.append((known, item.role))
             else:
                 lo = len(windows)
-                windows.extend(model.windows(ids, context, self.max_item_windows))
-                entries.append(_Pending(lo, len(windows), key))
-            context = self._tail(ids)
+                if ids:
+                    windows.extend(model.windows(ids, context, self.max_item_windows))
+                for more in extra:
+                    windows.extend(model.windows(more, (), self.max_item_windows))
+                entries.append(_Pending(lo, len(windows), key, item.role))
+            if ids:
+                context = self._tail(ids)
         return _Plan(entries=entries, context=context)
 
     def _tail(self, ids: Sequence[int]) -> list[int]:
@@ -486,11 +574,17 @@ class EncoderClassifier:
                 cost = sum(len(w.ids) for w in windows[entry.lo : entry.hi])
                 result = _ItemResult(tuple(float(p) for p in best), cost)
                 self._memo.put(entry.key, result)
-                entry = result
-            item_scores.append(dict(zip(cats, entry.scores, strict=True)))
+                entry = (result, entry.role)
+            result, role = entry
+            item_scores.append(
+                {
+                    c: scale(result.scores[h], self._head_thresholds[h])
+                    for c, h in zip(cats, self._heads[role], strict=True)
+                }
+            )
             # The item's cost whether or not the memo saved the work: an Update is a pure
             # function of (state, items).
-            tokens += entry.tokens
+            tokens += result.tokens
         previous = state.get("max") or zero_scores(cats)
         scores = running_max(previous, item_scores)
         new_state = {"max": dict(scores), "context": list(plan.context)}

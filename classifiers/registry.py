@@ -19,6 +19,12 @@ With `conversation` left out, `lexical` judges user messages itself, per message
 `harm` (classifiers/harm.py, manifest entry "harm") scores toxicity and the finer harm
 categories of user requests and of the model's own output, in the gate lane.
 
+`detector`, the MiniLM student fine-tuned for prompt injection, jailbreak and injections
+through tools (manifest entry "detector", classifiers/encoder.py), runs in the monitor
+lane: beside inference, its flags enforced from the next turn on. It judges user messages
+with its direct head and tool outputs with its indirect head; system and developer
+messages, the operator's own instructions, it leaves alone (as the lexical model does).
+
 The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
 `conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were
 calibrated on (eval/conversation_eval.py). When both name the same entry, the model is
@@ -43,11 +49,11 @@ from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.models import MODELS_DIR
 
-DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "harm")
+DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "harm", "detector")
 LEXICAL_ARTIFACT = "lexical"
 CONVERSATION_ARTIFACT = "lexical-v2"
 DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
-# Opt-in: the encoder (~10-40 ms of CPU per 256-token window; `serve --monitor encoder`).
+# Opt-in: the frozen encoder (~10-40 ms of CPU per 256-token window; `--classifiers ...,encoder`).
 KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 
 
@@ -85,9 +91,8 @@ def load_classifiers(
             out.append(DefinitionsClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
         elif name == "harm":
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
-        elif name == "encoder":
-            encoder = EncoderClassifier(models_dir).load()
-            out.append(ThresholdScaled(encoder, encoder.thresholds))
+        elif name in ("encoder", "detector"):
+            out.append(EncoderClassifier(models_dir, artifact=name).load())  # 0.5-scaled already
     return out
 
 

@@ -426,31 +426,38 @@ def build_report(
 
 
 def plot(data: dict, path: Path) -> None:
+    sources = [s for s, v in sorted(data["sources"].items()) if v.get("attacks")]
+    v2 = [data["sources"][s]["shipped"]["lexical-v2"] for s in sources]
+    bars = (
+        ([data["sources"][s]["auc"] for s in sources], "LOSO ROC AUC"),
+        ([data["sources"][s]["recall"] for s in sources], "LOSO recall at the operating point"),
+        ([v["auc"] for v in v2], "lexical-v2 ROC AUC (as shipped)"),
+        ([v["recall"] for v in v2], "lexical-v2 recall (as shipped)"),
+    )
+    title = "held-out sources: lexical-v3 recipe left out of each, and lexical-v2 (95% intervals)"
+    interval_bars(sources, bars, title, path)
+
+
+def interval_bars(
+    labels: Sequence[str], bars: Sequence[tuple[Sequence, str]], title: str, path: Path
+) -> None:
+    """Grouped bars with 95% intervals: `bars` is (values as (mid, lo, hi) per label, legend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sources = [s for s, v in sorted(data["sources"].items()) if v.get("attacks")]
-    recall = [data["sources"][s]["recall"] for s in sources]
-    auc = [data["sources"][s]["auc"] for s in sources]
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    x = np.arange(len(sources))
-    v2 = [data["sources"][s]["shipped"]["lexical-v2"] for s in sources]
-    bars = (
-        (-0.3, auc, "LOSO ROC AUC"),
-        (-0.1, recall, "LOSO recall at the operating point"),
-        (0.1, [v["auc"] for v in v2], "lexical-v2 ROC AUC (as shipped)"),
-        (0.3, [v["recall"] for v in v2], "lexical-v2 recall (as shipped)"),
-    )
-    for offset, values, label in bars:
+    x = np.arange(len(labels))
+    width = 0.8 / len(bars)
+    for k, (values, label) in enumerate(bars):
         mid = np.array([v[0] for v in values])
         err = np.array([[v[0] - v[1], v[2] - v[0]] for v in values]).T
-        ax.bar(x + offset, mid, 0.2, yerr=err, capsize=2, label=label)
-    ax.set_xticks(x, sources, rotation=30, ha="right")
+        ax.bar(x + (k - (len(bars) - 1) / 2) * width, mid, width, yerr=err, capsize=2, label=label)
+    ax.set_xticks(x, labels, rotation=30, ha="right")
     ax.set_ylim(0, 1.05)
     ax.axhline(0.85, color="grey", lw=0.8, ls="--")
-    ax.set_title("held-out sources: lexical-v3 recipe left out of each, and lexical-v2 (95% intervals)")
+    ax.set_title(title)
     ax.legend(loc="lower left", fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

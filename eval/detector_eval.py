@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.detection_eval import auc_ci, fmt_ci, wilson
+from eval.detection_eval import auc_ci, fmt_ci, interval_bars, wilson
 from training import train_detector as recipe
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -37,6 +37,8 @@ FOLDS = (
     ("agentdojo", "raginject"),
     ("deepset-fuzzer", "obfuscated", "yanismiraoui"),
 )
+FOLD_EPOCHS = 1
+FOLD_CAP = 1000
 TARGETS = {"direct": (0.95, 0.85), "indirect": (0.90, 0.80)}
 BENIGN_BUDGETS = {"chat": 0.01, "tool": 0.02, "lookalike": 0.05, "prompts": None, "harmful": None}
 
@@ -58,21 +60,21 @@ def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[st
     return np.maximum(injection, scaled[:, 1])
 
 
-def fold_results(epochs: int) -> list[dict[str, Any]]:
+def fold_results(epochs: int, cap: int) -> list[dict[str, Any]]:
     out = []
     for sources in FOLDS:
         name = "fold-" + "+".join(sorted(sources))
         path = recipe.WORK / f"{name}.json"
         if not path.exists():
             log(f"{name}: training")
-            recipe.run_fold(list(sources), epochs)
+            recipe.run_fold(list(sources), epochs, cap)
         out.append(json.loads(path.read_text()))
     return out
 
 
-def kind(source: str, rows: list[dict[str, Any]]) -> str:
-    channels = {r["channel"] for r in rows if r["source"] == source and r["label"] != "benign"}
-    return "indirect" if channels and channels <= recipe.INDIRECT_CHANNELS else "direct"
+def kind(row: dict[str, Any]) -> str:
+    """direct: user messages; indirect: tool outputs and documents."""
+    return "indirect" if row["channel"] in recipe.INDIRECT_CHANNELS else "direct"
 
 
 def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -85,19 +87,26 @@ def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
         held = set(fold["held_out"])
         negatives = s[[i for i, r in enumerate(rows) if r["label"] == "benign"]]
         for source in sorted(held):
-            idx = [i for i, r in enumerate(rows) if r["source"] == source]
-            attacks = s[[i for i in idx if rows[i]["label"] != "benign"]]
-            own_benign = s[[i for i in idx if rows[i]["label"] == "benign"]]
-            entry: dict[str, Any] = {"fold": sorted(held), "attacks": len(attacks), "benign": len(own_benign)}
-            if len(attacks):
-                k = int(np.sum(attacks >= 0.5))
-                entry["kind"] = kind(source, rows)
-                entry["recall"] = (k / len(attacks), *wilson(k, len(attacks)))
-                entry["auc"] = auc_ci(attacks, negatives)
-            if len(own_benign):
-                k = int(np.sum(own_benign >= 0.5))
-                entry["flag_rate"] = (k / len(own_benign), *wilson(k, len(own_benign)))
-            sources[source] = entry
+            for where in ("direct", "indirect"):
+                idx = [i for i, r in enumerate(rows) if r["source"] == source and kind(r) == where]
+                attacks = s[[i for i in idx if rows[i]["label"] != "benign"]]
+                own_benign = s[[i for i in idx if rows[i]["label"] == "benign"]]
+                if not len(attacks) and not len(own_benign):
+                    continue
+                entry: dict[str, Any] = {
+                    "fold": sorted(held),
+                    "kind": where,
+                    "attacks": len(attacks),
+                    "benign": len(own_benign),
+                }
+                if len(attacks):
+                    k = int(np.sum(attacks >= 0.5))
+                    entry["recall"] = (k / len(attacks), *wilson(k, len(attacks)))
+                    entry["auc"] = auc_ci(attacks, negatives)
+                if len(own_benign):
+                    k = int(np.sum(own_benign >= 0.5))
+                    entry["flag_rate"] = (k / len(own_benign), *wilson(k, len(own_benign)))
+                sources[f"{source} ({where})"] = entry
         for i, r in enumerate(rows):
             if r["source"] in held and r["label"] != "benign":
                 families[(r["family"], r["source"])].append(float(s[i]))
@@ -129,31 +138,36 @@ def meets(entry: dict[str, Any]) -> str:
 
 def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: float) -> str:
     lex = lexical_loso()
+    recipe_note = summary.get("recipe", {})
     lines = [
         "# Fine-tuned detector: leave-sources-out evaluation",
         "",
         "Command: `python -m eval.detector_eval` "
-        f"({elapsed / 60:.0f} min with cached folds; each fold ~10-15 min of fine-tuning on 2 cores).",
+        f"({elapsed / 60:.0f} min this run; folds already in .cache/detector are reused).",
         "",
         "Folds (each trains on every other source, minus rows sharing a group with the held-out ones): "
         + "; ".join(" + ".join(f) for f in FOLDS)
-        + ". Operating point: each fold's thresholds chosen on its own validation rows with the shipped "
+        + f". Each fold trains the recipe for {recipe_note.get('epochs')} epoch(s) on at most "
+        f"{recipe_note.get('cap_per_cell')} rows per source, label and channel (the shipped model: "
+        f"{recipe.EPOCHS} epochs, {recipe.CAP_PER_CELL}). "
+        "Operating point: each fold's thresholds chosen on its own validation rows with the shipped "
         "rule (max F1 within flag-rate budgets per benign set); nothing is tuned on held-out rows. "
         "Intervals are 95% (Wilson for rates, Hanley-McNeil for AUC). Negatives for AUC: the held-out "
-        "source's benign rows and the benign test rows of the fold's training sources.",
+        "source's benign rows and the benign test rows of the fold's training sources. Held-out rows "
+        f"are sampled, at most {recipe.FOLD_SAMPLE} per source and label.",
         "",
         f"Targets: direct injection and jailbreak AUC >= {TARGETS['direct'][0]}, recall >= "
         f"{TARGETS['direct'][1]}; indirect (tool outputs, documents) AUC >= {TARGETS['indirect'][0]}, "
         f"recall >= {TARGETS['indirect'][1]}.",
         "",
-        "| held-out source | kind | attacks | detector AUC | detector recall | own benign flagged "
-        "| meets target | lexical-v3 LOSO AUC | lexical-v3 LOSO recall |",
+        "| held-out source (channel) | kind | attacks | detector AUC | detector recall | own benign flagged "
+        "| meets target | lexical-v3 LOSO AUC (whole source) | lexical-v3 LOSO recall |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for source, e in sorted(summary["sources"].items()):
         if not e["attacks"]:
             continue
-        lx = lex.get(source, {})
+        lx = lex.get(source.split(" (")[0], {})
         lines.append(
             f"| {source} | {e['kind']} | {e['attacks']} | {fmt_ci(*e['auc'])} "
             f"| {fmt_ci(*e['recall'], pct=True)} "
@@ -197,44 +211,34 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
     return "\n".join(lines) + "\n"
 
 
+def _lex(lex: dict[str, Any], source: str, key: str) -> tuple[float, float, float]:
+    return tuple(lex.get(source.split(" (")[0], {}).get(key) or (math.nan,) * 3)
+
+
 def plot(summary: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     lex = lexical_loso()
     sources = [s for s, e in sorted(summary["sources"].items()) if e["attacks"]]
-    x = np.arange(len(sources))
-    fig, ax = plt.subplots(figsize=(9, 4.2))
     bars = (
-        (-0.3, [summary["sources"][s]["auc"] for s in sources], "detector AUC (held out)"),
-        (-0.1, [summary["sources"][s]["recall"] for s in sources], "detector recall (held out)"),
-        (0.1, [lex.get(s, {}).get("auc") or (math.nan,) * 3 for s in sources], "lexical-v3 LOSO AUC"),
-        (0.3, [lex.get(s, {}).get("recall") or (math.nan,) * 3 for s in sources], "lexical-v3 LOSO recall"),
+        ([summary["sources"][s]["auc"] for s in sources], "detector AUC (held out)"),
+        ([summary["sources"][s]["recall"] for s in sources], "detector recall (held out)"),
+        ([_lex(lex, s, "auc") for s in sources], "lexical-v3 LOSO AUC (whole source)"),
+        ([_lex(lex, s, "recall") for s in sources], "lexical-v3 LOSO recall (whole source)"),
     )
-    for offset, values, label in bars:
-        mid = np.array([v[0] for v in values])
-        err = np.array([[v[0] - v[1], v[2] - v[0]] for v in values]).T
-        ax.bar(x + offset, mid, 0.2, yerr=err, capsize=2, label=label)
-    ax.set_xticks(x, sources, rotation=30, ha="right")
-    ax.set_ylim(0, 1.05)
-    ax.axhline(0.85, color="grey", lw=0.8, ls="--")
-    ax.set_title("held-out sources: fine-tuned detector vs lexical-v3 (95% intervals)")
-    ax.legend(loc="lower left", fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    interval_bars(sources, bars, "held-out sources: fine-tuned detector vs lexical-v3 (95% intervals)", path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=recipe.EPOCHS)
+    # Folds train a cheaper variant of the recipe by default (one epoch, fewer rows per
+    # cell): four full fine-tunings do not fit beside other work on 2 cores.
+    parser.add_argument("--epochs", type=int, default=FOLD_EPOCHS)
+    parser.add_argument("--cap", type=int, default=FOLD_CAP, help="training rows per source/label/channel")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     t0 = time.time()
-    summary = summarise(fold_results(args.epochs))
+    folds = fold_results(args.epochs, args.cap)
+    summary = summarise(folds)
+    summary["recipe"] = {"epochs": folds[0].get("epochs"), "cap_per_cell": folds[0].get("cap_per_cell")}
     from deltaguard.artifacts import manifest_entry
 
     shipped = manifest_entry(recipe.ARTIFACT).get("metrics")

@@ -70,7 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated classifier names (default: {','.join(DEFAULT_NAMES)})",
     )
     sp.add_argument(
-        "--monitor", default="", help="comma-separated classifiers to run beside inference instead of gating"
+        "--monitor",
+        default="",
+        help="comma-separated classifiers to run beside inference instead of gating "
+        "(the detector and the encoder always run there)",
     )
     sp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     sp.add_argument(

@@ -10,10 +10,11 @@ about 25 minutes on 2 cores:
    normaliser of classifiers/normalize.py: the text a row trains on is the view the
    serving path scores last (the extra view when something was hidden or encoded);
 2. one training window of at most WINDOW_TOKENS tokens per row. A short row is its own
-   window. A long benign row gives a random window (any part of it is benign). A long
-   attack row gives the window that holds the attack: the span where it differs from
-   its clean twin when the corpus has one (agentdojo and raginject fill slots of clean
-   documents), else the window lexical-v3 scores highest;
+   window. A long attack row gives the window that holds the attack: the span where it
+   differs from its clean twin when the corpus has one (agentdojo and raginject fill
+   slots of clean documents), else the window lexical-v3 scores highest. A long benign
+   row gives its hardest negative, the window lexical-v3 scores highest (a random window
+   of a security article that quotes an attack rarely holds the quote);
 3. in the build venv (`.cache/build-venv`: torch 2.13.0 CPU, transformers, onnx; never
    needed at run time): all-MiniLM-L6-v2 truncated to its first LAYERS layers, mean
    pooling, L2 normalisation and one linear head per output, fine-tuned with class- and
@@ -24,7 +25,7 @@ about 25 minutes on 2 cores:
    subject to a flag-rate budget on each benign validation set), test metrics, the heads
    npz, and the manifest entry "detector" (read-modify-write of that key only).
 
-Heads: `prompt_injection` (direct: user, system and developer messages), `jailbreak`, and
+Heads: `prompt_injection` (direct: user messages), `jailbreak`, and
 `indirect_injection` (tool outputs and documents); the manifest's `role_heads` tells the
 classifier which head judges the prompt_injection category of which role.
 
@@ -60,7 +61,12 @@ MODEL_FILE = f"detector-v{VERSION}.onnx"
 HEADS_FILE = f"detector-v{VERSION}-heads.npz"
 TOKENIZER_FILE = "minilm-tokenizer.json"  # the MiniLM tokenizer the encoder entry ships already
 HEADS = ("prompt_injection", "jailbreak", "indirect_injection")
+CATEGORIES = ("prompt_injection", "jailbreak")  # indirect_injection judges prompt_injection of tools
 ROLE_HEADS = {"tool": {"prompt_injection": "indirect_injection"}}
+# System and developer messages are the operator's own instructions (imperative by
+# nature: a coding agent's system prompt reads like an injection); the lexical model
+# leaves them alone too.
+ROLES = frozenset({"user", "tool"})
 INDIRECT_CHANNELS = frozenset({"tool", "document"})
 
 LAYERS = 2  # 2 of MiniLM-L6's 6: ~45 ms of CPU per 1,000 tokens int8 (3 layers: ~80 ms)
@@ -72,6 +78,7 @@ LR = 8e-5
 HEAD_LR = 2e-3
 WARMUP = 0.06
 CAP_PER_CELL = 2500  # training rows per (source, label, channel), at most
+FOLD_SAMPLE = 1000  # held-out rows scored per (source, label) in a fold
 FP_BUDGETS = {"chat": 0.005, "prompts": 0.02, "tool": 0.01, "lookalike": 0.04}
 
 
@@ -130,7 +137,7 @@ def _diff_span(text: str, clean: str) -> tuple[int, int]:
 
 
 def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict[str, Any]]:
-    """One training window per train / validation row (token ids, targets, weight inputs)."""
+    """One training window per train row (token ids, targets, weight inputs)."""
     from tokenizers import Tokenizer
 
     from deltaguard.classifiers.lexical import LexicalClassifier
@@ -145,11 +152,10 @@ def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict
         if r["label"] == "benign":
             clean_of.setdefault((r["source"], r["group"]), r["text"])
     lexical = LexicalClassifier(MODELS_DIR, artifact="lexical").load()
-    rng = random.Random(SEED)
     out: list[dict[str, Any]] = []
     pending: list[tuple[int, list[tuple[int, int]], str, list[int]]] = []
     for r in rows:
-        if r["split"] == "test":
+        if r["split"] != "train":
             continue
         view = training_view(r["text"])
         enc = tok.encode(view, add_special_tokens=False)
@@ -160,9 +166,7 @@ def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict
         if len(ids) > content:
             starts = [*range(0, len(ids) - content + 1, WINDOW_STRIDE), len(ids) - content]
             clean = clean_of.get((r["source"], r["group"]))
-            if r["label"] == "benign":
-                start = rng.choice(starts)
-            elif clean is not None and clean != r["text"]:
+            if r["label"] != "benign" and clean is not None and clean != r["text"]:
                 lo, hi = _diff_span(view, training_view(clean))
                 first = next((i for i, (a, b) in enumerate(offsets) if b > lo), 0)
                 last = next((i for i, (a, b) in enumerate(offsets) if a >= hi), len(ids))
@@ -183,7 +187,9 @@ def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict
                 "all_ids": ids if pending and pending[-1][0] == len(out) else None,
             }
         )
-    # Attack rows with no clean twin: the window lexical-v3 finds most suspicious.
+    # Benign rows, and attack rows with no clean twin: the window lexical-v3 finds most
+    # suspicious (for benign rows, the hardest negative: the quoted attack of a security
+    # article, the imperative step of a runbook).
     texts, owners = [], []
     for index, offsets, view, starts in pending:
         for s in starts:
@@ -202,18 +208,18 @@ def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict
             out[index]["ids"] = [cls_id, *ids[s : s + content], sep_id]
     for w in out:
         w.pop("all_ids")
-    log(f"{len(out)} windows ({len(pending)} attack windows chosen by lexical-v3)")
+    log(f"{len(out)} windows ({len(pending)} chosen by lexical-v3)")
     return out
 
 
-def cap_training(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def cap_training(windows: list[dict[str, Any]], cap: int = CAP_PER_CELL) -> list[dict[str, Any]]:
     cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for w in windows:
         cells[(w["source"], w["label"], w["channel"])].append(w)
     out = []
     for key in sorted(cells):
         cell = cells[key]
-        out += cell if len(cell) <= CAP_PER_CELL else random.Random(f"{SEED}{key}").sample(cell, CAP_PER_CELL)
+        out += cell if len(cell) <= cap else random.Random(f"{SEED}{key}").sample(cell, cap)
     return out
 
 
@@ -347,7 +353,7 @@ def minilm_dir() -> Path:
     return model
 
 
-def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int) -> Path:
+def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int, cap: int = CAP_PER_CELL) -> Path:
     """Fine-tune on `windows` in the build venv; returns the directory holding model.onnx."""
     out = WORK / name
     done = out / "model.onnx"
@@ -356,7 +362,7 @@ def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int) -> P
         return out
     out.mkdir(parents=True, exist_ok=True)
     train = [x for x in windows if x["split"] == "train"]
-    train = cap_training(train)
+    train = cap_training(train, cap)
     for x, wt in zip(train, weights(train), strict=True):
         x["w"] = [float(v) for v in wt]
     windows_file = out / "train-windows.jsonl"
@@ -420,6 +426,17 @@ def score_rows(model, rows: list[dict[str, Any]]) -> np.ndarray:
     return out
 
 
+def cached_scores(path: Path, model, rows: list[dict[str, Any]]) -> np.ndarray:
+    """score_rows, kept beside the model it came from (a rerun after a failure is quick)."""
+    if path.exists():
+        p = np.load(path, allow_pickle=False)
+        if len(p) == len(rows):
+            return p
+    p = score_rows(model, rows)
+    np.save(path, p, allow_pickle=False)
+    return p
+
+
 def category_scores(p: np.ndarray, rows: list[dict[str, Any]]) -> np.ndarray:
     """(rows x 2): prompt_injection from the head of the row's channel, and jailbreak."""
     indirect = np.array([r["channel"] in INDIRECT_CHANNELS for r in rows])
@@ -451,7 +468,19 @@ def held_out(rows: list[dict[str, Any]], sources: set[str]) -> tuple[list[dict],
     return held, rest
 
 
-def run_fold(sources: list[str], epochs: int) -> Path:
+def sample(rows: list[dict[str, Any]], per: int) -> list[dict[str, Any]]:
+    """At most `per` rows of each (source, label), the same ones on every run."""
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        cells[(r["source"], r["label"])].append(r)
+    out = []
+    for key in sorted(cells):
+        cell = cells[key]
+        out += cell if len(cell) <= per else random.Random(f"{SEED}{key}").sample(cell, per)
+    return out
+
+
+def run_fold(sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL) -> Path:
     """Train without `sources`; save their rows' scores and the benign test reference."""
     rows = load_rows()
     held, rest = held_out(rows, set(sources))
@@ -459,17 +488,19 @@ def run_fold(sources: list[str], epochs: int) -> Path:
     result = WORK / f"{name}.json"
     tokenizer = MODELS_DIR / TOKENIZER_FILE
     windows = build_windows(rest, tokenizer)
-    out = train_and_export(windows, name, epochs)
+    out = train_and_export(windows, name, epochs, cap)
     model = serving_model(out, tokenizer)
     validation = [r for r in rest if r["split"] == "validation"]
     thresholds = choose_thresholds(score_rows(model, validation), validation)
     reference = [r for r in rest if r["split"] == "test" and r["label"] == "benign"]
-    scored = held + reference
+    scored = sample(held, FOLD_SAMPLE) + reference
     p = score_rows(model, scored)
     result.write_text(
         json.dumps(
             {
                 "held_out": sources,
+                "epochs": epochs,
+                "cap_per_cell": cap,
                 "thresholds": thresholds,
                 "n_train_windows": sum(1 for w in windows if w["split"] == "train"),
                 "rows": [
@@ -493,9 +524,10 @@ def build(epochs: int) -> int:
     out = train_and_export(windows, "final", epochs)
     model = serving_model(out, tokenizer)
     validation = [r for r in rows if r["split"] == "validation"]
-    thresholds = choose_thresholds(score_rows(model, validation), validation)
+    p_val = cached_scores(out / "validation-scores.npy", model, validation)
+    thresholds = choose_thresholds(p_val, validation)
     test = [r for r in rows if r["split"] == "test"]
-    metrics = test_metrics(score_rows(model, test), test, thresholds)
+    metrics = test_metrics(cached_scores(out / "test-scores.npy", model, test), test, thresholds)
     shutil.copyfile(out / "model.onnx", MODELS_DIR / MODEL_FILE)
     shutil.copyfile(out / "heads.npz", MODELS_DIR / HEADS_FILE)
     entry = {
@@ -506,7 +538,9 @@ def build(epochs: int) -> int:
             role: {"file": f, "sha256": sha256_file(MODELS_DIR / f)}
             for role, f in (("model", MODEL_FILE), ("tokenizer", TOKENIZER_FILE), ("heads", HEADS_FILE))
         },
-        "categories": list(HEADS),
+        "categories": list(CATEGORIES),
+        "heads": list(HEADS),
+        "roles": sorted(ROLES),
         "role_heads": ROLE_HEADS,
         "window_tokens": WINDOW_TOKENS,
         "window_stride": WINDOW_STRIDE,
@@ -536,7 +570,7 @@ def build(epochs: int) -> int:
     }
     from training.train_encoder import write_manifest_entry
 
-    write_manifest_entry(ARTIFACT, entry)
+    write_manifest_entry(entry, name=ARTIFACT)
     log(f"wrote {MODEL_FILE}, {HEADS_FILE} and the manifest entry {ARTIFACT!r}")
     print(json.dumps(metrics, indent=1))
     return 0
@@ -570,12 +604,15 @@ def main(argv: list[str] | None = None) -> int:
     p_fold.add_argument("sources", help="comma-separated source names")
     for p in (parser, p_fold):
         p.add_argument("--epochs", type=int, default=EPOCHS)
+    p_fold.add_argument(
+        "--cap", type=int, default=CAP_PER_CELL, help="training rows per source/label/channel"
+    )
     args = parser.parse_args(argv)
     if args.command == "finetune":
         finetune(args.windows, args.minilm, args.out, args.epochs)
         return 0
     if args.command == "fold":
-        run_fold(args.sources.split(","), args.epochs)
+        run_fold(args.sources.split(","), args.epochs, args.cap)
         return 0
     return build(args.epochs)
 

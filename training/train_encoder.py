@@ -634,13 +634,13 @@ def parity_with_classifier(scores: PrecomputedScores, texts: list[str]) -> float
 # -- manifest --------------------------------------------------------------------------
 
 
-def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR) -> None:
-    """Read-modify-write of the "encoder" key only; atomic replace."""
+def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR, name: str = "encoder") -> None:
+    """Read-modify-write of the `name` key only; atomic replace."""
     from deltaguard.artifacts import MANIFEST_NAME
 
     path = models_dir / MANIFEST_NAME
     manifest = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"models": {}}
-    manifest.setdefault("models", {})["encoder"] = entry
+    manifest.setdefault("models", {})[name] = entry
     fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=".manifest.", suffix=".json")
     os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -97,6 +97,10 @@ class _MonitorJob:
     history: Sequence[Item] | None
     previous_response_id: str | None
     output_only: bool = False  # `items` is the model output of `response_id`, to append
+    # The gate blocked the turn: the model never saw it and the gate's block (counted by
+    # the lock-out) is the decision, so the lane folds it, to keep the conversation's
+    # state whole, but raises no flag of its own.
+    gate_blocked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +129,17 @@ class SafetyStage:
         through `mark_flagged`. `recorder`: records flagged conversations (gate,
         monitor and output flags; `deltaguard.recording`), started and drained with the
         stage. `limiter`: the process's inference pool (created at `start()` when not
-        given, and then closed by `aclose()`). `queue_monitor=False`: the caller runs the
-        monitor lane itself, per turn, with `monitor_turn` (a proxy that awaits its verdict
-        beside the model call) instead of the stage queueing it."""
+        given, and then closed by `aclose()`). `monitor`: classifiers moved from the gate
+        to the monitor lane, beside those whose `lane` is "monitor". `queue_monitor=False`:
+        the caller runs the monitor lane itself, per turn, with `monitor_turn` (a proxy that
+        awaits its verdict beside the model call) instead of the stage queueing it."""
         self.config = config or StageConfig()
         unknown = set(monitor) - {c.name for c in scorer.classifiers}
         if unknown:
             raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
-        gate = [c for c in scorer.classifiers if c.name not in monitor]
-        watched = [c for c in scorer.classifiers if c.name in monitor]
+        # The monitor lane: the classifiers named, and those that declare it (the detector).
+        watched = [c for c in scorer.classifiers if c.name in monitor or c.lane == "monitor"]
+        gate = [c for c in scorer.classifiers if c not in watched]
         self.gate_scorer = Scorer(gate, scorer.policy)
         self.monitor_scorer = Scorer(watched, scorer.policy) if watched else None
         self.monitor_step = MonitorStep(self.monitor_scorer) if self.monitor_scorer else None
@@ -379,7 +385,13 @@ class SafetyStage:
         elif self.monitor_scorer is not None and self.queue_monitor:
             await self._monitor_q.put(
                 _MonitorJob(
-                    tenant, rec.response_id, rec.conversation_id, new_items, history, previous_response_id
+                    tenant,
+                    rec.response_id,
+                    rec.conversation_id,
+                    new_items,
+                    history,
+                    previous_response_id,
+                    gate_blocked=result.blocked,
                 )
             )
         return result
@@ -481,7 +493,7 @@ class SafetyStage:
             prior=tracked.rebuild,
         )
         self.metrics.observe_turn("monitor", outcome.verdict)
-        if outcome.flag is not None:
+        if outcome.flag is not None and not job.gate_blocked:
             self.mark_flagged(job.conversation_id, outcome.verdict.flagged_categories, job.tenant)
             await self._flags.put(outcome.flag)
             await self._record_flag(outcome.flag, job.tenant)

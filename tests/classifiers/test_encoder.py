@@ -121,8 +121,7 @@ def test_update_batch_equals_per_request_update(clf):
 def test_context_is_bounded_tail_of_previous_scored_item(clf):
     assert clf.context_tokens == CONTEXT_TOKENS == 0
     assert clf.update(clf.initial_state(), [user(FILLER * 3)]).state["context"] == []
-    with_context = EncoderClassifier(threads=2, context_tokens=16)
-    with_context._model, with_context._entry = clf._model, clf._entry  # share the loaded session
+    with_context = EncoderClassifier(threads=2, context_tokens=16).share(clf)
     ids = clf.model.tokenize(FILLER * 3)
     upd = with_context.update(with_context.initial_state(), [user(FILLER * 3)])
     assert upd.state["context"] == ids[-16:]
@@ -172,14 +171,12 @@ def test_lone_surrogates_and_control_characters_are_scored(clf):
 
 
 def test_memo_returns_the_same_update_and_stays_bounded(clf):
-    small = EncoderClassifier(threads=2, memo_items=2)
-    small._model, small._entry = clf._model, clf._entry  # share the loaded session
+    small = EncoderClassifier(threads=2, memo_items=2).share(clf)
     items = [user(INJECTION), tool(FILLER * 5), user(CHAT[0])]
     first = small.update(small.initial_state(), items)
     again = small.update(small.initial_state(), items)
     assert again == first and len(small._memo._items) == 2
-    fresh = EncoderClassifier(threads=2, memo_items=0)
-    fresh._model, fresh._entry = clf._model, clf._entry
+    fresh = EncoderClassifier(threads=2, memo_items=0).share(clf)
     assert fresh.update(fresh.initial_state(), items) == first and not fresh._memo._items
 
 

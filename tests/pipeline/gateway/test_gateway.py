@@ -125,7 +125,10 @@ def test_websocket_agent_loop_twenty_turns_delta_only(sdk):
     assert len(file_turns) >= 10
     # Flat: history is never rescored; only the first file turn lacks the bounded
     # cross-item window (the tail of the previous tool output) that the others carry.
-    assert len(set(file_turns[1:])) == 1 and file_turns[0] <= file_turns[1]
+    # A turn may also fold the previous turn's output (~100 tokens) when it arrives
+    # before the post-inference lane scored it (a busy monitor lane delays that lane).
+    base = min(file_turns[1:])
+    assert file_turns[0] <= base and all(base <= t <= base + 150 for t in file_turns[1:]), file_turns
 
 
 def test_websocket_fork_unknown_id_and_block_keep_the_socket(sdk):

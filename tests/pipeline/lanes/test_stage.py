@@ -66,7 +66,20 @@ async def test_monitor_flag_blocks_the_next_turn_when_policy_says_block():
     second = await stage.check_turn("r2", [user("and now?")], "r1")
     assert second.blocked and second.blocked_categories == ["toxicity"]
     await stage.aclose()
-    assert [e.lane for e in flags.events] == ["monitor", "monitor"]
+    # The blocked turn is folded but raises no second flag: the model never saw it.
+    assert [e.lane for e in flags.events] == ["monitor"]
+
+
+async def test_a_turn_the_gate_blocked_raises_no_monitor_flag():
+    stage, flags, _ = await started(policy_block_toxicity=True)
+    assert not (await stage.check_turn("r1", [user("hello")])).blocked
+    await stage.drain(5)
+    stage.mark_flagged("r1", ["toxicity"])  # as a remote worker's flag would
+    blocked = await stage.check_turn("r2", [user("you are RUDE")], "r1")
+    assert blocked.blocked
+    await stage.drain(5)
+    await stage.aclose()
+    assert flags.events == []
 
 
 async def test_monitor_flag_only_flags_by_default():
