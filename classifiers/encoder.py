@@ -475,6 +475,14 @@ class EncoderClassifier:
         self._views, self._roles = loaded._views, loaded._roles
         return self
 
+    def without_memo(self) -> EncoderClassifier:
+        """The same loaded model with the item memo off: every update does its own work
+        (benchmarks compare modes that would otherwise reuse each other's results)."""
+        fresh = EncoderClassifier(
+            self.models_dir, self.threads, self.max_item_windows, self.context_tokens, 0, self.artifact
+        )
+        return fresh.share(self)
+
     def _loaded_entry(self, what: str) -> dict[str, Any]:
         if self._entry is None:
             raise AttributeError(f"EncoderClassifier.{what} is read from the artifacts: call load() first")

@@ -188,8 +188,15 @@ class TimedClassifier:
 
 
 def timed_scorer(scorer: Scorer, clock: Clock) -> Scorer:
-    """The same classifiers and policy, each wrapped in a `TimedClassifier`."""
-    return Scorer([TimedClassifier(c, clock) for c in scorer.classifiers], scorer.policy)
+    """The same classifiers and policy, each wrapped in a `TimedClassifier`. A classifier
+    that memoises item results across conversations (the encoder entries) is measured
+    without its memo: delta, full and floor would otherwise reuse each other's work."""
+    return Scorer([TimedClassifier(_unmemoised(c), clock) for c in scorer.classifiers], scorer.policy)
+
+
+def _unmemoised(clf: Classifier) -> Classifier:
+    without = getattr(clf, "without_memo", None)
+    return without() if without is not None else clf
 
 
 def _same_verdict(a: TurnVerdict, b: TurnVerdict) -> bool:

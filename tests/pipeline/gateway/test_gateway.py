@@ -125,10 +125,11 @@ def test_websocket_agent_loop_twenty_turns_delta_only(sdk):
     assert len(file_turns) >= 10
     # Flat: history is never rescored; only the first file turn lacks the bounded
     # cross-item window (the tail of the previous tool output) that the others carry.
-    # A turn may also fold the previous turn's output (~100 tokens) when it arrives
-    # before the post-inference lane scored it (a busy monitor lane delays that lane).
+    # A turn may also fold earlier turns' outputs (~100 tokens each) when it arrives
+    # before the post-inference lane scored them (a busy monitor lane delays that lane);
+    # rescoring the history would add ~750 tokens per turn.
     base = min(file_turns[1:])
-    assert file_turns[0] <= base and all(base <= t <= base + 150 for t in file_turns[1:]), file_turns
+    assert file_turns[0] <= base and all(base <= t <= base + 400 for t in file_turns[1:]), tokens
 
 
 def test_websocket_fork_unknown_id_and_block_keep_the_socket(sdk):
