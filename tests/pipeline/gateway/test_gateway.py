@@ -55,13 +55,15 @@ def test_http_stateless_history_is_scored_delta_only(sdk):
     client, _ = sdk
     history = [{"role": "user", "content": "please read the file"}]
     scored = []
-    for _ in range(4):
+    for _ in range(8):
         r = client.responses.create(model="sim", input=history)
         scored.append(r.safety["tokens_scored"])
         history += [o.model_dump(exclude_none=True) for o in r.output]
         history.append({"role": "user", "content": "and another question about the file please"})
-    # Each request resends everything; only the new items are scored.
-    assert max(scored[1:]) < 3 * min(scored[1:])
+    # Each request resends everything; only the new items are scored: the new question,
+    # and the previous answer when the post-inference lane has not scored it yet. The
+    # history is ~100 tokens longer every turn (~800 by the last).
+    assert max(scored[1:]) < 200, scored
 
 
 def test_previous_response_not_found_over_http(sdk):
@@ -101,7 +103,7 @@ def test_websocket_agent_loop_twenty_turns_delta_only(sdk):
     _, aclient = sdk
 
     async def run():
-        tokens = []
+        tokens, sent_file, file_next = [], [], False
         async with aclient.beta.responses.connect() as conn:
             await conn.send(
                 {"type": "response.create", "model": "sim", "input": "fix the failing test", "tools": TOOLS}
@@ -111,17 +113,19 @@ def test_websocket_agent_loop_twenty_turns_delta_only(sdk):
                 assert done.type == "response.completed", done
                 resp = done.response
                 tokens.append(resp.safety["tokens_scored"])
+                sent_file.append(file_next)
                 calls = [o for o in resp.output if o.type == "function_call"]
                 new = [{"type": "function_call_output", "call_id": c.call_id, "output": FILE} for c in calls]
+                file_next = bool(new)
                 new = new or [{"role": "user", "content": "thanks, now the next bug"}]
                 await conn.send(
                     {"type": "response.create", "model": "sim", "input": new, "previous_response_id": resp.id}
                 )
             await recv_until_done(conn)
-        return tokens
+        return tokens, sent_file
 
-    tokens = asyncio.run(run())
-    file_turns = [t for t in tokens[1:] if t > 100]
+    tokens, sent_file = asyncio.run(run())
+    file_turns = [t for t, f in zip(tokens, sent_file, strict=True) if f]
     assert len(file_turns) >= 10
     # Flat: history is never rescored; only the first file turn lacks the bounded
     # cross-item window (the tail of the previous tool output) that the others carry.
