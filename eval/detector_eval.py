@@ -7,8 +7,14 @@ plus the benign test rows of the sources it trained on, through the serving path
 (int8 ONNX, normaliser views, windows). Fine-tuning costs ~10 minutes a fold on 2 cores,
 so sources are held out in FOLDS (a stricter test than one source at a time: each fold
 also loses its neighbours' data), and each source is reported from the fold that held it
-out. The shipped model's own test-split figures are shown beside, with the lexical-v3
-leave-one-source-out figures of eval/detection_eval.py when its report exists.
+out.
+
+Beside the detector, on the same rows: lexical-v3's recipe fitted on the same fold (its
+own threshold rule, ~2 minutes a fold), and the default pipeline's verdict on the
+injection categories, the detector or the view that judges the row's role in the gate:
+lexical-v3's fold model for tool outputs and documents, the shipped conversation view
+(lexical-v2, trained on S-Labs and PyRIT, so not held out for those two) for user
+messages. The shipped detector's test-split figures close the report.
 
 Writes eval/out/detector_eval.md, .json and eval/figures/detector_loso.png. A fold whose
 scores exist in .cache/detector is not retrained (delete them to rerun).
@@ -62,14 +68,113 @@ def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[st
 
 def fold_results(epochs: int, cap: int) -> list[dict[str, Any]]:
     out = []
+    conversation = ConversationView()
     for sources in FOLDS:
         name = "fold-" + "+".join(sorted(sources))
         path = recipe.WORK / f"{name}.json"
         if not path.exists():
             log(f"{name}: training")
             recipe.run_fold(list(sources), epochs, cap)
-        out.append(json.loads(path.read_text()))
+        fold = json.loads(path.read_text())
+        # The operating point is chosen again with today's rule on the fold's own
+        # validation rows: a change of rule needs no retraining.
+        validation, p = recipe.fold_validation(list(sources))
+        fold["thresholds"] = recipe.choose_thresholds(p, validation)
+        rows = fold["rows"]
+        detector = attack_scores(np.array(fold["scores"]), rows, fold["thresholds"])
+        lexical = lexical_attack(sources, validation)
+        _, scored = recipe.fold_rows(list(sources))
+        if [r["group"] for r in scored] != [r["group"] for r in rows]:
+            raise SystemExit(f"{name}: the rows changed since the fold was trained (delete it to rerun)")
+        user = conversation.scores([r["text"] if r["channel"] == "user" else "" for r in scored])
+        indirect = np.array([kind(r) == "indirect" for r in rows])
+        fold["attack"] = {
+            "detector": detector,
+            "lexical-v3": lexical,
+            "pipeline": np.maximum(detector, np.where(indirect, lexical, user)),
+        }
+        out.append(fold)
     return out
+
+
+class ConversationView:
+    """The default set's judge of user messages, on a conversation of one message."""
+
+    def __init__(self) -> None:
+        from deltaguard.classifiers.registry import load_classifiers
+
+        (self.classifier,) = load_classifiers(("conversation",))
+
+    def scores(self, texts: list[str]) -> np.ndarray:
+        from deltaguard.parsing import parse_item
+
+        clf = self.classifier
+        out = np.zeros(len(texts))
+        for i, text in enumerate(texts):
+            if text:
+                upd = clf.update(clf.initial_state(), [parse_item({"role": "user", "content": text})])
+                out[i] = max(upd.scores.get(c, 0.0) for c in ("prompt_injection", "jailbreak"))
+        return out
+
+
+def lexical_attack(sources: tuple[str, ...], validation: list[dict[str, Any]]) -> np.ndarray:
+    """lexical-v3's fold model on the fold's scored rows, 0.5 = flagged at the thresholds
+    its own recipe's rule (max F1 within flag-rate budgets) picks on the fold's validation."""
+    from eval.detection_eval import attack_score
+    from training.lexical_fit import HEADS, POSITIVE, head_rows
+    from training.train_lexical_v3 import FP_BUDGETS, choose_threshold
+
+    p_val, p_scored = lexical_fold(sources)
+    rows = as_rows(validation)
+    thresholds = {}
+    for h, head in enumerate(HEADS):
+        idx = head_rows(rows, head)
+        y = np.array([rows[i].label == POSITIVE[head] for i in idx], dtype=int)
+        benign = {s: p_val[[i for i, r in enumerate(rows) if r.fp_set == s], h] for s in FP_BUDGETS}
+        # a head the fold could not fit (no positives left) scores 0 and never flags
+        thresholds[head] = choose_threshold(y, p_val[idx, h], benign) if p_val[:, h].any() else 1.0
+    return attack_score(p_scored, thresholds)
+
+
+def as_rows(rows: list[dict[str, Any]]) -> list[Any]:
+    import dataclasses
+
+    from training.detection_data import Row
+
+    fields = [f.name for f in dataclasses.fields(Row)]
+    return [Row(**{k: r[k] for k in fields}) for r in rows]
+
+
+def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """lexical-v3's recipe (eval/detection_eval.py's fold settings) fitted on a fold's
+    training rows: its per-head probabilities on the fold's validation rows and on the
+    rows the fold scores, cached beside the fold's detector."""
+    cache = recipe.WORK / ("fold-" + "+".join(sorted(sources))) / "lexical-scores.npz"
+    if cache.exists():
+        with np.load(cache, allow_pickle=False) as z:
+            return z["validation"], z["scored"]
+    import tempfile
+
+    from eval.detection_eval import FOLD_SETTINGS
+    from training.lexical_fit import HEADS, fit, to_model
+
+    rest, scored = recipe.fold_rows(list(sources))
+    t0 = time.time()
+    train = as_rows([r for r in rest if r["split"] == "train"])
+    union, models = fit(train, as_rows([r for r in rest if r["split"] == "validation"]), FOLD_SETTINGS)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = to_model(union, models, Path(tmp) / "fold.npz", heads=list(models))
+    columns = [list(models).index(h) if h in models else None for h in HEADS]
+
+    def score(texts: list[str]) -> np.ndarray:  # a head the fold could not fit scores 0
+        p = model.score_many(texts)
+        return np.stack([p[:, c] if c is not None else np.zeros(len(texts)) for c in columns], axis=1)
+
+    validation = score([r["text"] for r in rest if r["split"] == "validation"])
+    held = score([r["text"] for r in scored])
+    np.savez_compressed(cache, validation=validation, scored=held)
+    log(f"lexical fold {'+'.join(sources)}: {time.time() - t0:.0f}s")
+    return validation, held
 
 
 def kind(row: dict[str, Any]) -> str:
@@ -77,67 +182,79 @@ def kind(row: dict[str, Any]) -> str:
     return "indirect" if row["channel"] in recipe.INDIRECT_CHANNELS else "direct"
 
 
+SCORERS = ("detector", "lexical-v3", "pipeline")
+# The conversation view's lexical-v2 trained on these: the pipeline's verdict on their user
+# messages is not a held-out figure.
+SEEN_BY_CONVERSATION = frozenset({"s-labs", "pyrit"})
+
+
+def _recall_auc(s: np.ndarray, attacks: list[int], negatives: np.ndarray) -> dict[str, Any]:
+    k = int(np.sum(s[attacks] >= 0.5))
+    return {"recall": (k / len(attacks), *wilson(k, len(attacks))), "auc": auc_ci(s[attacks], negatives)}
+
+
 def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
     sources: dict[str, Any] = {}
-    families: dict[tuple[str, str], list[float]] = defaultdict(list)
-    benign: dict[str, list[float]] = defaultdict(list)
+    benign: dict[str, dict[str, list[float]]] = {n: defaultdict(list) for n in SCORERS}
+    fam_scores: dict[tuple[str, str], list[float]] = defaultdict(list)
     for fold in folds:
         rows = fold["rows"]
-        s = attack_scores(np.array(fold["scores"]), rows, fold["thresholds"])
         held = set(fold["held_out"])
-        negatives = s[[i for i, r in enumerate(rows) if r["label"] == "benign"]]
+        negatives = [i for i, r in enumerate(rows) if r["label"] == "benign"]
         for source in sorted(held):
             for where in ("direct", "indirect"):
                 idx = [i for i, r in enumerate(rows) if r["source"] == source and kind(r) == where]
-                attacks = s[[i for i in idx if rows[i]["label"] != "benign"]]
-                own_benign = s[[i for i in idx if rows[i]["label"] == "benign"]]
-                if not len(attacks) and not len(own_benign):
+                attacks = [i for i in idx if rows[i]["label"] != "benign"]
+                own_benign = [i for i in idx if rows[i]["label"] == "benign"]
+                if not attacks:
                     continue
-                entry: dict[str, Any] = {
-                    "fold": sorted(held),
-                    "kind": where,
-                    "attacks": len(attacks),
-                    "benign": len(own_benign),
-                }
-                if len(attacks):
-                    k = int(np.sum(attacks >= 0.5))
-                    entry["recall"] = (k / len(attacks), *wilson(k, len(attacks)))
-                    entry["auc"] = auc_ci(attacks, negatives)
-                if len(own_benign):
-                    k = int(np.sum(own_benign >= 0.5))
-                    entry["flag_rate"] = (k / len(own_benign), *wilson(k, len(own_benign)))
+                entry: dict[str, Any] = {"fold": sorted(held), "kind": where, "attacks": len(attacks)}
+                for name in SCORERS:
+                    s = fold["attack"][name]
+                    if name == "pipeline" and where == "direct" and source in SEEN_BY_CONVERSATION:
+                        continue
+                    entry[name] = _recall_auc(s, attacks, s[negatives])
+                    if own_benign:
+                        k = int(np.sum(s[own_benign] >= 0.5))
+                        entry[name]["flag_rate"] = (k / len(own_benign), *wilson(k, len(own_benign)))
                 sources[f"{source} ({where})"] = entry
+        s = fold["attack"]["detector"]
         for i, r in enumerate(rows):
             if r["source"] in held and r["label"] != "benign":
-                families[(r["family"], r["source"])].append(float(s[i]))
+                fam_scores[(r["family"], r["source"])].append(float(s[i]))
             if r["label"] == "benign" and r["fp_set"]:
-                benign[r["fp_set"]].append(float(s[i]))
+                for name in SCORERS:
+                    benign[name][r["fp_set"]].append(float(fold["attack"][name][i]))
     fam = {
         f"{f} ({src})": {"n": len(v), "recall": (k / len(v), *wilson(k, len(v)))}
-        for (f, src), v in sorted(families.items())
+        for (f, src), v in sorted(fam_scores.items())
         for k in [int(np.sum(np.array(v) >= 0.5))]
     }
     ben = {
-        s: {"n": len(v), "flag_rate": (k / len(v), *wilson(k, len(v)))}
-        for s, v in sorted(benign.items())
-        for k in [int(np.sum(np.array(v) >= 0.5))]
+        name: {
+            s: {"n": len(v), "flag_rate": (k / len(v), *wilson(k, len(v)))}
+            for s, v in sorted(sets.items())
+            for k in [int(np.sum(np.array(v) >= 0.5))]
+        }
+        for name, sets in benign.items()
     }
     return {"sources": sources, "families": fam, "benign_sets": ben}
 
 
-def lexical_loso() -> dict[str, Any]:
-    path = OUT / "detection_eval.json"
-    return json.loads(path.read_text())["sources"] if path.exists() else {}
-
-
-def meets(entry: dict[str, Any]) -> str:
+def meets(entry: dict[str, Any], scorer: str) -> str:
+    if scorer not in entry:
+        return "-"
     auc_t, rec_t = TARGETS[entry["kind"]]
-    ok = entry["auc"] and entry["auc"][0] >= auc_t and entry["recall"][0] >= rec_t
-    return "yes" if ok else "no"
+    e = entry[scorer]
+    return "yes" if e["auc"] and e["auc"][0] >= auc_t and e["recall"][0] >= rec_t else "no"
+
+
+def _cell(entry: dict[str, Any], scorer: str, key: str) -> str:
+    value = entry.get(scorer, {}).get(key)
+    return fmt_ci(*value, pct=key != "auc") if value else "-"
 
 
 def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: float) -> str:
-    lex = lexical_loso()
     recipe_note = summary.get("recipe", {})
     lines = [
         "# Fine-tuned detector: leave-sources-out evaluation",
@@ -151,7 +268,12 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         f"{recipe_note.get('cap_per_cell')} rows per source, label and channel (the shipped model: "
         f"{recipe.EPOCHS} epochs, {recipe.CAP_PER_CELL}). "
         "Operating point: each fold's thresholds chosen on its own validation rows with the shipped "
-        "rule (max F1 within flag-rate budgets per benign set); nothing is tuned on held-out rows. "
+        f"rule (per head, the most sensitive threshold within flag-rate budgets {recipe.FP_BUDGETS} on "
+        "each benign validation set, each group weighing the same); nothing is tuned on held-out rows. "
+        "lexical-v3: its recipe fitted on the same fold, thresholds by its own rule (max F1 within "
+        "budgets) on the same validation rows. Pipeline: flagged when the detector or the row's gate "
+        "view flags (lexical-v3's fold model for tool outputs and documents, the shipped conversation "
+        "view for user messages; '-' where that view's lexical-v2 trained on the source). "
         "Intervals are 95% (Wilson for rates, Hanley-McNeil for AUC). Negatives for AUC: the held-out "
         "source's benign rows and the benign test rows of the fold's training sources. Held-out rows "
         f"are sampled, at most {recipe.FOLD_SAMPLE} per source and label.",
@@ -160,20 +282,16 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         f"{TARGETS['direct'][1]}; indirect (tool outputs, documents) AUC >= {TARGETS['indirect'][0]}, "
         f"recall >= {TARGETS['indirect'][1]}.",
         "",
-        "| held-out source (channel) | kind | attacks | detector AUC | detector recall | own benign flagged "
-        "| meets target | lexical-v3 LOSO AUC (whole source) | lexical-v3 LOSO recall |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| held-out source (channel) | attacks | detector AUC | detector recall | lexical-v3 AUC "
+        "| lexical-v3 recall | pipeline AUC | pipeline recall | pipeline: own benign flagged "
+        "| meets target (detector / pipeline) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for source, e in sorted(summary["sources"].items()):
-        if not e["attacks"]:
-            continue
-        lx = lex.get(source.split(" (")[0], {})
         lines.append(
-            f"| {source} | {e['kind']} | {e['attacks']} | {fmt_ci(*e['auc'])} "
-            f"| {fmt_ci(*e['recall'], pct=True)} "
-            f"| {fmt_ci(*e['flag_rate'], pct=True) if 'flag_rate' in e else '-'} | {meets(e)} "
-            f"| {fmt_ci(*lx['auc']) if lx.get('auc') else '-'} "
-            f"| {fmt_ci(*lx['recall'], pct=True) if lx.get('recall') else '-'} |"
+            f"| {source} | {e['attacks']} "
+            + " ".join(f"| {_cell(e, n, 'auc')} | {_cell(e, n, 'recall')}" for n in SCORERS)
+            + f" | {_cell(e, 'pipeline', 'flag_rate')} | {meets(e, 'detector')} / {meets(e, 'pipeline')} |"
         )
     lines += [
         "",
@@ -181,18 +299,20 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         "",
         "Every fold's benign rows: the held-out sources' own and the training sources' test split.",
         "",
-        "| benign set | n | flagged | budget |",
-        "|---|---|---|---|",
+        "| benign set | n | detector | lexical-v3 | pipeline | budget |",
+        "|---|---|---|---|---|---|",
     ]
-    for s, e in summary["benign_sets"].items():
+    sets = summary["benign_sets"]
+    for s, e in sets["detector"].items():
         budget = BENIGN_BUDGETS.get(s)
         lines.append(
-            f"| {s} | {e['n']} | {fmt_ci(*e['flag_rate'], pct=True)} "
-            f"| {f'<= {budget:.0%}' if budget else '-'} |"
+            f"| {s} | {e['n']} | "
+            + " | ".join(fmt_ci(*sets[n][s]["flag_rate"], pct=True) for n in SCORERS)
+            + f" | {f'<= {budget:.0%}' if budget else '-'} |"
         )
     lines += [
         "",
-        "## Recall per attack family (held-out rows only)",
+        "## Detector recall per attack family (held-out rows only)",
         "",
         "| family (source) | n | recall |",
         "|---|---|---|",
@@ -211,20 +331,16 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
     return "\n".join(lines) + "\n"
 
 
-def _lex(lex: dict[str, Any], source: str, key: str) -> tuple[float, float, float]:
-    return tuple(lex.get(source.split(" (")[0], {}).get(key) or (math.nan,) * 3)
-
-
 def plot(summary: dict[str, Any], path: Path) -> None:
-    lex = lexical_loso()
-    sources = [s for s, e in sorted(summary["sources"].items()) if e["attacks"]]
-    bars = (
-        ([summary["sources"][s]["auc"] for s in sources], "detector AUC (held out)"),
-        ([summary["sources"][s]["recall"] for s in sources], "detector recall (held out)"),
-        ([_lex(lex, s, "auc") for s in sources], "lexical-v3 LOSO AUC (whole source)"),
-        ([_lex(lex, s, "recall") for s in sources], "lexical-v3 LOSO recall (whole source)"),
+    nan = (math.nan,) * 3
+    sources = sorted(summary["sources"])
+    bars = tuple(
+        ([summary["sources"][s].get(n, {}).get(key) or nan for s in sources], f"{n} {key} (held out)")
+        for key in ("auc", "recall")
+        for n in SCORERS
     )
-    interval_bars(sources, bars, "held-out sources: fine-tuned detector vs lexical-v3 (95% intervals)", path)
+    title = "held-out sources: detector, lexical-v3, default pipeline (95% intervals)"
+    interval_bars(sources, bars, title, path)
 
 
 def main(argv: list[str] | None = None) -> int:

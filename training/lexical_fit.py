@@ -79,7 +79,8 @@ def source_weights(rows: Sequence[Row], index: Sequence[int], y: np.ndarray) -> 
 
 
 def fit(train: Sequence[Row], validation: Sequence[Row], settings: FitSettings = FitSettings()):
-    """(union, {head: calibrated model}) fitted on `train`, calibrated on `validation`."""
+    """(union, {head: calibrated model}) fitted on `train`, calibrated on `validation`; a head
+    without both classes in each is left out."""
     from sklearn.calibration import CalibratedClassifierCV
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.frozen import FrozenEstimator
@@ -107,6 +108,9 @@ def fit(train: Sequence[Row], validation: Sequence[Row], settings: FitSettings =
         sel_va = np.array([i for i, o in enumerate(va_owner) if o in keep_va])
         y_tr = np.array([train[o].label == POSITIVE[head] for o in tr_owner_a[sel_tr]], dtype=int)
         y_va = np.array([validation[o].label == POSITIVE[head] for o in va_owner_a[sel_va]], dtype=int)
+        if len(set(y_tr)) < 2 or len(set(y_va)) < 2:  # a fold that holds out every source of a head
+            log(f"{head}: one class only in train or validation, not fitted")
+            continue
         w_tr = source_weights(train, tr_owner_a[sel_tr].tolist(), y_tr)
         lr = LogisticRegression(C=settings.c, max_iter=settings.max_iter, tol=1e-6)
         lr.fit(x_tr[sel_tr], y_tr, sample_weight=w_tr)

