@@ -92,13 +92,17 @@ def test_window_embedding_ignores_padding_and_batch(clf):
         assert np.array_equal(alone, together[row])
 
 
-def test_length_chunks_bound_batch_and_padding():
-    lengths = [5, 250, 6, 7, 120, 130, *([40] * 70)]
-    chunks = length_chunks(lengths, 32)
+def test_length_chunks_bound_batch_tokens_and_padding():
+    lengths = [5, 250, 6, 7, 120, 130, 300, *([40] * 70), *([2] * 100)]
+    chunks = length_chunks(lengths, 32, tokens=256)
     assert sorted(i for c in chunks for i in c) == list(range(len(lengths)))
     for chunk in chunks:
         sizes = [lengths[i] for i in chunk]
-        assert len(chunk) <= 32 and (len(chunk) == 1 or max(sizes) * len(sizes) <= 1.15 * sum(sizes))
+        assert len(chunk) <= 32
+        # a window longer than the call budget runs alone
+        assert len(chunk) == 1 or (max(sizes) * len(sizes) <= min(256, 1.15 * sum(sizes)))
+    assert [len(c) for c in chunks if lengths[c[0]] == 2] == [32, 32, 32, 4]  # the window cap binds
+    assert max(len(c) for c in chunks if lengths[c[0]] == 40) == 6  # 6 x 40 <= 256 < 7 x 40
 
 
 def test_update_batch_equals_per_request_update(clf):
