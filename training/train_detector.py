@@ -365,6 +365,8 @@ def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int, cap:
         log(f"reusing {done}")
         return out
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*-scores.np[yz]"):  # scores of an earlier model of this name
+        stale.unlink()
     train = [x for x in windows if x["split"] == "train"]
     train = cap_training(train, cap)
     for x, wt in zip(train, weights(train), strict=True):
