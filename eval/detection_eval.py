@@ -447,7 +447,7 @@ def interval_bars(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(12, 4.5))
     x = np.arange(len(labels))
     width = 0.8 / len(bars)
     for k, (values, label) in enumerate(bars):
@@ -458,7 +458,7 @@ def interval_bars(
     ax.set_ylim(0, 1.05)
     ax.axhline(0.85, color="grey", lw=0.8, ls="--")
     ax.set_title(title)
-    ax.legend(loc="lower left", fontsize=7)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)  # beside the bars, not on them
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

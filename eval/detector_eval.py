@@ -4,7 +4,7 @@ Each fold fine-tunes the detector recipe (training/train_detector.py) without on
 sources, nor any row sharing a group with them (clean twins, obfuscated copies), chooses
 its thresholds on its own validation rows, and scores every row of the held-out sources
 plus the benign test rows of the sources it trained on, through the serving path
-(int8 ONNX, normaliser views, windows). Fine-tuning costs ~10 minutes a fold on 2 cores,
+(int8 ONNX, normaliser views, windows). Fine-tuning costs ~10-15 minutes a fold on 2 cores,
 so sources are held out in FOLDS (a stricter test than one source at a time: each fold
 also loses its neighbours' data), and each source is reported from the fold that held it
 out.
@@ -43,8 +43,6 @@ FOLDS = (
     ("agentdojo", "raginject"),
     ("deepset-fuzzer", "obfuscated", "yanismiraoui"),
 )
-FOLD_EPOCHS = 1
-FOLD_CAP = 1000
 TARGETS = {"direct": (0.95, 0.85), "indirect": (0.90, 0.80)}
 BENIGN_BUDGETS = {"chat": 0.01, "tool": 0.02, "lookalike": 0.05, "prompts": None, "harmful": None}
 
@@ -76,6 +74,11 @@ def fold_results(epochs: int, cap: int) -> list[dict[str, Any]]:
             log(f"{name}: training")
             recipe.run_fold(list(sources), epochs, cap)
         fold = json.loads(path.read_text())
+        if (fold["epochs"], fold["cap_per_cell"]) != (epochs, cap):
+            raise SystemExit(
+                f"{path} was trained with {fold['epochs']} epoch(s) and cap {fold['cap_per_cell']}, "
+                f"not {epochs} and {cap}: pass those, or delete it and {recipe.WORK / name} to retrain"
+            )
         # The operating point is chosen again with today's rule on the fold's own
         # validation rows: a change of rule needs no retraining.
         validation, p = recipe.fold_validation(list(sources))
@@ -345,10 +348,12 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # Folds train a cheaper variant of the recipe by default (one epoch, fewer rows per
-    # cell): four full fine-tunings do not fit beside other work on 2 cores.
-    parser.add_argument("--epochs", type=int, default=FOLD_EPOCHS)
-    parser.add_argument("--cap", type=int, default=FOLD_CAP, help="training rows per source/label/channel")
+    # Folds train the shipped recipe by default; --epochs 1 --cap 1000 is a quicker,
+    # weaker variant (held-out S-Labs recall 23% against the shipped recipe's 49%).
+    parser.add_argument("--epochs", type=int, default=recipe.EPOCHS)
+    parser.add_argument(
+        "--cap", type=int, default=recipe.CAP_PER_CELL, help="training rows per source/label/channel"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     t0 = time.time()
