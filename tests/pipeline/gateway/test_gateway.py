@@ -195,37 +195,52 @@ def test_websocket_fork_unknown_id_and_block_keep_the_socket(sdk):
     asyncio.run(run())
 
 
-def test_a_continuation_may_come_over_any_transport_of_the_tenant(sdk):
-    client, aclient = sdk
-    over_http = client.responses.create(model="sim", input="hello over http")
+def billed(billing: MemorySink, response_id: str, timeout_s: float = 30.0) -> None:
+    """Wait until the post-inference lane has scored `response_id`'s answer: its billing
+    event is emitted after that."""
+    deadline = time.monotonic() + timeout_s
+    while not any(e.response_id == response_id for e in billing.events):
+        assert time.monotonic() < deadline, f"{response_id} was never billed"
+        time.sleep(0.01)
 
-    async def run():
-        async with aclient.beta.responses.connect() as first:
-            await first.send(
-                {
-                    "type": "response.create",
-                    "model": "sim",
-                    "input": "x",
-                    "previous_response_id": over_http.id,
-                }
-            )
-            continued = await recv_until_done(first)
-            assert continued.type == "response.completed"
-            rid = continued.response.id
-        async with aclient.beta.responses.connect() as second:  # another socket
-            await second.send(
-                {"type": "response.create", "model": "sim", "input": "y", "previous_response_id": rid}
-            )
-            event = await recv_until_done(second)
-            assert event.type == "response.completed"
-            # Only the new item (and the conversation classifier's bounded window of earlier
-            # user text) was scored, not the history with its two 40-token answers.
-            assert event.response.model_extra["safety"]["tokens_scored"] < 10
-            return event.response.id
 
-    last = asyncio.run(run())
-    back_over_http = client.responses.create(model="sim", input="and back", previous_response_id=last)
-    assert back_over_http.status == "completed"
+def test_a_continuation_may_come_over_any_transport_of_the_tenant(scorer):
+    billing = MemorySink()
+    config = GatewayConfig(port=0, sim_tokens_per_s=20_000)
+    with gateway_thread(config, scorer, billing_sink=billing) as (base, _):
+        client, aclient = clients(base)
+        over_http = client.responses.create(model="sim", input="hello over http")
+        billed(billing, over_http.id)
+
+        async def run():
+            async with aclient.beta.responses.connect() as first:
+                await first.send(
+                    {
+                        "type": "response.create",
+                        "model": "sim",
+                        "input": "x",
+                        "previous_response_id": over_http.id,
+                    }
+                )
+                continued = await recv_until_done(first)
+                assert continued.type == "response.completed"
+                rid = continued.response.id
+            await asyncio.to_thread(billed, billing, rid)
+            async with aclient.beta.responses.connect() as second:  # another socket
+                await second.send(
+                    {"type": "response.create", "model": "sim", "input": "y", "previous_response_id": rid}
+                )
+                event = await recv_until_done(second)
+                assert event.type == "response.completed"
+                # Only the new item (and the conversation classifier's bounded window of
+                # earlier user text) was scored, not the history with its two 40-token
+                # answers, which the post-inference lane scored once each.
+                assert event.response.model_extra["safety"]["tokens_scored"] < 10
+                return event.response.id
+
+        last = asyncio.run(run())
+        back_over_http = client.responses.create(model="sim", input="and back", previous_response_id=last)
+        assert back_over_http.status == "completed"
 
 
 def test_metrics_and_health(gateway, sdk):
