@@ -30,7 +30,7 @@ import hashlib
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ import numpy as np
 from deltaguard.artifacts import manifest_entry, sha256_file
 from deltaguard.classifiers import normalize
 from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
+from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.scaled import scale
 from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
@@ -402,6 +403,11 @@ class EncoderClassifier:
                                         tool outputs are judged by the head trained on them
         head_thresholds                 per head; scores come out scaled so that each
                                         head's threshold is 0.5 (classifiers/scaled.py)
+        screen                          {"artifact", "floor"}: a lexical model scores each
+                                        item first, and an item whose every lexical head is
+                                        under the floor is cleared (all zeros) without the
+                                        encoder; its tokens are the lexical model's work
+                                        (training/detector_screen.py chooses the floor)
 
     >>> clf = EncoderClassifier(artifact="detector").load()              # doctest: +SKIP
     >>> upd = clf.update(clf.initial_state(), [parse_item({"role": "user", "content": "hi"})])
@@ -418,7 +424,12 @@ class EncoderClassifier:
         context_tokens: int = CONTEXT_TOKENS,
         memo_items: int = MEMO_ITEMS,
         artifact: str = ARTIFACT_NAME,
+        screen: bool = True,
+        lexical: Mapping[str, LexicalClassifier] | None = None,
     ) -> None:
+        """`screen=False` leaves the manifest's screen out (every item reaches the model);
+        `lexical` holds lexical models already loaded, by manifest entry, for the screen
+        to share instead of loading a second copy."""
         self.models_dir = Path(models_dir)
         self.artifact = artifact
         self.name = artifact
@@ -434,6 +445,10 @@ class EncoderClassifier:
         self._roles: frozenset[str] = SCORED_ROLES
         self._heads: dict[str, tuple[int, ...]] = {}  # role -> head index of each category
         self._head_thresholds: tuple[float, ...] = ()
+        self.use_screen = screen
+        self._lexical = dict(lexical or {})
+        self._screen: LexicalClassifier | None = None
+        self._floor = 0.0
 
     def load(self) -> EncoderClassifier:
         """Hash-check the artifacts and create the onnxruntime session (once)."""
@@ -466,10 +481,23 @@ class EncoderClassifier:
         if trained_on is not None:
             normalize.warm()
         self._views = trained_on is not None
+        self._screen, self._floor = self._load_screen(entry.get("screen"), where)
         self._categories, self._heads, self._head_thresholds = categories, heads, thresholds
         self._roles = roles
         self._model, self._entry = model, entry
         return self
+
+    def _load_screen(self, spec: Any, where: str) -> tuple[LexicalClassifier | None, float]:
+        if spec is None or not self.use_screen:
+            return None, 0.0
+        try:
+            artifact, floor = str(spec["artifact"]), float(spec["floor"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelArtifactError(f"{where}: screen {spec!r} needs an artifact and a floor") from exc
+        if not 0.0 <= floor < 1.0:
+            raise ModelArtifactError(f"{where}: screen floor {floor} is not in [0, 1)")
+        screen = LexicalClassifier(self.models_dir, artifact=artifact)
+        return screen.share(self._lexical.get(artifact)), floor
 
     def share(self, loaded: EncoderClassifier) -> EncoderClassifier:
         """Use `loaded`'s session and artifacts (one model in memory for several settings)."""
@@ -480,13 +508,21 @@ class EncoderClassifier:
             loaded._head_thresholds,
         )
         self._views, self._roles = loaded._views, loaded._roles
+        if self.use_screen:
+            self._screen, self._floor = loaded._screen, loaded._floor
         return self
 
     def without_memo(self) -> EncoderClassifier:
         """The same loaded model with the item memo off: every update does its own work
         (benchmarks compare modes that would otherwise reuse each other's results)."""
         fresh = EncoderClassifier(
-            self.models_dir, self.threads, self.max_item_windows, self.context_tokens, 0, self.artifact
+            self.models_dir,
+            self.threads,
+            self.max_item_windows,
+            self.context_tokens,
+            0,
+            self.artifact,
+            self.use_screen,
         )
         return fresh.share(self)
 
@@ -510,6 +546,11 @@ class EncoderClassifier:
         manifest's `head_thresholds`) is scaled to 0.5 before heads become categories."""
         self._loaded_entry("thresholds")
         return dict.fromkeys(self._categories, 0.5)
+
+    @property
+    def screen(self) -> tuple[LexicalClassifier, float] | None:
+        """The lexical model that clears items before the encoder runs, and its floor."""
+        return None if self._screen is None else (self._screen, self._floor)
 
     @property
     def model(self) -> EncoderModel:
@@ -541,12 +582,16 @@ class EncoderClassifier:
         """Tokenize the request's scored items once and append their windows."""
         context = self._tail(state.get("context", []))
         entries: list[tuple[_ItemResult, str] | _Pending | None] = []
+        cleared = self._screened(items)
         for item in items:
             if not (item.scored and item.role in self._roles and item.text):
                 entries.append(None)
                 continue
             key = _ItemMemo.key(item.text, context)
             known = self._memo.get(key)
+            if known is None and id(item) in cleared:
+                known = cleared[id(item)]
+                self._memo.put(key, known)
             if known is not None and not self.context_tokens:
                 entries.append((known, item.role))  # with context on, the tail needs the ids anyway
                 continue
@@ -570,6 +615,31 @@ class EncoderClassifier:
             if ids:
                 context = self._tail(ids)
         return _Plan(entries=entries, context=context)
+
+    def _screened(self, items: Sequence[Item]) -> dict[int, _ItemResult]:
+        """The items the screen clears (by id()), as results: zeros, and the screen's own
+        tokens. One lexical pass for all of them; items the memo knows are not screened."""
+        if self._screen is None:
+            return {}
+        todo = [
+            item
+            for item in items
+            if item.scored
+            and item.role in self._roles
+            and item.text
+            # the memo key without context: with context on, the memo is not read here
+            and (self.context_tokens or self._memo.get(_ItemMemo.key(item.text, ())) is None)
+        ]
+        if not todo:
+            return {}
+        with_text = [item for item in todo if item.text.strip()]
+        rows, extra = self._screen.score_texts_counted([item.text for item in with_text])
+        zeros = (0.0,) * len(self.model.heads)
+        out = {id(item): _ItemResult(zeros, item.tokens) for item in todo if not item.text.strip()}
+        for item, row, more in zip(with_text, rows, extra, strict=True):
+            if float(row.max()) < self._floor:
+                out[id(item)] = _ItemResult(zeros, item.tokens + more)
+        return out
 
     def _tail(self, ids: Sequence[int]) -> list[int]:
         """The last `context_tokens` ids (none when context is off: ids[-0:] is all of them)."""

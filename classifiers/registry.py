@@ -24,6 +24,8 @@ through tools (manifest entry "detector", classifiers/encoder.py), runs in the m
 lane: beside inference, its flags enforced from the next turn on. It judges user messages
 with its direct head and tool outputs with its indirect head; system and developer
 messages, the operator's own instructions, it leaves alone (as the lexical model does).
+Its screen, lexical-v3, clears the items it is sure of before the detector runs
+(training/detector_screen.py); it shares the `lexical` view's loaded model.
 
 The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
 `conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were
@@ -92,7 +94,8 @@ def load_classifiers(
         elif name == "harm":
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
         elif name in ("encoder", "detector"):
-            out.append(EncoderClassifier(models_dir, artifact=name).load())  # 0.5-scaled already
+            # 0.5-scaled already; a screen shares the lexical model loaded above
+            out.append(EncoderClassifier(models_dir, artifact=name, lexical=models).load())
     return out
 
 

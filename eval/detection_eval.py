@@ -41,12 +41,11 @@ import numpy as np
 
 from deltaguard.classifiers.scaled import scale
 from training.detection_data import Row, all_rows
-from training.lexical_fit import HEADS, FitSettings, fit, log, to_model
+from training.lexical_fit import FOLD_SETTINGS, HEADS, fit, log, to_model
 from training.train_lexical_v3 import FP_BUDGETS, POSITIVE, choose_threshold, head_rows
 
 OUT = Path(__file__).resolve().parent / "out"
 FIGURE = Path(__file__).resolve().parent / "figures" / "detection_loso.png"
-FOLD_SETTINGS = FitSettings(word_features=40000, char_features=100000)
 QUICK_TRAIN_ROWS = 12000
 SCORED_PER_SOURCE_LABEL = 600  # rows of one held-out source and label scored (all with --full)
 ENCODER_PER_SOURCE_LABEL = 150  # the encoder is ~100x slower: a smaller sample

@@ -1,17 +1,16 @@
 """Leave-sources-out evaluation of the fine-tuned detector: `python -m eval.detector_eval`.
 
-Each fold fine-tunes the detector recipe (training/train_detector.py) without one group of
-sources, nor any row sharing a group with them (clean twins, obfuscated copies), chooses
-its thresholds on its own validation rows, and scores every row of the held-out sources
-plus the benign test rows of the sources it trained on, through the serving path
-(int8 ONNX, normaliser views, windows). Fine-tuning costs ~10-15 minutes a fold on 2 cores,
-so sources are held out in FOLDS (a stricter test than one source at a time: each fold
-also loses its neighbours' data), and each source is reported from the fold that held it
-out.
+The folds are training/detector_folds.py's: each fine-tunes the detector recipe without
+one group of sources (FOLDS), nor any row sharing a group with them (clean twins,
+obfuscated copies), chooses its thresholds on its own validation rows, and scores every
+row of the held-out sources plus the benign test rows of the sources it trained on,
+through the serving path (int8 ONNX, normaliser views, windows). Each source is reported
+from the fold that held it out.
 
 Beside the detector, on the same rows: lexical-v3's recipe fitted on the same fold (its
 own threshold rule, ~2 minutes a fold), and the default pipeline's verdict on the
-injection categories, the detector or the view that judges the row's role in the gate:
+injection categories: the detector behind its screen (training/detector_screen.py, each
+fold with the floor the other folds choose) or the view that judges the row's role in the gate:
 lexical-v3's fold model for tool outputs and documents, the shipped conversation view
 (lexical-v2, trained on S-Labs and PyRIT, so not held out for those two) for user
 messages. The shipped detector's test-split figures close the report.
@@ -33,16 +32,12 @@ from typing import Any
 import numpy as np
 
 from eval.detection_eval import auc_ci, fmt_ci, interval_bars, wilson
+from training import detector_screen as screen
 from training import train_detector as recipe
+from training.detector_folds import FOLDS, as_rows, lexical_fold, load_fold
 
 OUT = Path(__file__).resolve().parent / "out"
 FIGURE = Path(__file__).resolve().parent / "figures" / "detector_loso.png"
-FOLDS = (
-    ("s-labs",),
-    ("pyrit", "spikee"),
-    ("agentdojo", "raginject"),
-    ("deepset-fuzzer", "obfuscated", "yanismiraoui"),
-)
 TARGETS = {"direct": (0.95, 0.85), "indirect": (0.90, 0.80)}
 BENIGN_BUDGETS = {"chat": 0.01, "tool": 0.02, "lookalike": 0.05, "prompts": None, "harmful": None}
 
@@ -51,53 +46,40 @@ def log(msg: str) -> None:
     print(f"[detector_eval {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> np.ndarray:
-    """One score per row: the max over the heads that judge it, each scaled so that its
-    threshold is 0.5 (the classifier's own scale: flagged at >= 0.5)."""
-    from deltaguard.classifiers.scaled import scale
-
-    indirect = np.array([r["channel"] in recipe.INDIRECT_CHANNELS for r in rows])
-    scaled = np.array(
-        [[scale(float(v), thresholds[h]) for v in p[:, i]] for i, h in enumerate(recipe.HEADS)]
-    ).T
-    injection = np.where(indirect, scaled[:, 2], scaled[:, 0])
-    return np.maximum(injection, scaled[:, 1])
-
-
-def fold_results(epochs: int, cap: int) -> list[dict[str, Any]]:
-    out = []
-    conversation = ConversationView()
+def fold_results(epochs: int, cap: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The folds with each scorer's attack scores, and the screen's nested evidence."""
+    folds, screens = [], []
     for sources in FOLDS:
-        name = "fold-" + "+".join(sorted(sources))
-        path = recipe.WORK / f"{name}.json"
-        if not path.exists():
-            log(f"{name}: training")
-            recipe.run_fold(list(sources), epochs, cap)
-        fold = json.loads(path.read_text())
-        if (fold["epochs"], fold["cap_per_cell"]) != (epochs, cap):
-            raise SystemExit(
-                f"{path} was trained with {fold['epochs']} epoch(s) and cap {fold['cap_per_cell']}, "
-                f"not {epochs} and {cap}: pass those, or delete it and {recipe.WORK / name} to retrain"
-            )
-        # The operating point is chosen again with today's rule on the fold's own
-        # validation rows: a change of rule needs no retraining.
-        validation, p = recipe.fold_validation(list(sources))
-        fold["thresholds"] = recipe.choose_thresholds(p, validation)
+        fold = load_fold(sources, epochs, cap)
+        fold["lexical"] = lexical_fold(sources)[1]
+        screens.append(screen.fold_evidence(sources, fold, fold["lexical"]))
+        folds.append(fold)
+    # The screen as it would ship from the other folds alone: its floor is chosen on the
+    # folds, so each fold is judged with the floor the others choose.
+    nested = screen.nested(screens)
+    conversation = ConversationView()
+    for fold, evidence, check in zip(folds, screens, nested, strict=True):
         rows = fold["rows"]
-        detector = attack_scores(np.array(fold["scores"]), rows, fold["thresholds"])
-        lexical = lexical_attack(sources, validation)
-        _, scored = recipe.fold_rows(list(sources))
-        if [r["group"] for r in scored] != [r["group"] for r in rows]:
-            raise SystemExit(f"{name}: the rows changed since the fold was trained (delete it to rerun)")
-        user = conversation.scores([r["text"] if r["channel"] == "user" else "" for r in scored])
+        detector = fold["detector"]
+        screened = np.where(screen.cleared(evidence, check["floor"]), 0.0, detector)
+        lexical = lexical_attack(tuple(fold["held_out"]), fold["validation"], fold["lexical"])
+        texts = [t if r["channel"] == "user" else "" for t, r in zip(fold["texts"], rows, strict=True)]
+        user = conversation.scores(texts)
         indirect = np.array([kind(r) == "indirect" for r in rows])
         fold["attack"] = {
             "detector": detector,
             "lexical-v3": lexical,
-            "pipeline": np.maximum(detector, np.where(indirect, lexical, user)),
+            "pipeline": np.maximum(screened, np.where(indirect, lexical, user)),
         }
-        out.append(fold)
-    return out
+    floor = screen.choose_floor(screens)
+    summary = {
+        "floor": floor,
+        "lost_caught": screen.losses(screens, floor),
+        "benign_user_cleared": screen.benign_cleared(screens, floor, False),
+        "benign_tool_cleared": screen.benign_cleared(screens, floor, True),
+        "nested": nested,
+    }
+    return folds, summary
 
 
 class ConversationView:
@@ -120,14 +102,16 @@ class ConversationView:
         return out
 
 
-def lexical_attack(sources: tuple[str, ...], validation: list[dict[str, Any]]) -> np.ndarray:
+def lexical_attack(
+    sources: tuple[str, ...], validation: list[dict[str, Any]], p_scored: np.ndarray
+) -> np.ndarray:
     """lexical-v3's fold model on the fold's scored rows, 0.5 = flagged at the thresholds
     its own recipe's rule (max F1 within flag-rate budgets) picks on the fold's validation."""
     from eval.detection_eval import attack_score
     from training.lexical_fit import HEADS, POSITIVE, head_rows
     from training.train_lexical_v3 import FP_BUDGETS, choose_threshold
 
-    p_val, p_scored = lexical_fold(sources)
+    p_val, _ = lexical_fold(sources)
     rows = as_rows(validation)
     thresholds = {}
     for h, head in enumerate(HEADS):
@@ -137,47 +121,6 @@ def lexical_attack(sources: tuple[str, ...], validation: list[dict[str, Any]]) -
         # a head the fold could not fit (no positives left) scores 0 and never flags
         thresholds[head] = choose_threshold(y, p_val[idx, h], benign) if p_val[:, h].any() else 1.0
     return attack_score(p_scored, thresholds)
-
-
-def as_rows(rows: list[dict[str, Any]]) -> list[Any]:
-    import dataclasses
-
-    from training.detection_data import Row
-
-    fields = [f.name for f in dataclasses.fields(Row)]
-    return [Row(**{k: r[k] for k in fields}) for r in rows]
-
-
-def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """lexical-v3's recipe (eval/detection_eval.py's fold settings) fitted on a fold's
-    training rows: its per-head probabilities on the fold's validation rows and on the
-    rows the fold scores, cached beside the fold's detector."""
-    cache = recipe.WORK / ("fold-" + "+".join(sorted(sources))) / "lexical-scores.npz"
-    if cache.exists():
-        with np.load(cache, allow_pickle=False) as z:
-            return z["validation"], z["scored"]
-    import tempfile
-
-    from eval.detection_eval import FOLD_SETTINGS
-    from training.lexical_fit import HEADS, fit, to_model
-
-    rest, scored = recipe.fold_rows(list(sources))
-    t0 = time.time()
-    train = as_rows([r for r in rest if r["split"] == "train"])
-    union, models = fit(train, as_rows([r for r in rest if r["split"] == "validation"]), FOLD_SETTINGS)
-    with tempfile.TemporaryDirectory() as tmp:
-        model = to_model(union, models, Path(tmp) / "fold.npz", heads=list(models))
-    columns = [list(models).index(h) if h in models else None for h in HEADS]
-
-    def score(texts: list[str]) -> np.ndarray:  # a head the fold could not fit scores 0
-        p = model.score_many(texts)
-        return np.stack([p[:, c] if c is not None else np.zeros(len(texts)) for c in columns], axis=1)
-
-    validation = score([r["text"] for r in rest if r["split"] == "validation"])
-    held = score([r["text"] for r in scored])
-    np.savez_compressed(cache, validation=validation, scored=held)
-    log(f"lexical fold {'+'.join(sources)}: {time.time() - t0:.0f}s")
-    return validation, held
 
 
 def kind(row: dict[str, Any]) -> str:
@@ -257,6 +200,34 @@ def _cell(entry: dict[str, Any], scorer: str, key: str) -> str:
     return fmt_ci(*value, pct=key != "auc") if value else "-"
 
 
+def screen_lines(check: dict[str, Any], shipped_floor: float | None) -> list[str]:
+    lost, caught = check["lost_caught"]
+    lines = [
+        "",
+        "## The detector's screen",
+        "",
+        "lexical-v3 clears an item before the detector runs when every lexical head is under the "
+        "screen's floor (training/detector_screen.py). The floor is chosen on these folds: the "
+        f"largest of {list(screen.GRID)} that clears at most {screen.LOSS_BUDGET:.1%} of the held-out "
+        "attacks the detector flags. The pipeline column above applies it nested: each fold with the "
+        "floor the other folds choose.",
+        "",
+        f"All folds choose **{check['floor']}** (shipped: {shipped_floor}): it clears {lost} of the "
+        f"detector's {caught} held-out catches, {check['benign_user_cleared']:.1%} of benign user "
+        f"messages and {check['benign_tool_cleared']:.1%} of benign tool outputs and documents.",
+        "",
+        "| fold | floor (from the other folds) | detector catches cleared | benign user cleared "
+        "| benign tool/doc cleared |",
+        "|---|---|---|---|---|",
+    ]
+    for n in check["nested"]:
+        lines.append(
+            f"| {n['fold']} | {n['floor']} | {n['lost']} / {n['caught']} | {n['benign_user_cleared']:.1%} "
+            f"| {n['benign_tool_cleared']:.1%} |"
+        )
+    return lines
+
+
 def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: float) -> str:
     recipe_note = summary.get("recipe", {})
     lines = [
@@ -274,7 +245,8 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         f"rule (per head, the most sensitive threshold within flag-rate budgets {recipe.FP_BUDGETS} on "
         "each benign validation set, each group weighing the same); nothing is tuned on held-out rows. "
         "lexical-v3: its recipe fitted on the same fold, thresholds by its own rule (max F1 within "
-        "budgets) on the same validation rows. Pipeline: flagged when the detector or the row's gate "
+        "budgets) on the same validation rows. Pipeline: flagged when the detector (behind its screen, "
+        "see below) or the row's gate "
         "view flags (lexical-v3's fold model for tool outputs and documents, the shipped conversation "
         "view for user messages; '-' where that view's lexical-v2 trained on the source). "
         "Intervals are 95% (Wilson for rates, Hanley-McNeil for AUC). Negatives for AUC: the held-out "
@@ -322,6 +294,7 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
     ]
     for f, e in summary["families"].items():
         lines.append(f"| {f} | {e['n']} | {fmt_ci(*e['recall'], pct=True)} |")
+    lines += screen_lines(summary["screen"], summary.get("shipped_floor"))
     if shipped:
         lines += [
             "",
@@ -357,12 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     t0 = time.time()
-    folds = fold_results(args.epochs, args.cap)
+    folds, screened = fold_results(args.epochs, args.cap)
     summary = summarise(folds)
+    summary["screen"] = screened
     summary["recipe"] = {"epochs": folds[0].get("epochs"), "cap_per_cell": folds[0].get("cap_per_cell")}
     from deltaguard.artifacts import manifest_entry
 
-    shipped = manifest_entry(recipe.ARTIFACT).get("metrics")
+    entry = manifest_entry(recipe.ARTIFACT)
+    shipped = entry.get("metrics")
+    summary["shipped_floor"] = entry.get("screen", {}).get("floor")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "detector_eval.md").write_text(report(summary, shipped, time.time() - t0))
     (args.out / "detector_eval.json").write_text(json.dumps(summary, indent=1))

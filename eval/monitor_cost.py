@@ -1,54 +1,136 @@
-"""Monitor-lane CPU per 1,000-token tool output: the detector and the frozen encoder side by side.
+"""Monitor-lane CPU per 1,000-token delta: the detector with and without its screen, and the
+frozen encoder, side by side.
 
-`python -m eval.monitor_cost` folds the tool outputs of eval/gate_cost.py (rollout tool
-outputs of about 1,000 tokens, one per update, as an agent turn's delta) through the
-default monitor lane (the fine-tuned detector) and the opt-in frozen encoder, interleaved
-item by item, on one onnxruntime thread, with the item memo off (every text is new work).
-CPU time of this thread, p50 and p95. The target is <= 60 ms per 1,000-token delta on one
-core (one core then keeps up with >= 15 agent turns/s). Writes eval/out/monitor_cost.md.
+`python -m eval.monitor_cost` folds three sets of tool outputs, one per update (an agent
+turn's delta), through each classifier, interleaved item by item so that all see the same
+machine load, on one onnxruntime thread with the item memo off (every text is new work):
+
+- the rollout tool outputs of eval/gate_cost.py (file reads, test logs, searches; about
+  1,000 tokens each): p50 and p95 per item;
+- benign tool outputs and documents of the detection corpus' test split (agent tool
+  outputs, runbooks, READMEs, security articles; training/detection_data.py), where the
+  screen clears less;
+- injections through tools from the same split, which the screen should never clear: the
+  cost of suspicious text.
+
+For the corpus sets, CPU ms per 1,000 tokens (total CPU over total tokens) and the share of
+items the screen cleared. The target is <= 60 ms per 1,000-token delta on one core (one
+core then keeps up with >= 15 agent turns/s). Writes eval/out/monitor_cost.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
+from deltaguard.classifiers.base import Classifier
 from deltaguard.classifiers.encoder import EncoderClassifier
-from eval.gate_cost import measure
+from deltaguard.items import Item
+from deltaguard.parsing import parse_item
+from deltaguard.tools.rollouts import tool_output
 
 OUT = Path(__file__).resolve().parent / "out" / "monitor_cost.md"
 TEXTS = 100
+CORPUS_TEXTS = 300
 REPEAT = 3
 BUDGET_MS = 60.0
+
+
+def tool_item(text: str) -> Item:
+    return parse_item({"type": "function_call_output", "call_id": "c", "output": text})
+
+
+def corpus_items(benign: bool, n: int) -> list[Item]:
+    """Test-split tool outputs and documents of the detection corpus, a fixed sample."""
+    from training import train_detector as recipe
+
+    rows = [
+        r
+        for r in recipe.load_rows()
+        if r["split"] == "test"
+        and r["channel"] in recipe.INDIRECT_CHANNELS
+        and (r["label"] == "benign") == benign
+    ]
+    random.Random(7).shuffle(rows)
+    return [tool_item(r["text"]) for r in rows[:n]]
+
+
+def measure(lanes: dict[str, Classifier], items: list[Item], repeat: int) -> dict[str, list[float]]:
+    """CPU ms of this thread per item and classifier, interleaved."""
+    times: dict[str, list[float]] = {name: [] for name in lanes}
+    for _ in range(repeat):
+        for item in items:
+            for name, clf in lanes.items():
+                state = clf.initial_state()
+                t0 = time.thread_time()
+                clf.update(state, [item])
+                times[name].append((time.thread_time() - t0) * 1e3)
+    return times
+
+
+def cleared(clf: EncoderClassifier, items: list[Item]) -> float:
+    """The share of items the screen clears (all-zero scores)."""
+    scores = [clf.update(clf.initial_state(), [item]).item_scores[0] for item in items]
+    return sum(set(s.values()) == {0.0} for s in scores) / max(len(scores), 1)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=TEXTS)
+    parser.add_argument("--corpus-texts", type=int, default=CORPUS_TEXTS)
     parser.add_argument("--repeat", type=int, default=REPEAT)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    lanes = {
-        name: [EncoderClassifier(threads=1, memo_items=0, artifact=name).load()]
-        for name in ("detector", "encoder")
+    detector = EncoderClassifier(threads=1, memo_items=0, artifact="detector").load()
+    lanes: dict[str, Classifier] = {
+        "detector (default, screened)": detector,
+        "detector without its screen": EncoderClassifier(
+            threads=1, memo_items=0, artifact="detector", screen=False
+        ).load(),
+        "frozen encoder (opt-in)": EncoderClassifier(threads=1, memo_items=0, artifact="encoder").load(),
     }
-    times = measure(lanes, args.texts, args.repeat)
+    rollouts = [tool_item(tool_output(random.Random(i), 1000)) for i in range(args.texts)]
+    times = measure(lanes, rollouts, args.repeat)
+    floor = detector.screen[1] if detector.screen else None
     lines = [
-        "# Monitor-lane CPU per 1,000-token tool output",
+        "# Monitor-lane CPU per 1,000-token delta",
         "",
-        f"`python -m eval.monitor_cost` ({args.texts} rollout tool outputs x {args.repeat}, one per update, "
-        f"interleaved; one onnxruntime thread, item memo off; CPU ms; budget {BUDGET_MS:.0f} ms)",
+        f"`python -m eval.monitor_cost` (one update per tool output, interleaved, x {args.repeat}; one "
+        f"onnxruntime thread, item memo off; CPU ms; budget {BUDGET_MS:.0f} ms per 1,000 tokens; screen "
+        f"floor {floor})",
+        "",
+        f"## Rollout tool outputs ({args.texts}, about 1,000 tokens each)",
         "",
         "| classifier | p50 | p95 | within budget (p50) |",
         "|---|---|---|---|",
     ]
     for name, by in times.items():
-        p50, p95 = statistics.median(by["lane"]), float(np.percentile(by["lane"], 95))
+        p50, p95 = statistics.median(by), float(np.percentile(by, 95))
         lines.append(f"| {name} | {p50:.1f} | {p95:.1f} | {'yes' if p50 <= BUDGET_MS else 'no'} |")
+    lines.append("")
+    lines.append(f"The screen cleared {cleared(detector, rollouts):.0%} of them.")
+    del lanes["frozen encoder (opt-in)"]  # ~4x the detector: the rollouts say enough
+    for title, benign in (("Benign tool outputs and documents", True), ("Injections through tools", False)):
+        items = corpus_items(benign, args.corpus_texts)
+        tokens = sum(i.tokens for i in items)
+        by = measure(lanes, items, args.repeat)
+        lines += [
+            "",
+            f"## {title}, detection corpus test split ({len(items)}, {tokens / len(items):.0f} tokens "
+            f"on average; the screen cleared {cleared(detector, items):.0%})",
+            "",
+            "| classifier | CPU ms per 1,000 tokens | within budget |",
+            "|---|---|---|",
+        ]
+        for name, t in by.items():
+            per = sum(t) / (tokens * args.repeat) * 1000
+            lines.append(f"| {name} | {per:.1f} | {'yes' if per <= BUDGET_MS else 'no'} |")
     report = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report, encoding="utf-8")

@@ -616,6 +616,12 @@ def build(epochs: int) -> int:
         },
         "metrics": {"test": metrics},
     }
+    from deltaguard.artifacts import load_manifest
+
+    # The screen's floor is chosen on the folds, not on this model (training/detector_screen.py).
+    previous = load_manifest(MODELS_DIR).get("models", {}).get(ARTIFACT, {})
+    if "screen" in previous:
+        entry["screen"] = previous["screen"]
     from training.train_encoder import write_manifest_entry
 
     write_manifest_entry(entry, name=ARTIFACT)

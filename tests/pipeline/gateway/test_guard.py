@@ -3,8 +3,6 @@ over a real socket on 127.0.0.1."""
 
 from __future__ import annotations
 
-import statistics
-
 import httpx
 import pytest
 from jsonschema import Draft202012Validator
@@ -134,12 +132,12 @@ def test_prefix_match_scores_only_the_delta_and_keeps_one_conversation(guard):
     assert sorted(e.input_tokens for e in mine) == [100, 101, 102, 103, 104, 105]
 
 
-def test_continuation_id_agrees_with_prefix_match_and_is_faster(scorer):
+def test_continuation_id_agrees_with_prefix_match(scorer):
     # Two tenants (two stores) hold the same conversation: one resent whole, one by id.
+    # What the id saves (parsing and hashing the history) is measured by eval/bench_guard.py.
     config = GatewayConfig(port=0, api_keys={"ka": "stateless", "kb": "continued"})
     start = [{"role": "user", "content": "read every file"}]
     full, by_id = list(start), None
-    stateless, continued = [], []
     a, b = {"authorization": "Bearer ka"}, {"authorization": "Bearer kb"}
     with gateway_thread(config, scorer) as (base, _):
         for i in range(40):
@@ -158,11 +156,6 @@ def test_continuation_id_agrees_with_prefix_match_and_is_faster(scorer):
             answer = {"continuation_id": w["continuation_id"], "message": call(i)}
             by_id = post(base, "output", answer, headers=b).json()["continuation_id"]
             full += [call(i), tool(i)]
-            stateless.append(v["latency_ms"]["request"])
-            continued.append(w["latency_ms"]["request"])
-    # At 40 turns of 1,000 tokens the history is 40,000 tokens: parsing and hashing it
-    # costs more than scoring the delta; an id skips both.
-    assert statistics.median(continued[-15:]) < statistics.median(stateless[-15:])
 
 
 def test_injection_is_blocked_and_the_output_check_scores_the_answer(guard):

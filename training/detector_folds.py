@@ -1,0 +1,110 @@
+"""The detector's leave-sources-out folds, as cached evidence.
+
+Each fold fine-tunes the detector recipe (training/train_detector.py `run_fold`) without
+one group of sources (FOLDS), nor any row sharing a group with them, and scores the
+held-out sources' rows plus the benign test rows of the sources it trained on. Beside it,
+lexical-v3's recipe is fitted on the same fold's rows (`lexical_fold`). Everything is
+cached in .cache/detector: eval/detector_eval.py reports the folds, and
+training/detector_screen.py chooses the detector's screen floor on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training import train_detector as recipe
+
+# Fine-tuning costs ~10-20 minutes a fold on 2 cores, so sources are held out in groups (a
+# stricter test than one at a time: each fold also loses its neighbours' data).
+FOLDS = (
+    ("s-labs",),
+    ("pyrit", "spikee"),
+    ("agentdojo", "raginject"),
+    ("deepset-fuzzer", "obfuscated", "yanismiraoui"),
+)
+
+
+def fold_dir(sources: tuple[str, ...]) -> Path:
+    return recipe.WORK / ("fold-" + "+".join(sorted(sources)))
+
+
+def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> np.ndarray:
+    """One score per row: the max over the heads that judge it, each scaled so that its
+    threshold is 0.5 (the classifier's own scale: flagged at >= 0.5)."""
+    from deltaguard.classifiers.scaled import scale
+
+    indirect = np.array([r["channel"] in recipe.INDIRECT_CHANNELS for r in rows])
+    scaled = np.array(
+        [[scale(float(v), thresholds[h]) for v in p[:, i]] for i, h in enumerate(recipe.HEADS)]
+    ).T
+    injection = np.where(indirect, scaled[:, 2], scaled[:, 0])
+    return np.maximum(injection, scaled[:, 1])
+
+
+def load_fold(sources: tuple[str, ...], epochs: int, cap: int) -> dict[str, Any]:
+    """A fold's scored rows (trained first if it is not cached), with the thresholds
+    today's rule picks on its own validation rows and the detector's `attack` scores."""
+    path = fold_dir(sources).with_suffix(".json")
+    if not path.exists():
+        recipe.log(f"{path.stem}: training")
+        recipe.run_fold(list(sources), epochs, cap)
+    fold = json.loads(path.read_text())
+    if (fold["epochs"], fold["cap_per_cell"]) != (epochs, cap):
+        raise SystemExit(
+            f"{path} was trained with {fold['epochs']} epoch(s) and cap {fold['cap_per_cell']}, "
+            f"not {epochs} and {cap}: pass those, or delete it and {fold_dir(sources)} to retrain"
+        )
+    _, scored = recipe.fold_rows(list(sources))
+    if [r["group"] for r in scored] != [r["group"] for r in fold["rows"]]:
+        raise SystemExit(f"{path.stem}: the rows changed since the fold was trained (delete it to rerun)")
+    # The operating point is chosen again with today's rule on the fold's own validation
+    # rows: a change of rule needs no retraining.
+    validation, p = recipe.fold_validation(list(sources))
+    fold["thresholds"] = recipe.choose_thresholds(p, validation)
+    fold["detector"] = attack_scores(np.array(fold["scores"]), fold["rows"], fold["thresholds"])
+    fold["texts"] = [r["text"] for r in scored]
+    fold["validation"] = validation
+    return fold
+
+
+def as_rows(rows: list[dict[str, Any]]) -> list[Any]:
+    from training.detection_data import Row
+
+    fields = [f.name for f in dataclasses.fields(Row)]
+    return [Row(**{k: r[k] for k in fields}) for r in rows]
+
+
+def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """lexical-v3's recipe (with the folds' FOLD_SETTINGS) fitted on a fold's training
+    rows: its per-head probabilities on the fold's validation rows and on the rows the
+    fold scores, cached beside the fold's detector."""
+    cache = fold_dir(sources) / "lexical-scores.npz"
+    if cache.exists():
+        with np.load(cache, allow_pickle=False) as z:
+            return z["validation"], z["scored"]
+    from training.lexical_fit import FOLD_SETTINGS, HEADS, fit, to_model
+
+    rest, scored = recipe.fold_rows(list(sources))
+    t0 = time.time()
+    train = as_rows([r for r in rest if r["split"] == "train"])
+    union, models = fit(train, as_rows([r for r in rest if r["split"] == "validation"]), FOLD_SETTINGS)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = to_model(union, models, Path(tmp) / "fold.npz", heads=list(models))
+    columns = [list(models).index(h) if h in models else None for h in HEADS]
+
+    def score(texts: list[str]) -> np.ndarray:  # a head the fold could not fit scores 0
+        p = model.score_many(texts)
+        return np.stack([p[:, c] if c is not None else np.zeros(len(texts)) for c in columns], axis=1)
+
+    validation = score([r["text"] for r in rest if r["split"] == "validation"])
+    held = score([r["text"] for r in scored])
+    np.savez_compressed(cache, validation=validation, scored=held)
+    recipe.log(f"lexical fold {'+'.join(sources)}: {time.time() - t0:.0f}s")
+    return validation, held

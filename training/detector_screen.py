@@ -1,0 +1,147 @@
+"""The detector's screen: `python -m training.detector_screen`.
+
+Before the detector runs on an item, lexical-v3 (about 1 ms per 1,000 tokens, against
+~70 ms for the detector) scores it; an item whose every lexical head is below the screen's
+floor is cleared without the detector. Most benign tool outputs score far below any
+attack, so the monitor lane's cost follows the suspicious text, not all of it.
+
+The floor is chosen on the detector's leave-sources-out folds (training/detector_folds.py),
+the only data that says what the screen costs on attacks from sources never trained on:
+the largest floor of GRID at which the screen clears at most LOSS_BUDGET of the held-out
+attacks the fold's detector flags, pooled over the folds. Attacks from the training
+sources score far above it (their lexical scores sit near 1), so validation rows could
+not set it. `nested` checks the rule itself: each fold's floor chosen on the other folds.
+
+Writes the manifest entry "detector"'s `screen` (read-modify-write of that key only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from training import train_detector as recipe
+
+SCREEN_ARTIFACT = "lexical"
+GRID = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.03, 0.05)
+LOSS_BUDGET = 0.001  # of the held-out attacks the detector flags
+
+
+@dataclass(frozen=True)
+class FoldEvidence:
+    """One fold's rows: lexical-v3's max head probability, and what the detector said."""
+
+    name: str
+    lexical: np.ndarray  # per row, max over lexical heads
+    caught: np.ndarray  # held-out attack rows the detector flags
+    benign: np.ndarray
+    indirect: np.ndarray  # tool outputs and documents
+
+
+def cleared(fold: FoldEvidence, floor: float) -> np.ndarray:
+    return fold.lexical < floor
+
+
+def losses(folds: list[FoldEvidence], floor: float) -> tuple[int, int]:
+    """(detector catches the screen clears, detector catches), pooled."""
+    lost = sum(int(np.sum(f.caught & cleared(f, floor))) for f in folds)
+    return lost, sum(int(f.caught.sum()) for f in folds)
+
+
+def choose_floor(folds: list[FoldEvidence], grid=GRID, budget: float = LOSS_BUDGET) -> float:
+    """The largest floor that clears at most `budget` of the detector's catches; 0 (no
+    screen) if even the smallest clears more."""
+    ok = [s for s in grid if (lambda lost, caught: lost <= budget * caught)(*losses(folds, s))]
+    return max(ok, default=0.0)
+
+
+def benign_cleared(folds: list[FoldEvidence], floor: float, indirect: bool) -> float:
+    rows = [f.benign & (f.indirect == indirect) for f in folds]
+    n = sum(int(m.sum()) for m in rows)
+    return sum(int(np.sum(m & cleared(f, floor))) for f, m in zip(folds, rows, strict=True)) / max(n, 1)
+
+
+def nested(folds: list[FoldEvidence]) -> list[dict[str, Any]]:
+    """Each fold with the floor the others choose: the rule's own held-out test."""
+    out = []
+    for fold in folds:
+        floor = choose_floor([f for f in folds if f is not fold])
+        lost, caught = losses([fold], floor)
+        out.append(
+            {
+                "fold": fold.name,
+                "floor": floor,
+                "lost": lost,
+                "caught": caught,
+                "benign_user_cleared": benign_cleared([fold], floor, False),
+                "benign_tool_cleared": benign_cleared([fold], floor, True),
+            }
+        )
+    return out
+
+
+def fold_evidence(sources: tuple[str, ...], fold: dict[str, Any], lexical: np.ndarray) -> FoldEvidence:
+    """From a fold of training/detector_folds.py (`load_fold`) and its lexical-v3
+    probabilities (`lexical_fold`) on the rows it scores."""
+    rows = fold["rows"]
+    held = np.array([r["source"] in sources for r in rows])
+    attack = np.array([r["label"] != "benign" for r in rows])
+    return FoldEvidence(
+        name="+".join(sources),
+        lexical=lexical.max(axis=1),
+        caught=held & attack & (fold["detector"] >= 0.5),
+        benign=~attack,
+        indirect=np.array([r["channel"] in recipe.INDIRECT_CHANNELS for r in rows]),
+    )
+
+
+def evidence(epochs: int = recipe.EPOCHS, cap: int = recipe.CAP_PER_CELL) -> list[FoldEvidence]:
+    from training.detector_folds import FOLDS, lexical_fold, load_fold
+
+    return [fold_evidence(s, load_fold(s, epochs, cap), lexical_fold(s)[1]) for s in FOLDS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="print the floor, leave the manifest")
+    args = parser.parse_args(argv)
+    folds = evidence()
+    floor = choose_floor(folds)
+    lost, caught = losses(folds, floor)
+    screen = {
+        "artifact": SCREEN_ARTIFACT,
+        "floor": floor,
+        "rule": (
+            f"the largest floor of {list(GRID)} at which lexical-v3 clears <= {LOSS_BUDGET:.1%} of the "
+            "held-out attacks the detector flags on its leave-sources-out folds, pooled "
+            "(python -m training.detector_screen)"
+        ),
+        "evidence": {
+            "lost": lost,
+            "caught": caught,
+            "benign_user_cleared": round(benign_cleared(folds, floor, False), 4),
+            "benign_tool_cleared": round(benign_cleared(folds, floor, True), 4),
+            "nested": [
+                {k: round(v, 4) if isinstance(v, float) else v for k, v in n.items()} for n in nested(folds)
+            ],
+        },
+    }
+    print(json.dumps(screen, indent=1))
+    if not args.dry_run:
+        from deltaguard.artifacts import manifest_entry
+        from training.train_encoder import write_manifest_entry
+
+        entry = dict(manifest_entry(recipe.ARTIFACT, recipe.MODELS_DIR))
+        entry["screen"] = screen
+        write_manifest_entry(entry, name=recipe.ARTIFACT)
+        recipe.log(f"wrote the screen (floor {floor}) to the manifest entry {recipe.ARTIFACT!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
