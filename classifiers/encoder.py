@@ -582,16 +582,16 @@ class EncoderClassifier:
         """Tokenize the request's scored items once and append their windows."""
         context = self._tail(state.get("context", []))
         entries: list[tuple[_ItemResult, str] | _Pending | None] = []
-        cleared = self._screened(items)
         for item in items:
             if not (item.scored and item.role in self._roles and item.text):
                 entries.append(None)
                 continue
             key = _ItemMemo.key(item.text, context)
             known = self._memo.get(key)
-            if known is None and id(item) in cleared:
-                known = cleared[id(item)]
-                self._memo.put(key, known)
+            if known is None:
+                known = self._cleared(item)
+                if known is not None:
+                    self._memo.put(key, known)
             if known is not None and not self.context_tokens:
                 entries.append((known, item.role))  # with context on, the tail needs the ids anyway
                 continue
@@ -616,30 +616,14 @@ class EncoderClassifier:
                 context = self._tail(ids)
         return _Plan(entries=entries, context=context)
 
-    def _screened(self, items: Sequence[Item]) -> dict[int, _ItemResult]:
-        """The items the screen clears (by id()), as results: zeros, and the screen's own
-        tokens. One lexical pass for all of them; items the memo knows are not screened."""
-        if self._screen is None:
-            return {}
-        todo = [
-            item
-            for item in items
-            if item.scored
-            and item.role in self._roles
-            and item.text
-            # the memo key without context: with context on, the memo is not read here
-            and (self.context_tokens or self._memo.get(_ItemMemo.key(item.text, ())) is None)
-        ]
-        if not todo:
-            return {}
-        with_text = [item for item in todo if item.text.strip()]
-        rows, extra = self._screen.score_texts_counted([item.text for item in with_text])
-        zeros = (0.0,) * len(self.model.heads)
-        out = {id(item): _ItemResult(zeros, item.tokens) for item in todo if not item.text.strip()}
-        for item, row, more in zip(with_text, rows, extra, strict=True):
-            if float(row.max()) < self._floor:
-                out[id(item)] = _ItemResult(zeros, item.tokens + more)
-        return out
+    def _cleared(self, item: Item) -> _ItemResult | None:
+        """The item's result if the screen clears it: zeros, and the screen's own tokens."""
+        if self._screen is None or not item.text.strip():
+            return None
+        scores, extra = self._screen.score_text_counted(item.text)
+        if max(scores.values()) >= self._floor:
+            return None
+        return _ItemResult((0.0,) * len(self.model.heads), item.tokens + extra)
 
     def _tail(self, ids: Sequence[int]) -> list[int]:
         """The last `context_tokens` ids (none when context is off: ids[-0:] is all of them)."""

@@ -613,11 +613,6 @@ class LexicalClassifier:
         rows, extra = model.score_views([text])
         return {head: float(p) for head, p in zip(self.categories, rows[0], strict=True)}, extra[0]
 
-    def score_texts_counted(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
-        """`score_text_counted` for many texts in one featurisation pass: per text a row of
-        scores in `categories` order, and the tokens of its extra view."""
-        return self._require_model().score_views(texts)
-
     def update(self, state: State, items: Sequence[Item]) -> Update:
         model = self._require_model()
         item_scores = [zero_scores(self.categories) for _ in items]

@@ -10,8 +10,8 @@ from the fold that held it out.
 Beside the detector, on the same rows: lexical-v3's recipe fitted on the same fold (its
 own threshold rule, ~2 minutes a fold), and the default pipeline's verdict on the
 injection categories: the detector behind its screen (training/detector_screen.py, each
-fold with the floor the other folds choose) or the view that judges the row's role in the gate:
-lexical-v3's fold model for tool outputs and documents, the shipped conversation view
+fold with the floor the other folds choose) or the view that judges the row's role in the
+gate: lexical-v3's fold model for tool outputs and documents, the shipped conversation view
 (lexical-v2, trained on S-Labs and PyRIT, so not held out for those two) for user
 messages. The shipped detector's test-split figures close the report.
 
@@ -51,7 +51,7 @@ def fold_results(epochs: int, cap: int) -> tuple[list[dict[str, Any]], dict[str,
     folds, screens = [], []
     for sources in FOLDS:
         fold = load_fold(sources, epochs, cap)
-        fold["lexical"] = lexical_fold(sources)[1]
+        fold["lexical_validation"], fold["lexical"] = lexical_fold(sources)
         screens.append(screen.fold_evidence(sources, fold, fold["lexical"]))
         folds.append(fold)
     # The screen as it would ship from the other folds alone: its floor is chosen on the
@@ -62,7 +62,7 @@ def fold_results(epochs: int, cap: int) -> tuple[list[dict[str, Any]], dict[str,
         rows = fold["rows"]
         detector = fold["detector"]
         screened = np.where(screen.cleared(evidence, check["floor"]), 0.0, detector)
-        lexical = lexical_attack(tuple(fold["held_out"]), fold["validation"], fold["lexical"])
+        lexical = lexical_attack(fold["validation"], fold["lexical_validation"], fold["lexical"])
         texts = [t if r["channel"] == "user" else "" for t, r in zip(fold["texts"], rows, strict=True)]
         user = conversation.scores(texts)
         indirect = np.array([kind(r) == "indirect" for r in rows])
@@ -102,16 +102,14 @@ class ConversationView:
         return out
 
 
-def lexical_attack(
-    sources: tuple[str, ...], validation: list[dict[str, Any]], p_scored: np.ndarray
-) -> np.ndarray:
-    """lexical-v3's fold model on the fold's scored rows, 0.5 = flagged at the thresholds
-    its own recipe's rule (max F1 within flag-rate budgets) picks on the fold's validation."""
+def lexical_attack(validation: list[dict[str, Any]], p_val: np.ndarray, p_scored: np.ndarray) -> np.ndarray:
+    """lexical-v3's fold model (`lexical_fold`'s probabilities) on the fold's scored rows,
+    0.5 = flagged at the thresholds its own recipe's rule (max F1 within flag-rate budgets)
+    picks on the fold's validation rows."""
     from eval.detection_eval import attack_score
     from training.lexical_fit import HEADS, POSITIVE, head_rows
     from training.train_lexical_v3 import FP_BUDGETS, choose_threshold
 
-    p_val, _ = lexical_fold(sources)
     rows = as_rows(validation)
     thresholds = {}
     for h, head in enumerate(HEADS):

@@ -44,6 +44,7 @@ class FoldEvidence:
 
 
 def cleared(fold: FoldEvidence, floor: float) -> np.ndarray:
+    """The rows the screen clears at `floor`."""
     return fold.lexical < floor
 
 
@@ -53,14 +54,21 @@ def losses(folds: list[FoldEvidence], floor: float) -> tuple[int, int]:
     return lost, sum(int(f.caught.sum()) for f in folds)
 
 
-def choose_floor(folds: list[FoldEvidence], grid=GRID, budget: float = LOSS_BUDGET) -> float:
+def within_budget(folds: list[FoldEvidence], floor: float, budget: float) -> bool:
+    lost, caught = losses(folds, floor)
+    return lost <= budget * caught
+
+
+def choose_floor(
+    folds: list[FoldEvidence], grid: tuple[float, ...] = GRID, budget: float = LOSS_BUDGET
+) -> float:
     """The largest floor that clears at most `budget` of the detector's catches; 0 (no
     screen) if even the smallest clears more."""
-    ok = [s for s in grid if (lambda lost, caught: lost <= budget * caught)(*losses(folds, s))]
-    return max(ok, default=0.0)
+    return max((s for s in grid if within_budget(folds, s, budget)), default=0.0)
 
 
 def benign_cleared(folds: list[FoldEvidence], floor: float, indirect: bool) -> float:
+    """The share of benign user messages (or tool outputs and documents) cleared, pooled."""
     rows = [f.benign & (f.indirect == indirect) for f in folds]
     n = sum(int(m.sum()) for m in rows)
     return sum(int(np.sum(m & cleared(f, floor))) for f, m in zip(folds, rows, strict=True)) / max(n, 1)

@@ -156,11 +156,11 @@ def test_screen_clears_what_lexical_is_sure_of_and_nothing_else(clf):
     full = unscreened.update(unscreened.initial_state(), items)
     screen, floor = clf.screen
     assert floor == manifest_entry("detector")["screen"]["floor"]
-    lexical = screen.score_texts_counted(texts)[0].max(axis=1)
-    sure = lexical < floor
+    lexical = [max(screen.score_text(text).values()) for text in texts]
+    sure = [score < floor for score in lexical]
     # Agent tool outputs (a pytest log, file reads) are cleared; the runbook and the short
     # code with a TODO are not, and no attack is.
-    assert list(sure) == [True, False, False] + [True] * len(rollouts) + [False] * 4, lexical
+    assert sure == [True, False, False] + [True] * len(rollouts) + [False] * 4, lexical
     for i, is_sure in enumerate(sure):
         if is_sure:  # zeros, and only the lexical model's tokens (no windows, no overlap)
             assert set(screened.item_scores[i].values()) == {0.0}
