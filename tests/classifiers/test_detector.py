@@ -59,6 +59,12 @@ def clf() -> EncoderClassifier:
     return EncoderClassifier(threads=2, artifact="detector").load()
 
 
+@pytest.fixture(scope="module")
+def unscreened(clf) -> EncoderClassifier:
+    """The model alone: what it scores, not what the screen clears."""
+    return EncoderClassifier(threads=2, artifact="detector", screen=False).share(clf)
+
+
 def user(text: str):
     return parse_item({"role": "user", "content": text})
 
@@ -77,16 +83,20 @@ def test_is_a_default_monitor_lane_classifier():
     assert detector.lane == "monitor" and detector.categories == ("prompt_injection", "jailbreak")
 
 
-def test_direct_attacks_flagged_and_chat_not(clf):
+@pytest.mark.parametrize("screened", [True, False], ids=["screened", "model alone"])
+def test_direct_attacks_flagged_and_chat_not(clf, unscreened, screened):
+    clf = clf if screened else unscreened
     upd = clf.update(clf.initial_state(), [*map(user, DIRECT), *map(user, CHAT)])
     assert [flagged(s) for s in upd.item_scores] == [True] * len(DIRECT) + [False] * len(CHAT)
     assert upd.scores == {c: max(s[c] for s in upd.item_scores) for c in clf.categories}
 
 
-def test_injections_through_tools_rank_far_above_benign_tool_outputs(clf):
+def test_injections_through_tools_rank_far_above_benign_tool_outputs(unscreened):
     # The indirect head's operating point is strict (documents that quote attacks are
     # its false positives on validation), so these sit just under it; the gate's lexical
-    # view flags them (test_pipeline_flags_injections_through_tools).
+    # view flags them (test_pipeline_flags_injections_through_tools). The model alone:
+    # the screen would clear some of the benign ones before it runs.
+    clf = unscreened
     upd = clf.update(clf.initial_state(), [*map(tool, THROUGH_TOOLS), *map(tool, BENIGN_TOOL)])
     attacks = [s["prompt_injection"] for s in upd.item_scores[: len(THROUGH_TOOLS)]]
     benign = [s["prompt_injection"] for s in upd.item_scores[len(THROUGH_TOOLS) :]]
@@ -147,8 +157,7 @@ def test_delta_equals_full(clf):
     assert state == whole.state and scores == whole.item_scores
 
 
-def test_screen_clears_what_lexical_is_sure_of_and_nothing_else(clf):
-    unscreened = EncoderClassifier(threads=2, artifact="detector", screen=False).load()
+def test_screen_clears_what_lexical_is_sure_of_and_nothing_else(clf, unscreened):
     rollouts = [tool_output(random.Random(seed), 1000) for seed in range(4)]
     texts = [*BENIGN_TOOL, *rollouts, *THROUGH_TOOLS, *DIRECT]
     items = [*map(tool, texts[: -len(DIRECT)]), *map(user, DIRECT)]
