@@ -26,6 +26,7 @@ from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.parsing import parse_item
 from deltaguard.tools.rollouts import tool_output
 from eval.detection_eval import entry_of
+from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "gate_cost.md"
 TEXTS = 300
@@ -87,10 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     for gate, by in times.items():
         cells = [f"{statistics.median(by[n]):.3f} / {np.percentile(by[n], 95):.3f}" for n in names]
         lines.append(f"| {gate} | " + " | ".join(cells) + " |")
-    report = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report, encoding="utf-8")
-    print(report)
+    write_report(args.out, lines)
     return 0
 
 

@@ -34,6 +34,7 @@ from deltaguard.classifiers.encoder import EncoderClassifier
 from deltaguard.items import Item
 from deltaguard.parsing import parse_item
 from deltaguard.tools.rollouts import tool_output
+from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "monitor_cost.md"
 TEXTS = 100
@@ -131,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in by.items():
             per = sum(t) / (tokens * args.repeat) * 1000
             lines.append(f"| {name} | {per:.1f} | {'yes' if per <= BUDGET_MS else 'no'} |")
-    report = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report, encoding="utf-8")
-    print(report)
+    write_report(args.out, lines)
     return 0
 
 

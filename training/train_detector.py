@@ -6,7 +6,8 @@ serving path as the frozen encoder: windows, mean pooling, linear heads). One co
 about 25 minutes on 2 cores:
 
 1. the labelled rows of training/detection_data.py (every allowed source of docs/data.md,
-   deduplicated, obfuscated copies, code and tool-output hard negatives), through the
+   deduplicated, obfuscated copies, code and tool-output hard negatives) and
+   training/binary_text.py's tool outputs carrying binary data as text, through the
    normaliser of classifiers/normalize.py: the text a row trains on is the view the
    serving path scores last (the extra view when something was hidden or encoded);
 2. one training window of at most WINDOW_TOKENS tokens per row. A short row is its own
@@ -94,7 +95,10 @@ def log(msg: str) -> None:
 
 
 def load_rows() -> list[dict[str, Any]]:
-    """detection_data's rows as dicts (cached: building them takes ~30 s)."""
+    """detection_data's rows as dicts (cached: building them takes ~30 s), and the
+    detector's own negatives: tool outputs carrying binary data as text (binary_text.py)."""
+    from training.binary_text import binary_text_rows
+
     cache = WORK / "rows.jsonl"
     if not cache.exists():
         from training.detection_data import all_rows
@@ -105,7 +109,7 @@ def load_rows() -> list[dict[str, Any]]:
             for r in all_rows():
                 f.write(json.dumps(_row_dict(r)) + "\n")
         tmp.replace(cache)
-    return [json.loads(line) for line in cache.open()]
+    return [json.loads(line) for line in cache.open()] + binary_text_rows()
 
 
 def _row_dict(r: Any) -> dict[str, Any]:
