@@ -3,7 +3,7 @@
 Certificates, tokens, inline images and API payloads hold base64 or hex of binary data,
 which decodes to nothing readable. The corpus's benign encoded rows all decode to text
 (training/detection_data.py `benign_disguised`), and its encoded attacks keep their blob
-in the primary view, so without these a blob that decodes to nothing looked like an
+in the primary view, so without these a blob that decodes to nothing looks like an
 attack to the detector. lexical-v3 does not flag them (eval/encoded_fp.py), so only the
 detector's recipe adds them (training/train_detector.py `load_rows`).
 

@@ -50,7 +50,8 @@ def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[st
 
 def load_fold(sources: tuple[str, ...], epochs: int, cap: int) -> dict[str, Any]:
     """A fold's scored rows (trained first if it is not cached), with the thresholds
-    today's rule picks on its own validation rows and the detector's `attack` scores."""
+    today's rule picks on its own validation rows and the detector's scores at them
+    (`detector`, 0.5 = flagged)."""
     path = fold_dir(sources).with_suffix(".json")
     if not path.exists():
         recipe.log(f"{path.stem}: training")
@@ -63,7 +64,10 @@ def load_fold(sources: tuple[str, ...], epochs: int, cap: int) -> dict[str, Any]
         )
     _, scored = recipe.fold_rows(list(sources))
     if [r["group"] for r in scored] != [r["group"] for r in fold["rows"]]:
-        raise SystemExit(f"{path.stem}: the rows changed since the fold was trained (delete it to rerun)")
+        raise SystemExit(
+            f"{path.stem}: the rows changed since the fold was trained "
+            f"(delete {path} and {fold_dir(sources)} to retrain it)"
+        )
     # The operating point is chosen again with today's rule on the fold's own validation
     # rows: a change of rule needs no retraining.
     validation, p = recipe.fold_validation(list(sources))
