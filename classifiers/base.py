@@ -18,6 +18,10 @@ tests/classifiers/test_conformance.py checks them all):
   counts in `tokens`.
 - Items whose `scored` is false (unknown item types) are history only: they get an
   all-zero score and do not break the context window.
+
+A classifier whose work batches well (a transformer) may also offer
+`update_batch([(state, items), ...])`, returning exactly the `update` of each pair;
+`Scorer.fold_many` uses it to score several conversations' turns in shared calls.
 """
 
 from __future__ import annotations

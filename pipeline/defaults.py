@@ -14,6 +14,10 @@ STATE_TTL_S = 3600.0
 # Lanes and sinks.
 INFERENCE_THREADS = 2
 LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
+# Monitor-lane jobs already queued when the lane takes one are folded with it, up to this
+# many (the detector scores them in shared onnxruntime calls); the lane never waits for
+# a batch to fill.
+MONITOR_BATCH = 32
 SINK_QUEUE_SIZE = 10_000  # flag and billing events
 DRAIN_TIMEOUT_S = 10.0  # shutdown: lanes and sinks drain within this, the rest is spooled
 

@@ -38,9 +38,9 @@ from pydantic import ValidationError
 from deltaguard.errors import ItemError, PreviousResponseNotFound
 from deltaguard.events import FlagEvent, TurnEvent
 from deltaguard.kafka.records import ErrorCode, TurnError, decode_key
-from deltaguard.lanes.monitor import MonitorStep
+from deltaguard.lanes.monitor import MonitorStep, waves
 from deltaguard.parsing import parse_items
-from deltaguard.state.scoring import Scorer, Snapshot, chain_of, longest_prefix
+from deltaguard.state.scoring import Fold, FoldRequest, Scorer, Snapshot, chain_of, longest_prefix
 
 log = logging.getLogger("deltaguard.kafka.monitor")
 
@@ -122,6 +122,17 @@ class BatchResult:
     writes: dict[str, tuple[int, str]]
 
 
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """A turn ready to fold: its conversation's (usable) entry and the fold to run."""
+
+    incoming: IncomingTurn
+    conv: str
+    event: TurnEvent
+    entry: ConversationEntry
+    request: FoldRequest
+
+
 class MonitorLane:
     """Scores turn events delta-only against per-conversation snapshots.
 
@@ -145,22 +156,30 @@ class MonitorLane:
     def score_batch(
         self, values: Mapping[str, str | bytes | None], turns: Sequence[IncomingTurn]
     ) -> BatchResult:
-        """Score `turns` in order; `values` holds the table value of their conversations."""
+        """Score `turns` (each conversation's in order); `values` holds the table value of
+        their conversations. The batch's turns of different conversations are folded
+        together, one `Scorer.fold_many` per wave."""
         entries: dict[str, Entry] = {}
-        outcomes = []
+        outcomes: list[TurnOutcome | None] = [None] * len(turns)
         changed: set[str] = set()
-        for turn in turns:
-            outcome, conv, entry = self._score_one(turn, values, entries)
-            outcomes.append(outcome)
-            if entry is not None:
-                entries[conv] = entry
-                changed.add(conv)
+        for wave in waves([decode_key(turn.key) or "" for turn in turns]):
+            ready: list[tuple[int, _Ready]] = []
+            for i in wave:
+                prepared = self._prepare(turns[i], values, entries)
+                if isinstance(prepared, TurnOutcome):
+                    outcomes[i] = prepared
+                else:
+                    ready.append((i, prepared))
+            for (i, turn), fold in zip(ready, self._fold(ready), strict=True):
+                outcomes[i] = self._finish(turn, fold)
+                if outcomes[i].error is None:
+                    changed.add(turn.conv)
         writes = {}
         for conv in changed:
             entry = entries[conv]
             assert entry is not None
             writes[conv] = (entry.partition, entry.encode())
-        return BatchResult(outcomes, writes)
+        return BatchResult([o for o in outcomes if o is not None], writes)
 
     # -- one turn ---------------------------------------------------------------------
 
@@ -176,45 +195,68 @@ class MonitorLane:
             entries[conv] = entry
         return entries[conv]
 
-    def _score_one(
+    def _prepare(
         self,
         turn: IncomingTurn,
         values: Mapping[str, str | bytes | None],
         entries: dict[str, Entry],
-    ) -> tuple[TurnOutcome, str, Entry]:
+    ) -> TurnOutcome | _Ready:
+        """The turn's fold to run, or its outcome when it is not scored (error, duplicate)."""
         key = decode_key(turn.key) or ""
         try:
             event = TurnEvent.model_validate_json(turn.value or b"")
         except (ValidationError, ValueError) as exc:
             raw = (turn.value or b"").decode("utf-8", "replace")
-            return self._error(turn, "invalid_turn_event", str(exc), key, "", raw_turn=raw), key, None
+            return self._error(turn, "invalid_turn_event", str(exc), key, "", raw_turn=raw)
         conv = event.conversation_id
         if key != conv:
             message = f"message key {key!r} is not the conversation id {conv!r}"
-            return self._error(turn, "key_mismatch", message, conv, event=event), conv, None
+            return self._error(turn, "key_mismatch", message, conv, event=event)
         entry = self._entry(conv, values, entries)
         if entry is not None and event.response_id in entry.seen:
-            return TurnOutcome(conv, event.response_id, duplicate=True), conv, None
+            return TurnOutcome(conv, event.response_id, duplicate=True)
         try:
             items = parse_items(event.items, "items")
         except ItemError as exc:
-            return self._error(turn, "invalid_items", str(exc), conv, event=event), conv, None
+            return self._error(turn, "invalid_items", str(exc), conv, event=event)
         entry = self._usable(entry, turn.partition, conv)
+        entries[conv] = entry
         try:
             base, items_to_fold, chains = self._base(entry, event, items)
         except PreviousResponseNotFound as exc:
-            return self._error(turn, "previous_response_not_found", str(exc), conv, event=event), conv, None
+            return self._error(turn, "previous_response_not_found", str(exc), conv, event=event)
+        return _Ready(turn, conv, event, entry, FoldRequest(base, items_to_fold, chains))
+
+    def _fold(self, ready: Sequence[tuple[int, _Ready]]) -> list[Fold | Exception]:
+        """The wave's folds in one call; if that fails, one by one, so that a turn a
+        classifier fails on costs only its own verdict."""
+        requests = [turn.request for _, turn in ready]
         try:
-            fold = self.scorer.fold(base, items_to_fold, chains=chains)
+            return list(self.scorer.fold_many(requests))
+        except Exception as exc:
+            if len(requests) == 1:
+                return [exc]
+        out: list[Fold | Exception] = []
+        for request in requests:
+            try:
+                out.append(self.scorer.fold_many([request])[0])
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def _finish(self, turn: _Ready, fold: Fold | Exception) -> TurnOutcome:
+        event = turn.event
+        try:
+            if isinstance(fold, Exception):
+                raise fold
             outcome = self.step.judge(
-                fold, conversation_id=conv, response_id=event.response_id, tenant=event.tenant
+                fold, conversation_id=turn.conv, response_id=event.response_id, tenant=event.tenant
             )
         except Exception as exc:  # a classifier bug must not stop the partition
             log.exception("scoring %s failed", event.response_id)
-            return self._error(turn, "scoring_failed", repr(exc), conv, event=event), conv, None
-        self._remember(entry, event.response_id, fold.after, turn.partition)
-        decision = outcome.verdict.decision
-        return TurnOutcome(conv, event.response_id, flag=outcome.flag, decision=decision), conv, entry
+            return self._error(turn.incoming, "scoring_failed", repr(exc), turn.conv, event=event)
+        self._remember(turn.entry, event.response_id, fold.after, turn.incoming.partition)
+        return TurnOutcome(turn.conv, event.response_id, flag=outcome.flag, decision=outcome.verdict.decision)
 
     def _usable(self, entry: ConversationEntry | None, partition: int, conv: str) -> ConversationEntry:
         versions = self.scorer.versions

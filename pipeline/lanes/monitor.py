@@ -4,7 +4,8 @@ The embedded monitor lane (`SafetyStage`, and through it the LiteLLM adapter) an
 Kafka worker (`deltaguard.kafka.monitor.MonitorLane`) differ only in where a
 conversation's snapshot lives (the in-process store, a changelog-backed table); both
 fold the turn's delta after it and hand the fold to `MonitorStep.judge`, so the verdict
-and the flag event are the same whichever runs it.
+and the flag event are the same whichever runs it. Both take turns in batches and fold
+each of the batch's `waves` in one `Scorer.fold_many`.
 
 >>> from deltaguard.classifiers.secrets import SecretsClassifier
 >>> from deltaguard.parsing import parse_item
@@ -17,6 +18,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from deltaguard.events import DEFAULT_TENANT, FlagEvent
@@ -62,3 +64,24 @@ class MonitorStep:
             tenant=tenant,
         )
         return MonitorOutcome(verdict, flag)
+
+
+def waves(keys: Sequence[Hashable]) -> list[list[int]]:
+    """A batch's positions grouped so that no group holds one key (conversation) twice.
+
+    The k-th turn of every conversation goes to group k, in batch order. Turns of
+    different conversations are independent, so a group folds in one call; a
+    conversation's later turn resumes from its earlier one's snapshot, a group later.
+
+    >>> waves(["a", "b", "a", "c", "a"])
+    [[0, 1, 3], [2], [4]]
+    """
+    groups: list[list[int]] = []
+    seen: dict[Hashable, int] = {}
+    for i, key in enumerate(keys):
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        if k == len(groups):
+            groups.append([])
+        groups[k].append(i)
+    return groups

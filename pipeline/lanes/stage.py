@@ -11,8 +11,10 @@
 - gate lane: the cheap classifiers, awaited before the upstream call; a block category
   over its threshold blocks the turn.
 - monitor lane: the expensive classifiers, run beside inference from a bounded queue by
-  one consumer (so each conversation's turns are scored in order); what they flag goes
-  to the flag sink and, for block categories, blocks the conversation's next turn.
+  one consumer (so each conversation's turns are scored in order), which folds the jobs
+  queued meanwhile together (`StageConfig.monitor_batch`: one batched detector call
+  across conversations); what they flag goes to the flag sink and, for block
+  categories, blocks the conversation's next turn.
 - post-inference lane: output scoring and the billing event, queued after the response
   so that they overlap the next request instead of delaying it.
 
@@ -38,10 +40,16 @@ from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event, FlagEvent, Tu
 from deltaguard.items import Item
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.lockout import ConversationLockout
-from deltaguard.lanes.monitor import MonitorStep
+from deltaguard.lanes.monitor import MonitorStep, waves
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink, SinkWriter
-from deltaguard.state.scoring import Scorer, TurnVerdict
-from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits, TrackedTurn
+from deltaguard.state.scoring import Fold, Scorer, TurnVerdict
+from deltaguard.state.store import (
+    ConversationStore,
+    ConversationTracker,
+    PendingTurn,
+    StoreLimits,
+    TrackedTurn,
+)
 from deltaguard.telemetry.metrics import NullMetrics, StageMetrics
 from deltaguard.telemetry.tracing import lane_span
 
@@ -53,6 +61,7 @@ T = TypeVar("T")
 class StageConfig:
     inference_threads: int = defaults.INFERENCE_THREADS
     monitor_queue_size: int = defaults.LANE_QUEUE_SIZE
+    monitor_batch: int = defaults.MONITOR_BATCH
     post_queue_size: int = defaults.LANE_QUEUE_SIZE
     sink_queue_size: int = defaults.SINK_QUEUE_SIZE
     drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S
@@ -218,7 +227,7 @@ class SafetyStage:
         self._monitor_q: asyncio.Queue[_MonitorJob] = asyncio.Queue(self.config.monitor_queue_size)
         self._post_q: asyncio.Queue[_PostJob] = asyncio.Queue(self.config.post_queue_size)
         self._tasks = [
-            asyncio.create_task(self._consume(self._monitor_q, self._run_monitor), name="lane:monitor"),
+            asyncio.create_task(self._consume_monitor(), name="lane:monitor"),
             asyncio.create_task(self._consume(self._post_q, self._run_post), name="lane:post"),
         ]
         self._state = "running"
@@ -449,9 +458,26 @@ class SafetyStage:
             finally:
                 queue.task_done()
 
-    async def _run_monitor(self, job: _MonitorJob) -> None:
-        with lane_span("monitor", response_id=job.response_id, tenant=job.tenant):
-            await self._monitor(job)
+    async def _consume_monitor(self) -> None:
+        """Take a job and those queued behind it (up to `monitor_batch`), fold them in waves."""
+        queue = self._monitor_q
+        while True:
+            batch = [await queue.get()]
+            while len(batch) < self.config.monitor_batch and not queue.empty():
+                batch.append(queue.get_nowait())
+            try:
+                for wave in waves([(job.tenant, job.conversation_id) for job in batch]):
+                    jobs = [batch[i] for i in wave]
+                    for job, outcome in zip(jobs, await self._monitor_wave(jobs), strict=True):
+                        if isinstance(outcome, Exception):
+                            log.error("lane job failed: %r", job, exc_info=outcome)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("monitor batch failed: %d jobs", len(batch))
+            finally:
+                for _ in batch:
+                    queue.task_done()
 
     async def monitor_turn(self, gate: GateResult, history: Sequence[Item]) -> TurnVerdict | None:
         """Run the monitor lane on one turn now and return its verdict (None when the
@@ -463,41 +489,39 @@ class SafetyStage:
         if self.monitor_scorer is None:
             return None
         job = _MonitorJob(gate.tenant, gate.response_id, gate.conversation_id, None, history, None)
-        with lane_span("monitor", response_id=job.response_id, tenant=job.tenant):
-            return await self._monitor(job)
+        [outcome] = await self._monitor_wave([job])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
-    async def _monitor(self, job: _MonitorJob) -> TurnVerdict | None:
-        monitor = self.monitor_tracker(job.tenant)
-        assert monitor is not None and self.monitor_step is not None
-        if job.output_only:
-            # Queued after the turn's own job: its record exists; the next turn folds it.
-            monitor.append_output(job.response_id, job.items or ())
-            return None
-        if job.history is not None:
-            tracked = await self._limiter.run(
-                monitor.score_history, job.response_id, job.history, job.conversation_id
-            )
-        else:
-            tracked = await self._limiter.run(
-                monitor.score_turn,
-                job.response_id,
-                job.items,
-                job.previous_response_id,
-                job.conversation_id,
-            )
-        outcome = self.monitor_step.judge(
-            tracked.fold,
-            conversation_id=job.conversation_id,
-            response_id=job.response_id,
-            tenant=job.tenant,
-            prior=tracked.rebuild,
-        )
-        self.metrics.observe_turn("monitor", outcome.verdict)
-        if outcome.flag is not None and not job.gate_blocked:
-            self.mark_flagged(job.conversation_id, outcome.verdict.flagged_categories, job.tenant)
-            await self._flags.put(outcome.flag)
-            await self._record_flag(outcome.flag, job.tenant)
-        return outcome.verdict
+    async def _monitor_wave(self, jobs: Sequence[_MonitorJob]) -> list[TurnVerdict | Exception | None]:
+        """Jobs of distinct conversations, folded together: each one's verdict (None for
+        an output-only job) or the error that stopped it, which stops no other."""
+        scorer, step = self.monitor_scorer, self.monitor_step
+        assert scorer is not None and step is not None
+        trackers = [self.monitor_tracker(job.tenant) for job in jobs]
+        ids = [job.response_id for job in jobs]
+        with lane_span("monitor", response_id=ids[0] if len(ids) == 1 else None, response_ids=ids):
+            tracked = await self._limiter.run(_score_wave, scorer, jobs, trackers)
+            outcomes: list[TurnVerdict | Exception | None] = []
+            for job, turn in zip(jobs, tracked, strict=True):
+                if turn is None or isinstance(turn, Exception):
+                    outcomes.append(turn)
+                    continue
+                outcome = step.judge(
+                    turn.fold,
+                    conversation_id=job.conversation_id,
+                    response_id=job.response_id,
+                    tenant=job.tenant,
+                    prior=turn.rebuild,
+                )
+                self.metrics.observe_turn("monitor", outcome.verdict)
+                if outcome.flag is not None and not job.gate_blocked:
+                    self.mark_flagged(job.conversation_id, outcome.verdict.flagged_categories, job.tenant)
+                    await self._flags.put(outcome.flag)
+                    await self._record_flag(outcome.flag, job.tenant)
+                outcomes.append(outcome.verdict)
+        return outcomes
 
     async def _record_flag(self, event: FlagEvent, tenant: str) -> None:
         """Queue the flagged conversation for the recorder (off the response path).
@@ -603,6 +627,48 @@ class SafetyStage:
             classifier_ms=round(gate.verdict.latency_ms.get("total", 0.0) + output_ms, 4),
             tenant=gate.tenant,
         )
+
+
+def _score_wave(
+    scorer: Scorer, jobs: Sequence[_MonitorJob], trackers: Sequence[ConversationTracker | None]
+) -> list[TrackedTurn | Exception | None]:
+    """(In the inference pool.) Prepare each job's turn, fold them in one `fold_many`,
+    record them. Output-only jobs append their output (None). If the shared fold fails,
+    each turn is folded alone, so that one bad turn costs only its own verdict."""
+    out: list[TrackedTurn | Exception | None] = [None] * len(jobs)
+    pending: list[tuple[int, ConversationTracker, PendingTurn]] = []
+    for i, (job, tracker) in enumerate(zip(jobs, trackers, strict=True)):
+        assert tracker is not None
+        try:
+            if job.output_only:
+                # Queued after the turn's own job: its record exists; the next turn folds it.
+                tracker.append_output(job.response_id, job.items or ())
+            elif job.history is not None:
+                pending.append(
+                    (i, tracker, tracker.prepare_history(job.response_id, job.history, job.conversation_id))
+                )
+            else:
+                turn = tracker.prepare_turn(
+                    job.response_id, job.items or (), job.previous_response_id, job.conversation_id
+                )
+                pending.append((i, tracker, turn))
+        except Exception as exc:
+            out[i] = exc
+    try:
+        folds: list[Fold | Exception] = list(scorer.fold_many([turn.request for _, _, turn in pending]))
+    except Exception:
+        if len(pending) == 1:
+            raise
+        log.exception("monitor batch of %d turns failed; folding them one by one", len(pending))
+        folds = []
+        for _, _, turn in pending:
+            try:
+                folds.append(scorer.fold_many([turn.request])[0])
+            except Exception as exc:
+                folds.append(exc)
+    for (i, tracker, turn), fold in zip(pending, folds, strict=True):
+        out[i] = fold if isinstance(fold, Exception) else tracker.commit(turn, fold)
+    return out
 
 
 def _turn_delta(rec: Any, new_items: Sequence[Item] | None, history: Sequence[Item] | None) -> Sequence[Item]:

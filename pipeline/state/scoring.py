@@ -4,7 +4,8 @@ A `Snapshot` is every classifier's state after some prefix of a conversation, ke
 the hash chain over that prefix. `Scorer.fold(snapshot, items)` scores only `items` and
 returns the next snapshot; `Scorer.verdict` turns a fold into a `TurnVerdict`. Full
 mode is the same fold started from `Scorer.empty()` over the whole history, which is
-why delta mode can be proven equal to it.
+why delta mode can be proven equal to it. `Scorer.fold_many` folds several
+conversations' turns at once, sharing the batched classifiers' calls (the monitor lane).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from deltaguard.classifiers.base import CATEGORIES, Classifier, Finding, Scores, State
+from deltaguard.classifiers.base import CATEGORIES, Classifier, Finding, Scores, State, Update
 from deltaguard.items import Item
 from deltaguard.state.policy import Decision, Policy
 
@@ -105,6 +106,51 @@ class Fold:
 
 
 @dataclass(frozen=True, slots=True)
+class FoldRequest:
+    """Items to fold after a snapshot (`chains`: their chain values, when known)."""
+
+    snapshot: Snapshot
+    items: Sequence[Item]
+    chains: Sequence[bytes] | None = None
+
+
+class _FoldBuilder:
+    """One request's fold, put together classifier by classifier."""
+
+    def __init__(self, snapshot: Snapshot, n_items: int) -> None:
+        self.snapshot = snapshot
+        self.states = dict(snapshot.states)
+        self.clf_scores = dict(snapshot.classifier_scores)
+        self.item_scores: list[Scores] = [{} for _ in range(n_items)]
+        self.tokens: dict[str, int] = {}
+        self.latency: dict[str, float] = {}
+        self.findings: list[Finding] = []
+
+    def add(self, name: str, upd: Update, ms: float) -> None:
+        self.latency[name] = ms
+        self.states[name] = upd.state
+        self.tokens[name] = upd.tokens
+        self.findings.extend(upd.findings)
+        for row, clf_row in zip(self.item_scores, upd.item_scores, strict=True):
+            for cat, value in clf_row.items():
+                if value > row.get(cat, 0.0):
+                    row[cat] = value
+        self.clf_scores[name] = upd.scores
+
+    def build(self, items: Sequence[Item], chains: Sequence[bytes] | None) -> Fold:
+        snapshot = self.snapshot
+        if chains is None:
+            chains = chain_of(items, snapshot.chain)
+        after = Snapshot(
+            chain=chains[-1] if items else snapshot.chain,
+            length=snapshot.length + len(items),
+            states=MappingProxyType(self.states),
+            classifier_scores=MappingProxyType(self.clf_scores),
+        )
+        return Fold(snapshot, after, self.item_scores, self.tokens, self.latency, self.findings)
+
+
+@dataclass(frozen=True, slots=True)
 class TurnVerdict:
     decision: Decision
     category_scores: dict[str, float]
@@ -152,34 +198,37 @@ class Scorer:
         chains: Sequence[bytes] | None = None,
     ) -> Fold:
         """Score `items` after `snapshot`; classifiers not in `classifiers` keep their state."""
+        return self.fold_many([FoldRequest(snapshot, items, chains)], classifiers)[0]
+
+    def fold_many(
+        self, requests: Sequence[FoldRequest], classifiers: Sequence[Classifier] | None = None
+    ) -> list[Fold]:
+        """`fold` of each request, with one call per classifier across all of them.
+
+        A classifier with `update_batch` (the encoder: shared onnxruntime calls) scores
+        every request's items together; the others are called once per request. Each
+        fold is exactly what `fold` alone returns, but its latency: a batched call's
+        time is shared among the requests in proportion to the tokens each cost it.
+        """
         active = self.classifiers if classifiers is None else classifiers
-        states = dict(snapshot.states)
-        clf_scores = dict(snapshot.classifier_scores)
-        item_scores: list[Scores] = [{} for _ in items]
-        tokens: dict[str, int] = {}
-        latency: dict[str, float] = {}
-        findings: list[Finding] = []
+        folds = [_FoldBuilder(r.snapshot, len(r.items)) for r in requests]
         for clf in active:
-            t0 = time.perf_counter()
-            upd = clf.update(snapshot.states[clf.name], items)
-            latency[clf.name] = (time.perf_counter() - t0) * 1000.0
-            states[clf.name] = upd.state
-            tokens[clf.name] = upd.tokens
-            findings.extend(upd.findings)
-            for row, clf_row in zip(item_scores, upd.item_scores, strict=True):
-                for cat, value in clf_row.items():
-                    if value > row.get(cat, 0.0):
-                        row[cat] = value
-            clf_scores[clf.name] = upd.scores
-        if chains is None:
-            chains = chain_of(items, snapshot.chain)
-        after = Snapshot(
-            chain=chains[-1] if items else snapshot.chain,
-            length=snapshot.length + len(items),
-            states=MappingProxyType(states),
-            classifier_scores=MappingProxyType(clf_scores),
-        )
-        return Fold(snapshot, after, item_scores, tokens, latency, findings)
+            states = [r.snapshot.states[clf.name] for r in requests]
+            batched = getattr(clf, "update_batch", None)
+            if batched is not None and len(requests) > 1:
+                t0 = time.perf_counter()
+                updates = batched(list(zip(states, (r.items for r in requests), strict=True)))
+                ms = (time.perf_counter() - t0) * 1000.0
+                total = sum(u.tokens for u in updates)
+                for fb, upd in zip(folds, updates, strict=True):
+                    share = upd.tokens / total if total else 1.0 / len(requests)
+                    fb.add(clf.name, upd, ms * share)
+                continue
+            for fb, state, request in zip(folds, states, requests, strict=True):
+                t0 = time.perf_counter()
+                upd = clf.update(state, request.items)
+                fb.add(clf.name, upd, (time.perf_counter() - t0) * 1000.0)
+        return [fb.build(r.items, r.chains) for fb, r in zip(folds, requests, strict=True)]
 
     def verdict(self, fold: Fold, prior: Fold | None = None) -> TurnVerdict:
         """The verdict of the conversation as of the end of `fold`.

@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 from deltaguard import defaults
 from deltaguard.errors import PreviousResponseNotFound
 from deltaguard.items import Item
-from deltaguard.state.scoring import CHAIN_ROOT, Fold, Scorer, Snapshot, chain_of, longest_prefix
+from deltaguard.state.scoring import CHAIN_ROOT, Fold, FoldRequest, Scorer, Snapshot, chain_of, longest_prefix
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -226,6 +226,19 @@ class TrackedTurn:
     rebuild: Fold | None = None  # history refolded because its snapshot was evicted
 
 
+@dataclass(frozen=True, slots=True)
+class PendingTurn:
+    """A turn prepared for scoring: the fold to run (`request`) and what to record after."""
+
+    request: FoldRequest
+    response_id: str
+    parent: ResponseRecord | None
+    items: Sequence[Item]  # the turn's new items (or the whole resent history)
+    chains: Sequence[bytes]
+    conversation_id: str | None
+    rebuild: Fold | None = None  # history refolded because its snapshot was evicted
+
+
 class ConversationTracker:
     """Scores conversations delta-only on top of a `ConversationStore`.
 
@@ -294,6 +307,26 @@ class ConversationTracker:
         Raises `PreviousResponseNotFound` when the previous response is unknown or
         its record expired, rather than scoring the turn without its history.
         """
+        return self.score_now(
+            self.prepare_turn(response_id, new_items, previous_response_id, conversation_id)
+        )
+
+    def score_now(self, pending: PendingTurn) -> TrackedTurn:
+        """Fold a prepared turn alone and record it."""
+        return self.commit(pending, self.scorer.fold_many([pending.request])[0])
+
+    def prepare_turn(
+        self,
+        response_id: str,
+        new_items: Sequence[Item],
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> PendingTurn:
+        """What `score_turn` folds, without folding it: `commit` records the fold.
+
+        Turns of different conversations prepared together can then be folded in one
+        `Scorer.fold_many` (the monitor lane batches them). Two turns of one conversation
+        cannot: the second resumes from the first's snapshot."""
         parent = self.record(previous_response_id) if previous_response_id else None
         chains = chain_of(new_items, parent.chain if parent else CHAIN_ROOT)
         # Items resent after the previous response that an earlier turn from the same
@@ -305,11 +338,24 @@ class ConversationTracker:
             base, rebuild = known, None
         else:
             base, rebuild = self._snapshot_at(parent)
-        fold = self.scorer.fold(base, new_items[k:], chains=chains[k:])
+        return PendingTurn(
+            FoldRequest(base, new_items[k:], chains[k:]),
+            response_id,
+            parent,
+            new_items,
+            chains,
+            conversation_id,
+            rebuild,
+        )
+
+    def commit(self, pending: PendingTurn, fold: Fold) -> TrackedTurn:
+        """Record a prepared turn with its fold (`fold_many` of its request)."""
         with self._lock:
             self.store.put_snapshot(fold.after)
-            rec = self.store.add_record(response_id, parent, new_items, chains, conversation_id)
-        return TrackedTurn(fold, rec, rebuild)
+            rec = self.store.add_record(
+                pending.response_id, pending.parent, pending.items, pending.chains, pending.conversation_id
+            )
+        return TrackedTurn(fold, rec, pending.rebuild)
 
     def append_output(self, response_id: str, output_items: Sequence[Item]) -> ResponseRecord:
         """Append a response's output to its history, unscored (cheap: no classifier runs).
@@ -338,6 +384,12 @@ class ConversationTracker:
 
         The longest prefix whose snapshot is cached is found through the hash chain.
         """
+        return self.score_now(self.prepare_history(response_id, items, conversation_id))
+
+    def prepare_history(
+        self, response_id: str, items: Sequence[Item], conversation_id: str | None = None
+    ) -> PendingTurn:
+        """What `score_history` folds, without folding it (see `prepare_turn`)."""
         chains = chain_of(items)
         with self._lock:
             if conversation_id is None:
@@ -349,8 +401,6 @@ class ConversationTracker:
                 self.store.stats.hits += 1
         if base is None:
             base = self.scorer.empty()
-        fold = self.scorer.fold(base, items[k:], chains=chains[k:])
-        with self._lock:
-            self.store.put_snapshot(fold.after)
-            rec = self.store.add_record(response_id, None, items, chains, conversation_id)
-        return TrackedTurn(fold, rec)
+        return PendingTurn(
+            FoldRequest(base, items[k:], chains[k:]), response_id, None, items, chains, conversation_id
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from deltaguard.classifiers.base import Update, count_tokens, running_max
 
 
@@ -34,3 +36,34 @@ class ItemCounter:
             scores=scores,
             tokens=sum(count_tokens(i.text) for i in items),
         )
+
+
+class BatchingCounter(ItemCounter):
+    """An `ItemCounter` that offers `update_batch`, and remembers each batch's size.
+
+    `hold`, when given, is a `threading.Event` the first call waits for (`entered` is set
+    once it waits): a lane test fills the queue behind it meanwhile. `fail_on`: a text
+    whose request raises, batched or not."""
+
+    def __init__(self, name: str = "batching", lane: str = "monitor", hold=None, fail_on=None) -> None:
+        super().__init__(name, lane)
+        self.batches: list[int] = []
+        self.hold = hold
+        self.entered = threading.Event()
+        self.fail_on = fail_on
+
+    def _wait(self) -> None:
+        if self.hold is not None and not self.entered.is_set():
+            self.entered.set()
+            self.hold.wait(10)
+
+    def update(self, state, items):
+        self._wait()
+        if self.fail_on is not None and any(self.fail_on in i.text for i in items):
+            raise RuntimeError(f"cannot score {self.fail_on!r}")
+        return super().update(state, items)
+
+    def update_batch(self, requests):
+        self._wait()
+        self.batches.append(len(requests))
+        return [self.update(state, items) for state, items in requests]

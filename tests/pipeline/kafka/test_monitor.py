@@ -13,7 +13,7 @@ from deltaguard.kafka.records import encode_json, encode_key
 from deltaguard.kafka.turn_events import interleaved_turn_events
 from deltaguard.state.scoring import Scorer
 from tests.pipeline.kafka.corpus import assert_flags_match, conversations, expected_flags
-from tests.support.toy import ItemCounter
+from tests.support.toy import BatchingCounter, ItemCounter
 
 
 class Table:
@@ -65,6 +65,44 @@ def test_flags_equal_embedded_replay_whatever_the_batches(scorer: Scorer, seed: 
     assert not [o.error for o in outcomes if o.error]
     flags = {o.flag.response_id: o.flag for o in outcomes if o.flag}
     assert_flags_match(flags, expected_flags(convs, scorer))
+
+
+def batch_of_conversations():
+    """Four conversations' turns interleaved in one batch, two of them in two turns."""
+    return [
+        turn("a", "a1", None, "hello"),
+        turn("b", "b1", None, "BOOM"),
+        turn("a", "a2", "a1", "BOOM later"),
+        turn("c", "c1", None, "CRASH"),
+        turn("d", "d1", None, "fine"),
+        turn("b", "b2", "b1", "more"),
+    ]
+
+
+def test_a_batch_folds_its_conversations_together_and_each_in_order():
+    clf = BatchingCounter()
+    outcomes = Table().run(MonitorLane(Scorer([clf])), batch_of_conversations())
+    assert clf.batches == [4, 2]  # a1 b1 c1 d1, then a2 b2 (each resumes its first turn)
+    assert [o.response_id for o in outcomes] == ["a1", "b1", "a2", "c1", "d1", "b2"]
+    assert [o.response_id for o in outcomes if o.flag] == ["b1", "a2", "b2"]
+    one_at_a_time, table = MonitorLane(Scorer([BatchingCounter()])), Table()
+    alone = [o for t in batch_of_conversations() for o in table.run(one_at_a_time, [t])]
+
+    def flags(found):
+        return [
+            (o.response_id, o.flag and (o.flag.event_id, o.flag.categories, o.flag.scores)) for o in found
+        ]
+
+    assert flags(alone) == flags(outcomes)
+
+
+def test_a_turn_that_fails_in_a_batch_is_the_only_error():
+    clf = BatchingCounter(fail_on="CRASH")
+    table = Table()
+    outcomes = table.run(MonitorLane(Scorer([clf])), batch_of_conversations())
+    assert [(o.response_id, o.error.code) for o in outcomes if o.error] == [("c1", "scoring_failed")]
+    assert [o.response_id for o in outcomes if o.flag] == ["b1", "a2", "b2"]
+    assert set(table.values) == {"a", "b", "d"}
 
 
 def test_forks_continue_the_same_parent(scorer: Scorer):

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
 from deltaguard.errors import LaneClosed
@@ -8,7 +11,7 @@ from deltaguard.lanes.stage import SafetyStage, StageConfig, Usage
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
 from deltaguard.state.scoring import Scorer
-from tests.support.toy import ItemCounter
+from tests.support.toy import BatchingCounter, ItemCounter
 
 
 def user(text):
@@ -187,3 +190,46 @@ def test_event_ids_are_stable():
         classifier_ms=2.0,
     )
     assert a.event_id == b.event_id
+
+
+async def run_held(config: StageConfig, fail_on: str | None = None):
+    """One turn the monitor lane holds on while six more queue behind it: a continuation
+    of the held turn and of that one (conversation a), and four other conversations."""
+    hold = threading.Event()
+    clf = BatchingCounter(hold=hold, fail_on=fail_on)
+    flags = MemorySink()
+    stage = SafetyStage(Scorer([clf]), flag_sink=flags, billing_sink=MemorySink(), config=config)
+    await stage.start()
+    await stage.check_turn("a1", [user("first")])
+    assert await asyncio.to_thread(clf.entered.wait, 5)
+    await stage.check_turn("a2", [user("second")], "a1")
+    await stage.check_turn("a3", [user("BOOM third")], "a2")
+    for conv, text in (("b", "hello"), ("c", "BOOM"), ("d", "CRASH"), ("e", "BOOM again")):
+        await stage.check_turn(f"{conv}1", [user(text)])
+    hold.set()
+    await stage.drain(10)
+    monitor = stage.monitor
+    states = {
+        rid: monitor.store.snapshots.get(monitor.record(rid).chain).states for rid in ("a3", "b1", "c1")
+    }
+    stats = monitor.store.stats
+    await stage.aclose()
+    return clf, sorted(e.response_id for e in flags.events), states, stats
+
+
+async def test_queued_monitor_jobs_are_folded_together_conversation_by_conversation():
+    clf, flagged, states, stats = await run_held(StageConfig(monitor_batch=32))
+    # a1 alone; then a2, b1, c1, d1, e1 in one call, and a3 (a2's continuation) after it.
+    assert clf.batches == [5]
+    assert flagged == ["a3", "c1", "e1"]
+    assert states["a3"]["batching"]["n"] == 3 and stats.rebuilds == 0
+    one_by_one = await run_held(StageConfig(monitor_batch=1))
+    assert one_by_one[0].batches == [] and one_by_one[1:3] == (flagged, states)
+
+
+async def test_a_turn_that_fails_in_a_batch_costs_only_its_own_verdict(caplog):
+    clf, flagged, states, _ = await run_held(StageConfig(), fail_on="CRASH")
+    assert clf.batches == [5]  # the batch raised, then each turn was folded alone
+    _, unfailed_flags, unfailed_states, _ = await run_held(StageConfig())
+    assert (flagged, states) == (unfailed_flags, unfailed_states)
+    assert "cannot score 'CRASH'" in caplog.text
