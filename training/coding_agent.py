@@ -19,6 +19,14 @@ the three never straddle a split:
   coding agents on purpose (AGENTS.md: run the tests, follow the style guide). What
   separates the two is what the note asks for, not where it sits or whom it addresses.
 
+Templates alone teach their own phrasing: held out, the instructions of eval/coding_probe.py
+phrased otherwise were caught far less often than the templated ones. So the slots also
+carry the corpus's own direct injections (`embedded_rows`: S-Labs, spikee, deepset-fuzzer,
+yanismiraoui and the obfuscated copies, in several languages and styles), some behind an
+addressee, with benign prompts of the corpus as their twins. Such a row keeps the group and
+split of the corpus row it embeds: a fold that holds a source out loses them with it, and
+a test-split text never trains.
+
 The clean carrier comes first in its group, so train_detector's window for a long
 injected row is the span where it differs from the clean one. Seeded: the same rows
 every build. eval/coding_probe.py scores other seeds, carrier kinds and phrasings that
@@ -343,4 +351,63 @@ def coding_agent_rows(per_carrier: int = PER_CARRIER, prefix: str = "train") -> 
             rows.append(
                 {"text": twin, "label": "benign", "family": f"{kind}_note", "fp_set": "lookalike", **base}
             )
+    return rows
+
+
+EMBEDDED_SOURCES = ("s-labs", "spikee", "deepset-fuzzer", "yanismiraoui", "obfuscated")
+EMBEDDED_PER_SOURCE = 150
+EMBEDDED_BENIGN = 300  # benign prompts (S-Labs, spikee) as the twins' notes
+MAX_EMBEDDED_CHARS = 400
+
+
+def embedded_rows(
+    corpus: list[dict[str, Any]], per_source: int = EMBEDDED_PER_SOURCE, benign: int = EMBEDDED_BENIGN
+) -> list[dict[str, Any]]:
+    """Carriers whose slot holds a direct injection of the corpus (and, as twins, benign
+    prompts of the corpus), in train_detector's row format, each keeping the group and split
+    of the row it embeds; the clean carrier shares them."""
+    rng = random.Random("coding-agent:embedded")
+    short = [r for r in corpus if r["channel"] == "user" and len(r["text"]) <= MAX_EMBEDDED_CHARS]
+    picked = []
+    for source in EMBEDDED_SOURCES:
+        pool = [r for r in short if r["source"] == source and r["label"] == "injection"]
+        picked += rng.sample(pool, min(per_source, len(pool)))
+    pool = [r for r in short if r["label"] == "benign" and r["fp_set"] == "prompts"]
+    picked += rng.sample(pool, min(benign, len(pool)))
+    # One per group: obfuscated copies share their original's group, and the window of an
+    # injected row is found against the one clean carrier of its group.
+    picked = list({r["group"]: r for r in reversed(picked)}.values())[::-1]
+    kinds = sorted(CARRIERS)
+    rows = []
+    for i, r in enumerate(picked):
+        kind = kinds[i % len(kinds)]
+        seed = f"embedded:{i}"
+        note = " ".join(r["text"].split())
+        if r["label"] != "benign" and rng.random() < 0.5:
+            note = f"{rng.choice(ADDRESSEES)}: {note}"
+        make = CARRIERS[kind]
+        base = {"source": SOURCE, "channel": "tool", "group": r["group"], "split": r["split"]}
+        rows.append(
+            {
+                "text": make(random.Random(seed), None),
+                "label": "benign",
+                "family": kind,
+                "fp_set": "tool",
+                **base,
+            }
+        )
+        label, family, fp_set = (
+            ("benign", f"{kind}_note", "lookalike")
+            if r["label"] == "benign"
+            else ("injection", r["family"], None)
+        )
+        rows.append(
+            {
+                "text": make(random.Random(seed), note),
+                "label": label,
+                "family": family,
+                "fp_set": fp_set,
+                **base,
+            }
+        )
     return rows

@@ -6,16 +6,20 @@ serving path as the frozen encoder: windows, mean pooling, linear heads). One co
 about 25 minutes on 2 cores:
 
 1. the labelled rows of training/detection_data.py (every allowed source of docs/data.md,
-   deduplicated, obfuscated copies, code and tool-output hard negatives) and
-   training/binary_text.py's tool outputs carrying binary data as text, through the
-   normaliser of classifiers/normalize.py: the text a row trains on is the view the
-   serving path scores last (the extra view when something was hidden or encoded);
+   deduplicated, obfuscated copies, code and tool-output hard negatives),
+   training/binary_text.py's tool outputs carrying binary data as text, and
+   training/coding_agent.py's injections aimed at coding agents with their benign twins
+   (source files, READMEs, issues, configs, logs; templated, and carrying the corpus's
+   own direct injections), through the normaliser of classifiers/normalize.py: the text
+   a row trains on is the view the serving path scores last (the extra view when
+   something was hidden or encoded);
 2. one training window of at most WINDOW_TOKENS tokens per row. A short row is its own
    window. A long attack row gives the window that holds the attack: the span where it
-   differs from its clean twin when the corpus has one (agentdojo and raginject fill
-   slots of clean documents), else the window lexical-v3 scores highest. A long benign
-   row gives its hardest negative, the window lexical-v3 scores highest (a random window
-   of a security article that quotes an attack rarely holds the quote);
+   differs from its clean twin when the corpus has one (agentdojo, raginject and the
+   coding-agent carriers fill slots of clean documents), else the window lexical-v3
+   scores highest. A long benign row gives its hardest negative, the window lexical-v3
+   scores highest (a random window of a security article that quotes an attack rarely
+   holds the quote);
 3. in the build venv (`.cache/build-venv`: torch 2.13.0 CPU, transformers, onnx; never
    needed at run time): all-MiniLM-L6-v2 truncated to its first LAYERS layers, mean
    pooling, L2 normalisation and one linear head per output, fine-tuned with class- and
@@ -96,8 +100,10 @@ def log(msg: str) -> None:
 
 def load_rows() -> list[dict[str, Any]]:
     """detection_data's rows as dicts (cached: building them takes ~30 s), and the
-    detector's own negatives: tool outputs carrying binary data as text (binary_text.py)."""
+    detector's own rows: tool outputs carrying binary data as text (binary_text.py), and
+    injections aimed at coding agents with their benign twins (coding_agent.py)."""
     from training.binary_text import binary_text_rows
+    from training.coding_agent import coding_agent_rows, embedded_rows
 
     cache = WORK / "rows.jsonl"
     if not cache.exists():
@@ -109,7 +115,8 @@ def load_rows() -> list[dict[str, Any]]:
             for r in all_rows():
                 f.write(json.dumps(_row_dict(r)) + "\n")
         tmp.replace(cache)
-    return [json.loads(line) for line in cache.open()] + binary_text_rows()
+    corpus = [json.loads(line) for line in cache.open()]
+    return corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus)
 
 
 def _row_dict(r: Any) -> dict[str, Any]:

@@ -104,19 +104,7 @@ def test_injections_through_tools_rank_far_above_benign_tool_outputs(unscreened)
     assert not any(flagged(s) for s in upd.item_scores[len(THROUGH_TOOLS) :])
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        THROUGH_TOOLS[0],
-        pytest.param(
-            THROUGH_TOOLS[1],
-            marks=pytest.mark.xfail(
-                strict=True, reason="known miss: an instruction in an HTML comment of a short e-mail"
-            ),
-        ),
-    ],
-    ids=["bug report", "e-mail"],
-)
+@pytest.mark.parametrize("text", THROUGH_TOOLS, ids=["bug report", "e-mail"])
 def test_pipeline_flags_injections_through_tools(scorer, text):
     fold = scorer.fold(scorer.empty(), [tool(text)])
     assert "prompt_injection" in scorer.verdict(fold).flagged_categories
