@@ -155,9 +155,9 @@ def test_screen_clears_what_lexical_is_sure_of_and_nothing_else(clf, unscreened)
     assert floor == manifest_entry("detector")["screen"]["floor"]
     lexical = [max(screen.score_text(text).values()) for text in texts]
     sure = [score < floor for score in lexical]
-    # Agent tool outputs (a pytest log, file reads) are cleared; the runbook and the short
-    # code with a TODO are not, and no attack is.
-    assert sure == [True, False, False] + [True] * len(rollouts) + [False] * 4, lexical
+    # Agent tool outputs (a pytest log, a runbook, file reads) are cleared; the short code
+    # with a TODO is not, and no attack is.
+    assert sure == [True, True, False] + [True] * len(rollouts) + [False] * 4, lexical
     for i, is_sure in enumerate(sure):
         if is_sure:  # zeros, and only the lexical model's tokens (no windows, no overlap)
             assert set(screened.item_scores[i].values()) == {0.0}
