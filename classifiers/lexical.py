@@ -1,7 +1,7 @@
 """Lexical prompt-injection / jailbreak classifier: TF-IDF n-grams + logistic regression.
 
 The model is trained by `python -m training.train_lexical` with scikit-learn and served
-here with numpy and the standard library only. The artifact (`models/lexical-v*.npz`,
+here with numpy and numba-compiled loops (lexical_kernels.py). The artifact (`models/lexical-v*.npz`,
 named and hash-checked by the manifest) holds plain arrays, no pickle:
 
     word_vocab, word_idf     word 1-2 grams of `token_pattern` tokens on lowercased text
@@ -28,15 +28,15 @@ The assistant's own messages and function calls always get zero. Long items are 
 in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in the
 text length.
 
-Speed: all chunks of all items of one `update` are featurised together, in a few numpy
-passes over their code points (no Python loop per token, n-gram or chunk), and scoring
-gives the same numbers as scoring each chunk alone, to the bit. Char n-grams are packed
-into one uint64 each (small per-character codes, plus the chunk number in the high bits),
-counted with one sort and looked up in an open-addressing table of the vocabulary's
-n-grams packed the same way: the packing is exact, so lookups cannot collide. Word tokens
-are runs of word characters, identified by a polynomial hash of their code points that is
-looked up among the vocabulary tokens' hashes and then checked character by character,
-so a hash collision cannot turn one token into another.
+Speed: all chunks of all items of one `update` are scored in one call of the compiled
+kernels of classifiers/lexical_kernels.py, which walk each text's code points once per
+block, and each text gets the same numbers as it would alone, to the bit. Char n-grams
+are packed into one uint64 each (small per-character codes), counted in a small hash
+table and looked up in an open-addressing table of the vocabulary's n-grams packed the same way:
+the packing is exact, so lookups cannot collide. Word tokens are runs of word
+characters, identified by a polynomial hash of their code points that is looked up among
+the vocabulary tokens' hashes and then checked character by character, so a hash
+collision cannot turn one token into another.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from deltaguard.artifacts import verified_path
+from deltaguard.classifiers import lexical_kernels as kernels
 from deltaguard.classifiers import normalize
 from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, running_max, zero_scores
 from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
@@ -66,13 +67,7 @@ CHUNK_OVERLAP = 200
 SCORED_ROLES = frozenset({"user", "tool"})
 
 _MAX_CODE_BITS = 12  # char codes take at most 12 bits: alphabets up to 4,095 symbols
-_MIN_SEGMENT_BITS = 4  # spare key bits that number the chunks of one featurisation pass
-_GROUP_CHARS = 1 << 16  # characters featurised per numpy pass (bounds memory per pass)
-_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing (2^64 / golden ratio)
-_EMPTY = np.zeros(0, dtype=np.int64)
-_SMALL = 64  # below this many open queries, a binary search beats another probe round
-_POLY_BASE = 0xC2B2AE3D27D4EB4F  # odd, so invertible modulo 2**64
-_POLY_INVERSE = pow(_POLY_BASE, -1, 1 << 64)
+_POLY_INVERSE = np.uint64(pow(int(kernels.POLY_BASE), -1, 1 << 64))  # POLY_BASE is odd
 
 _ARRAYS = frozenset(
     {
@@ -113,59 +108,36 @@ def chunk_text(text: str) -> list[str]:
 
 
 class _PackedIndex:
-    """Exact map from distinct nonzero uint64 keys (packed n-grams) to int32 values.
-
-    A lookup probes an open-addressing table (linear probing, load factor at most 1/4)
-    once or twice with numpy, then settles the few queries still open with a binary
-    search over the sorted keys. Every probe compares the stored key itself, so a hash
-    collision can cost time but never returns a wrong value.
+    """Exact map from distinct nonzero uint64 keys (packed n-grams) to int values >= 0, as
+    the kernels read it: `table` rows (key, value), key 0 marking an empty row, found by
+    linear probing from the home slot `(key * kernels.HASH_MULTIPLIER) >> shift` (load factor at
+    most 1/4). Every probe compares the stored key itself, so a hash collision can cost
+    time but never returns a wrong value.
     """
 
     def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
         keys = np.asarray(keys, dtype=np.uint64)
-        values = np.asarray(values, dtype=np.int32)
+        values = np.asarray(values, dtype=np.int64)
         n = len(keys)
-        order = np.argsort(keys, kind="stable")
-        self._sorted_keys, self._sorted_values = keys[order], values[order]
-        if n and (self._sorted_keys[0] == 0 or np.any(self._sorted_keys[1:] == self._sorted_keys[:-1])):
+        ordered = np.sort(keys)
+        if n and (ordered[0] == 0 or np.any(ordered[1:] == ordered[:-1])):
             raise ValueError("index keys must be distinct and nonzero")
+        if n and values.min() < 0:
+            raise ValueError("index values must be >= 0")
         bits = max(4, (4 * n - 1).bit_length())
-        self._shift = np.uint64(64 - bits)
+        self.shift = np.uint64(64 - bits)
         # Linear probing, built in one pass: in order of home slot, each key takes the
         # first free slot from its home on, so the slots between a key's home and its
         # place are all taken and probing from home reaches it. Slots past 2**bits
         # take the overflow instead of wrapping around.
-        home = ((keys * _HASH_MULTIPLIER) >> self._shift).astype(np.int64)
+        home = ((keys * kernels.HASH_MULTIPLIER) >> self.shift).astype(np.int64)
         order = np.argsort(home, kind="stable")
         steps = np.arange(n)
         place = np.maximum.accumulate(home[order] - steps) + steps if n else steps
         size = max(1 << bits, int(place[-1]) + 1 if n else 0) + 1  # >= 1 empty slot at the end
-        self._keys = np.zeros(size, dtype=np.uint64)
-        self._values = np.full(size, -1, dtype=np.int32)
-        self._keys[place] = keys[order]
-        self._values[place] = values[order]
-
-    def lookup(self, queries: np.ndarray) -> np.ndarray:
-        """The value of each query key, -1 where the key is not in the index."""
-        slot = ((queries * _HASH_MULTIPLIER) >> self._shift).astype(np.intp)
-        found = self._keys.take(slot)
-        hit = found == queries
-        out = self._values.take(slot)
-        out[~hit] = -1
-        open_ = (~hit & (found != 0)).nonzero()[0]  # an empty slot ends the probe: a miss
-        if open_.size > _SMALL:  # one more vectorised probe, worth it for many queries
-            slot = slot.take(open_) + 1
-            found = self._keys.take(slot)
-            hit = found == queries.take(open_)
-            out[open_[hit]] = self._values.take(slot[hit])
-            open_ = open_[~hit & (found != 0)]
-        if open_.size:
-            rest = queries.take(open_)
-            at = self._sorted_keys.searchsorted(rest)
-            at[at == len(self._sorted_keys)] = 0
-            hit = self._sorted_keys.take(at) == rest
-            out[open_[hit]] = self._sorted_values.take(at[hit])
-        return out
+        self.table = np.zeros((size, 2), dtype=np.uint64)
+        self.table[place, 0] = keys[order]
+        self.table[place, 1] = values[order].astype(np.uint64)
 
 
 @functools.cache
@@ -184,64 +156,19 @@ def _unicode_classes() -> tuple[np.ndarray, np.ndarray]:
     return classes[0], classes[1]
 
 
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """BASE**i and BASE**-i modulo 2**64 for i < n (uint64 arithmetic wraps)."""
-    powers = np.full(n, _POLY_BASE, dtype=np.uint64)
+def token_hashes(chars: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """sum(chars[s + i] * BASE**i) modulo 2**64 of each run, the hash the word kernel
+    computes, for all runs at once from one prefix sum (uint64 arithmetic wraps)."""
+    n = len(chars)
+    powers = np.full(n + 1, kernels.POLY_BASE, dtype=np.uint64)
     powers[0] = 1
     np.multiply.accumulate(powers, out=powers)
-    inverses = np.full(n, _POLY_INVERSE, dtype=np.uint64)
+    inverses = np.full(n + 1, _POLY_INVERSE, dtype=np.uint64)
     inverses[0] = 1
     np.multiply.accumulate(inverses, out=inverses)
-    return powers, inverses
-
-
-def _run_hashes(
-    points: np.ndarray, starts: np.ndarray, ends: np.ndarray, powers: np.ndarray, inverses: np.ndarray
-) -> np.ndarray:
-    """sum(points[s + i] * BASE**i) modulo 2**64 for each run [s, e), from one prefix sum."""
-    prefix = np.zeros(len(points) + 1, dtype=np.uint64)
-    (points * powers[: len(points)]).cumsum(out=prefix[1:])
-    return (prefix.take(ends) - prefix.take(starts)) * inverses.take(starts)
-
-
-def _distinct_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of `keys` (sorted) and how often each occurs; sorts `keys`."""
-    n = keys.size
-    if n == 0:
-        return keys, _EMPTY
-    keys.sort()
-    edge = np.empty(n + 1, dtype=bool)
-    edge[0] = edge[n] = True
-    np.not_equal(keys[1:], keys[:-1], out=edge[1:n])
-    at = edge.nonzero()[0]
-    return keys.take(at[:-1]), at[1:] - at[:-1]
-
-
-def _block_logits(
-    segment: np.ndarray, feature: np.ndarray, count: np.ndarray, idf: np.ndarray, coef: np.ndarray, n: int
-) -> np.ndarray:
-    """Per segment and head: coef . (l2-normalised sublinear tf-idf) of one feature block.
-
-    The triples come sorted by segment, and within a segment in an order that does not
-    depend on the other segments, so each segment's features are one contiguous run.
-    """
-    if not segment.size:
-        return np.zeros((n, len(coef)))
-    values = np.log(count)
-    values += 1.0
-    values *= idf.take(feature)
-    weighted = coef.take(feature, axis=1)
-    # Always one reduceat per segment (never a dot product for a lone segment), so a
-    # text's score does not depend on which other texts share the pass, to the bit.
-    edge = np.empty(segment.size, dtype=bool)
-    edge[0] = True
-    np.not_equal(segment[1:], segment[:-1], out=edge[1:])
-    starts = edge.nonzero()[0]
-    weighted *= values
-    norm = np.sqrt(np.add.reduceat(values * values, starts))
-    out = np.zeros((n, len(coef)))
-    out[segment.take(starts)] = (np.add.reduceat(weighted, starts, axis=1) / norm).T
-    return out
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    (chars.astype(np.uint64) * powers[:n]).cumsum(out=prefix[1:])
+    return (prefix.take(starts + lengths) - prefix.take(starts)) * inverses.take(starts)
 
 
 class LexicalModel:
@@ -284,7 +211,7 @@ class LexicalModel:
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
         self._is_word, is_space = _unicode_classes()
 
-        # Word block. Tokens are found and identified in numpy: a token is a run of at
+        # Word block. Tokens are found and identified by the word kernel: a token is a run of at
         # least two word characters, identified by a polynomial hash of its code points
         # that is looked up among the vocabulary tokens' hashes and then checked
         # character by character, so a hash collision cannot produce a wrong token.
@@ -306,11 +233,8 @@ class LexicalModel:
         self._token_start = np.cumsum(self._token_len) - self._token_len
         if np.any(self._token_len < 2) or not self._is_word.take(self._token_chars).all():
             raise ValueError("a word vocabulary token is not a token of the word token_pattern")
-        self._pow, self._inv = _powers(max(_GROUP_CHARS, len(joined)) + 1)
-        hashes = _run_hashes(self._token_chars, self._token_start, self._token_start + self._token_len,
-                             self._pow, self._inv)  # fmt: skip
-        self._tokens = _PackedIndex(hashes, np.arange(len(tokens)))  # distinct: checked there
-        self._pow, self._inv = self._pow[: _GROUP_CHARS + 1], self._inv[: _GROUP_CHARS + 1]
+        self._tokens = _PackedIndex(token_hashes(self._token_chars, self._token_start, self._token_len),
+                                    np.arange(len(tokens)))  # fmt: skip  # distinct: checked there
         self._unigram_feature = np.full(len(tokens) + 1, -1, dtype=np.int64)  # [-1]: unknown
         pair_keys, pair_features = [], []
         for i, parts in enumerate(grams):
@@ -321,13 +245,12 @@ class LexicalModel:
                 pair_keys.append(((ids[0] + 1) << 32) | (ids[1] + 1))
                 pair_features.append(i)
         self._pairs = _PackedIndex(np.array(pair_keys, dtype=np.uint64), np.array(pair_features))
-        self._word_idf = np.asarray(arrays["word_idf"], dtype=np.float64)
+        word_idf = np.asarray(arrays["word_idf"], dtype=np.float64)
         n_word = len(word_vocab)
 
         # Char block: each character of the vocabulary's alphabet gets a code 1..A (0:
         # not in the alphabet; every whitespace character gets the code of " "), and an
-        # n-gram packs its codes into one uint64, first character lowest. The bits above
-        # the n-gram number the chunk it came from.
+        # n-gram packs its codes into one uint64, first character lowest.
         char_vocab = np.asarray(arrays["char_vocab"])
         self._char_ngram = tuple(config["char"]["ngram_range"])
         lo, hi = self._char_ngram
@@ -338,12 +261,9 @@ class LexicalModel:
         points = points.reshape(len(char_vocab), width).astype(np.int64)
         alphabet = np.unique(points[points != 0])
         code_bits = max(1, len(alphabet).bit_length())
-        if code_bits > _MAX_CODE_BITS or hi * code_bits > 64 - _MIN_SEGMENT_BITS:
+        if code_bits > _MAX_CODE_BITS or hi * code_bits > 64:
             raise ValueError(f"char alphabet of {len(alphabet)} symbols is too large to pack")
-        self._shifts = [np.uint64(code_bits * j) for j in range(hi)]
-        self._key_bits = np.uint64(hi * code_bits)
-        self._key_mask = np.uint64((1 << (hi * code_bits)) - 1)
-        self._max_segments = 1 << (64 - hi * code_bits)
+        self._code_bits = code_bits
         codes = np.where(points != 0, np.searchsorted(alphabet, points) + 1, 0).astype(np.uint64)
         keys = np.zeros(len(char_vocab), dtype=np.uint64)
         for j in range(width):
@@ -354,143 +274,46 @@ class LexicalModel:
         self._codes[alphabet] = np.arange(1, len(alphabet) + 1, dtype=np.uint16)
         self._space_code = int(self._codes[ord(" ")])
         self._codes[is_space] = self._space_code
-        self._char_idf = np.asarray(arrays["char_idf"], dtype=np.float64)
+        char_idf = np.asarray(arrays["char_idf"], dtype=np.float64)
         n_char = len(char_vocab)
 
         coef = np.asarray(arrays["coef"], dtype=np.float64)
         intercept = np.asarray(arrays["intercept"], dtype=np.float64)
         if coef.shape != (len(self.heads), n_word + n_char) or intercept.shape != (len(self.heads),):
             raise ValueError(f"coef {coef.shape} / intercept {intercept.shape} do not fit the vocabulary")
-        if self._word_idf.shape != (n_word,) or self._char_idf.shape != (n_char,):
+        if word_idf.shape != (n_word,) or char_idf.shape != (n_char,):
             raise ValueError("idf vectors do not match the vocabularies")
-        self._word_coef = np.ascontiguousarray(coef[:, :n_word])
-        self._char_coef = np.ascontiguousarray(coef[:, n_word:])
+        # Per feature, one row (idf, coef of each head): what the kernels read of it.
+        self._word_weights = np.ascontiguousarray(np.column_stack([word_idf, coef[:, :n_word].T]))
+        self._char_weights = np.ascontiguousarray(np.column_stack([char_idf, coef[:, n_word:].T]))
         self._intercept = intercept
         self.n_features = n_word + n_char
-
-    # -- featurisation: (segment, feature, count) triples, sorted by segment -------------
-    #
-    # A group of lowercased texts (segments) is encoded once as the code points of
-    # "\0".join(" " + text + " "): one space before and after each text stands for the
-    # padding sklearn's char_wb adds, and NUL, which is neither a word character nor in
-    # the char alphabet, keeps n-grams and tokens from crossing segments.
-
-    def _word_features(
-        self, points: np.ndarray, segment_of: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # sklearn's token_pattern (?u)\b\w\w+\b: every maximal run of >= 2 word characters.
-        # The encoded text starts and ends with a space, so run edges alternate start, end.
-        word = self._is_word.take(points)
-        edges = (word[1:] != word[:-1]).nonzero()[0]
-        edges += 1
-        starts, ends = edges[0::2], edges[1::2]
-        length = ends - starts
-        long = length >= 2
-        starts, ends, length = starts[long], ends[long], length[long]
-        if not starts.size:
-            return _EMPTY, _EMPTY, _EMPTY
-        if len(points) <= len(self._pow):
-            powers, inverses = self._pow, self._inv
-        else:  # one text longer than a group: powers just for it
-            powers, inverses = _powers(len(points) + 1)
-        ids = self._tokens.lookup(_run_hashes(points, starts, ends, powers, inverses)).astype(np.int64)
-        found = (ids >= 0).nonzero()[0]
-        if found.size:  # keep a hash match only if the characters are the token's own
-            found_ids, found_length = ids.take(found), length.take(found)
-            same = self._token_len.take(found_ids) == found_length
-            if not same.all():
-                ids[found[~same]] = -1
-                found, found_ids, found_length = found[same], found_ids[same], found_length[same]
-            offsets = found_length.cumsum()
-            total = int(offsets[-1]) if offsets.size else 0
-            offsets -= found_length
-            within = np.arange(total) - offsets.repeat(found_length)
-            text_at = starts.take(found).repeat(found_length) + within
-            vocab_at = self._token_start.take(found_ids).repeat(found_length) + within
-            differ = points.take(text_at) != self._token_chars.take(vocab_at)
-            if total and differ.any():
-                ids[found[np.logical_or.reduceat(differ, offsets)]] = -1
-        feature = self._unigram_feature.take(ids)  # unknown tokens (-1) hit the -1 sentinel
-        segment = np.zeros(len(ids), dtype=np.int64) if segment_of is None else segment_of.take(starts)
-        if self._word_ngram[1] == 2 and len(ids) > 1:
-            left, right = ids[:-1], ids[1:]
-            both = (left >= 0) & (right >= 0)
-            if segment_of is not None:
-                both &= segment[:-1] == segment[1:]
-            keys = ((left[both] + 1) << 32) | (right[both] + 1)
-            feature = np.concatenate([feature, self._pairs.lookup(keys.astype(np.uint64))])
-            segment = np.concatenate([segment, segment[:-1][both]])
-        known = feature >= 0
-        packed, count = _distinct_counts((segment[known] << 32) | feature[known])
-        return packed >> 32, packed & 0xFFFFFFFF, count
-
-    def _char_features(
-        self, points: np.ndarray, segment_of: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # sklearn's char_wb: the n-grams inside each whitespace-delimited word padded
-        # with one space on each side (a padded word shorter than n once, as a whole;
-        # with n >= 2 and padded words of >= 3 characters, that is: the windows that fit
-        # in the padded word). With whitespace coded as a space, those are exactly the
-        # windows with all characters in the alphabet and no whitespace inside (first
-        # and last position excepted); other windows could not match the vocabulary.
-        lo, hi = self._char_ngram
-        length = len(points)
-        if length < lo:
-            return _EMPTY, _EMPTY, _EMPTY
-        codes16 = self._codes.take(points)
-        known = codes16 != 0
-        inner = known & (codes16 != self._space_code)
-        codes = codes16.astype(np.uint64)
-        m = length - lo + 1
-        if segment_of is None:
-            key = codes[:m].copy()
-        else:
-            key = segment_of[:m].astype(np.uint64)
-            key <<= self._key_bits
-            key |= codes[:m]
-        for j in range(1, lo):
-            key |= codes[j : j + m] << self._shifts[j]
-        middle = np.ones(m, dtype=bool)
-        for j in range(1, lo - 1):
-            middle &= inner[j : j + m]
-        parts = [key[known[:m] & middle & known[lo - 1 :]]]
-        for n in range(lo + 1, min(hi, length) + 1):  # extend the (n-1)-grams by one character
-            m = length - n + 1
-            key = key[:m] | (codes[n - 1 :] << self._shifts[n - 1])
-            middle = middle[:m] & inner[n - 2 : n - 2 + m]
-            parts.append(key[known[:m] & middle & known[n - 1 :]])
-        packed, count = _distinct_counts(np.concatenate(parts))
-        feature = self._chars.lookup(packed & self._key_mask)
-        known_feature = feature >= 0
-        segment = (packed[known_feature] >> self._key_bits).astype(np.int64)
-        return segment, feature[known_feature], count[known_feature]
+        self._logits([" "])  # compiles the kernels (or loads them from numba's cache) now
 
     # -- scoring -------------------------------------------------------------------------
 
     def _logits(self, texts: Sequence[str]) -> np.ndarray:
-        """Calibrated logits, texts x heads, each text scored whole (no chunking)."""
-        out = np.empty((len(texts), len(self.heads)))
-        start = 0
-        while start < len(texts):
-            stop, chars = start + 1, len(texts[start]) + 3
-            while (
-                stop < len(texts)
-                and stop - start < self._max_segments
-                and chars + len(texts[stop]) + 3 <= _GROUP_CHARS
-            ):
-                chars += len(texts[stop]) + 3
-                stop += 1
-            n = stop - start
-            lowered = [f" {text.lower()} " for text in texts[start:stop]]
-            points = np.frombuffer("\x00".join(lowered).encode("utf-32-le", "surrogatepass"), dtype="<u4")
-            segment_of = None
-            if n > 1:
-                sizes = np.fromiter(map(len, lowered), dtype=np.int64, count=n) + 1
-                segment_of = np.arange(n, dtype=np.int64).repeat(sizes)[: len(points)]
-            word = _block_logits(*self._word_features(points, segment_of), self._word_idf, self._word_coef, n)
-            char = _block_logits(*self._char_features(points, segment_of), self._char_idf, self._char_coef, n)
-            out[start:stop] = self._intercept + word + char
-            start = stop
+        """Calibrated logits, texts x heads, each text scored whole (no chunking).
+
+        The texts are lowercased and encoded once, each as the code points of " " + text
+        + " ": the spaces stand for the padding sklearn's char_wb adds. Each text is a
+        segment of the kernels' input and is scored as if it were alone."""
+        padded = [f" {text.lower()} " for text in texts]
+        points = np.frombuffer("".join(padded).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        bounds = np.zeros(len(padded) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, padded), dtype=np.int64, count=len(padded)), out=bounds[1:])
+        out = np.zeros((len(texts), len(self.heads)))
+        kernels.word_logits(
+            points, bounds, self._is_word, self._tokens.table, self._tokens.shift, self._token_chars,
+            self._token_start, self._token_len, self._unigram_feature, self._pairs.table,
+            self._pairs.shift, self._word_ngram[1] == 2, self._word_weights, out,
+        )  # fmt: skip
+        lo, hi = self._char_ngram
+        kernels.char_logits(
+            points, bounds, self._codes, self._space_code, lo, hi, self._code_bits,
+            self._chars.table, self._chars.shift, self._char_weights, out,
+        )  # fmt: skip
+        out += self._intercept
         return out
 
     def decision_function(self, text: str) -> np.ndarray:

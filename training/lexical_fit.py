@@ -148,7 +148,7 @@ def to_model(union, models, path: Path, heads: Sequence[str] = HEADS) -> Lexical
 
 
 def parity(union, models, model: LexicalModel, texts: Sequence[str], heads: Sequence[str] = HEADS) -> float:
-    """Max |sklearn - numpy| probability on the primary views of `texts` (no chunking)."""
+    """Max |sklearn - served| probability on the primary views of `texts` (no chunking)."""
     views = [normalize.primary(t) for t in texts]
     x = union.transform(views)
     ref = np.column_stack([models[h].predict_proba(x)[:, 1] for h in heads])

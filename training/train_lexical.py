@@ -1580,9 +1580,9 @@ def main(argv: list[str] | None = None) -> int:
         {t for h in HEADS for t in corpus.heads[h]["test"].texts} | set(corpus.slabs_injections["test"])
     )
     diff = parity(union, models, model, test_texts)
-    log(f"parity: max |sklearn - numpy| = {diff:.3g} over {len(test_texts)} test texts x {len(HEADS)} heads")
+    log(f"parity: max |sklearn - served| = {diff:.3g} over {len(test_texts)} test texts x {len(HEADS)} heads")
     if not diff <= PARITY_TOLERANCE:
-        raise SystemExit(f"PARITY FAILURE: numpy serving differs from sklearn by {diff} > {PARITY_TOLERANCE}")
+        raise SystemExit(f"PARITY FAILURE: serving differs from sklearn by {diff} > {PARITY_TOLERANCE}")
 
     thresholds, metrics = evaluate(corpus, model)
     for head in HEADS:

@@ -7,7 +7,7 @@ One command, deterministic, about ten minutes on 2 busy cores:
    synthetic tool outputs as benign tool material), split by group;
 2. fit the normalised TF-IDF + logistic model of training/lexical_fit.py on train,
    calibrate on validation;
-3. export `models/lexical-v3.npz` (plain arrays) and check that the numpy serving code
+3. export `models/lexical-v3.npz` (plain arrays) and check that the serving code
    reproduces sklearn on test texts within 1e-6;
 4. choose each head's threshold on validation only, through the serving path
    (normaliser views, 2,000-character chunks, max): max F1 subject to a false-positive
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     diff = parity(union, models, model, sample)
     log(f"parity sklearn vs numpy: {diff:.2e}")
     if diff > PARITY_TOLERANCE:
-        raise SystemExit(f"numpy serving differs from sklearn by {diff}")
+        raise SystemExit(f"the serving code differs from sklearn by {diff}")
 
     val, test = by_split["validation"], by_split["test"]
     p_val, p_test = split_scores(model, val), split_scores(model, test)
