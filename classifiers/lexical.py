@@ -32,8 +32,8 @@ Speed: all chunks of all items of one `update` are scored in one call of the com
 kernels of classifiers/lexical_kernels.py, which walk each text's code points once per
 block, and each text gets the same numbers as it would alone, to the bit. Char n-grams
 are packed into one uint64 each (small per-character codes), counted in a small hash
-table and looked up in an open-addressing table of the vocabulary's n-grams packed the same way:
-the packing is exact, so lookups cannot collide. Word tokens are runs of word
+table and looked up in an open-addressing table of the vocabulary's n-grams packed the
+same way: the packing is exact, so lookups cannot collide. Word tokens are runs of word
 characters, identified by a polynomial hash of their code points that is looked up among
 the vocabulary tokens' hashes and then checked character by character, so a hash
 collision cannot turn one token into another.

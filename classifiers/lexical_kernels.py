@@ -7,13 +7,14 @@ the intermediate arrays a numpy pass needs. classifiers/lexical.py builds the ta
 they read and checks them against scikit-learn (tests/classifiers/test_lexical.py).
 
 Each text (a segment: " " + lowercased text + " ", as sklearn's char_wb pads a word) is
-scored on its own: its n-grams are counted in a scratch hash table, in order of first
-occurrence, so its logits are the same to the bit whatever other texts share the call. Vocabulary tables
-are open-addressing hash tables of (key, value) rows, probed linearly from a key's home
-slot to an empty row (key 0): every probe compares the stored key itself, so a hash can
-cost time but never returns a wrong value. Compiled once per process at model load
-(cached on disk beside this file when it is writable); `nogil`, so threads scoring
-different texts run in parallel.
+scored on its own: its n-grams are counted in a scratch hash table and summed in order of
+first occurrence, so its logits are the same to the bit whatever other texts share the
+call. Vocabulary tables are open-addressing hash tables of (key, value) rows, probed
+linearly from a key's home slot to an empty row (key 0): every probe compares the stored
+key itself, so a hash can cost time but never returns a wrong value. Compiled at model
+load, never at import (numba caches the machine code on disk: beside this file, or in the
+user's cache directory when this one is read-only); `nogil`, so threads scoring different
+texts run in parallel.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def _scratch(keys: int) -> tuple[np.ndarray, np.uint64, np.ndarray]:
 def _tally(scratch: np.ndarray, shift: np.uint64, distinct: np.ndarray, n: int, key: np.uint64) -> int:
     """Counts one occurrence of the nonzero `key`; returns the number of distinct keys.
 
-    A hash table, not a sort: the text's n-grams are counted in one pass over them, in a
-    table small enough for the core's cache. The distinct keys are listed in order of first
-    occurrence, which depends on this segment's text alone."""
+    A hash table, not a sort (numba's sort is several times slower than numpy's): the
+    text's n-grams are counted in one pass over them, in a table sized for the call's
+    longest text. The distinct keys are listed in order of first occurrence, which depends
+    on this segment's text alone (not on the table's size)."""
     mask = np.uint64(scratch.shape[0] - 1)
     slot = (key * HASH_MULTIPLIER) >> shift
     while True:
