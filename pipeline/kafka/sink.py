@@ -134,7 +134,9 @@ class KafkaEventSink:
     async def aclose(self) -> None:
         """Deliver what is pending within `close_timeout_s`; spool the rest for the next start.
 
-        Loses no accepted event: the spool always has room for what memory holds."""
+        Returns at once when the broker is out at the call; a broker that goes out during
+        the flush holds the shutdown up to `close_timeout_s`. Loses no accepted event: the
+        spool always has room for what memory holds."""
         if self._state in ("closing", "closed"):
             return
         if self._state == "new":
@@ -142,11 +144,14 @@ class KafkaEventSink:
             return
         self._state = "closing"
         deadline = time.monotonic() + self.settings.close_timeout_s
-        # Flush memory and the spool while the broker takes them; with the broker out,
-        # memory goes to the spool at once (below) and waits there for the next start.
-        while (self._memory_pending() or self.spool_) and not self._outage and time.monotonic() < deadline:
-            self._wakeup.set()
-            await asyncio.sleep(0.01)
+        # With the broker already out, memory goes to the spool at once (below) and waits
+        # there for the next start. Otherwise flush until the deadline: a delivery that
+        # fails during the flush (a blip, a slow broker) is retried by the delivery task
+        # as usual, rather than ending the flush with everything left spooled.
+        if not self._outage:
+            while (self._memory_pending() or self.spool_) and time.monotonic() < deadline:
+                self._wakeup.set()
+                await asyncio.sleep(0.01)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task

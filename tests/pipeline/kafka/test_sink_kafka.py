@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,15 +84,23 @@ async def test_broker_restart_loses_no_billing_or_flag_event(broker: Broker, tmp
         assert sink.stats["outage"] and sink.stats["spool_records"] > 0
         broker.start()  # same port, empty: the sink recreates its topics on reconnect
         await collector.restart()
-        await asyncio.sleep(1.0)
-        # On a loaded machine the reconnect backoff can outlast that second: publish on
-        # until the sink is connected again (it must be, for the spool to drain).
-        for _ in range(200):
-            if not sink.stats["outage"]:
-                break
-            await asyncio.sleep(0.1)
+        # Publish on until the sink is connected again (on a loaded machine the reconnect
+        # backoff can take seconds), then let it drain its spool on its own; a sink that
+        # gets to neither fails here, by name.
+
+        async def until(predicate: Callable[[], bool], what: str) -> None:
+            try:
+                await collector.wait_for(predicate, 30, what)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; stats {sink.stats}") from None
+
+        await until(lambda: not sink.stats["outage"], "the sink back from the outage")
         stop.set()
         await task
+        await until(
+            lambda: sink.stats["spool_records"] == 0 and sink.stats["queued"] == 0,
+            "the sink to drain its spool",
+        )
         await sink.aclose()
         want = set(published)
         try:
@@ -110,6 +119,39 @@ async def test_broker_restart_loses_no_billing_or_flag_event(broker: Broker, tmp
     assert sink.outages >= 1 and sink.spooled > 0
     assert set(collector.values) == set(published)  # none lost, none invented
     assert not (tmp_path / "spool.jsonl").read_bytes()  # drained
+
+
+async def test_close_rides_out_a_broker_that_goes_out_during_the_flush(broker: Broker, tmp_path: Path):
+    settings = test_settings(broker.url, tmp_path, request_timeout_s=1.0, close_timeout_s=20.0)
+    await ensure_topics(settings)
+    sink = KafkaEventSink(settings)
+    collector = Collector(settings, [settings.billing_topic])
+    try:
+        await sink.send([billing(0)])
+        for _ in range(200):
+            if sink.delivered:
+                break
+            await asyncio.sleep(0.05)
+        broker.kill()
+        events = [billing(i) for i in range(1, 51)]
+        await sink.send(events)  # in memory: the sink has not seen the outage yet
+        assert not sink.stats["outage"]
+        closing = asyncio.create_task(sink.aclose())
+        for _ in range(200):  # its flush fails and the delivery task enters the outage
+            if sink.stats.get("outage"):
+                break
+            await asyncio.sleep(0.05)
+        assert sink.stats["outage"] and not closing.done()
+        broker.start()  # back, empty, within the close timeout: the flush goes on
+        await asyncio.wait_for(closing, 25)
+        await collector.start()
+        want = {e.event_id for e in events}
+        await collector.wait_for(lambda: want <= set(collector.values), 20, "the events flushed at close")
+    finally:
+        await sink.aclose()
+        await collector.aclose()
+    assert sink.outages == 1
+    assert not (tmp_path / "spool.jsonl").read_bytes()  # delivered, not left in the spool
 
 
 async def test_spool_full_raises_sinkfull_then_resends_in_order(tmp_path: Path):
