@@ -97,7 +97,7 @@ def replay(src: Path, out: Path, extra: list[str]) -> tuple[dict[str, list[dict[
     return {c["id"]: c["turns"] for c in verdicts}, seconds
 
 
-def wilson(k: int, n: int) -> tuple[float, float]:
+def wilson(k: float, n: int) -> tuple[float, float]:
     if n == 0:
         return 0.0, 1.0
     z, p = 1.96, k / n
@@ -110,6 +110,7 @@ def summarise(rows: list[dict[str, Any]], verdicts: dict[str, list[dict[str, Any
     """Flag rates per (source, channel) of attacks and per benign set, and the cost of
     the turn that carries each row."""
     cells: dict[str, list[bool]] = defaultdict(list)
+    groups: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     latency: dict[str, list[float]] = defaultdict(list)
     tokens: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
@@ -117,6 +118,7 @@ def summarise(rows: list[dict[str, Any]], verdicts: dict[str, list[dict[str, Any
         flagged = any(ATTACK & set(t["flagged_categories"]) for t in turns)
         if row["label"] == "benign":
             key = f"benign {row['fp_set']}"
+            groups[key][row["group"]].append(flagged)
         else:
             key = f"{row['source']} ({'user' if row['channel'] == 'user' else 'tool/document'})"
         cells[key].append(flagged)
@@ -127,6 +129,12 @@ def summarise(rows: list[dict[str, Any]], verdicts: dict[str, list[dict[str, Any
     for key, flags in sorted(cells.items()):
         k, n = sum(flags), len(flags)
         out["rates"][key] = {"n": n, "flagged": k / n, "ci": wilson(k, n)}
+        if key in groups:
+            # Each group weighs one, as in the threshold rule (train_detector's
+            # most_sensitive_threshold): thirty fillings of one template are one document.
+            shares = [sum(f) / len(f) for f in groups[key].values()]
+            k, n = float(sum(shares)), len(shares)
+            out["rates"][key]["by_group"] = {"n": n, "flagged": k / n, "ci": wilson(k, n)}
     for channel, ms in latency.items():
         out["cost"][channel] = {
             "p50_ms": float(np.percentile(ms, 50)),
@@ -159,6 +167,19 @@ def report(results: dict[str, dict[str, Any]], seconds: dict[str, float], n: int
     ]
     for key, cell in default["rates"].items():
         lines.append(f"| {key} | {cell['n']} | {pct(cell)} | {pct(v2['rates'][key])} |")
+    lines += [
+        "",
+        "Benign sets by group (each group of near-duplicates weighs one: a document template "
+        "and its fillings, a conversation, a source file; the rule the operating points are "
+        "chosen by; intervals treat the groups as the trials):",
+        "",
+        "| benign set | groups | default | v2 |",
+        "|---|---|---|---|",
+    ]
+    for key, cell in default["rates"].items():
+        if "by_group" in cell:
+            g = cell["by_group"]
+            lines.append(f"| {key} | {g['n']} | {pct(g)} | {pct(v2['rates'][key]['by_group'])} |")
     lines += [
         "",
         "Classifier time of the turn that carries the row (the CLI's `latency_ms`, wall ms on "
