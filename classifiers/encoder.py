@@ -441,7 +441,7 @@ class EncoderClassifier:
         self._model: EncoderModel | None = None
         self._entry: dict[str, Any] | None = None
         self._categories: tuple[str, ...] = ()
-        self._views = False
+        self._views: str | None = None  # normalize version of the views it reads (None: raw text)
         self._roles: frozenset[str] = SCORED_ROLES
         self._heads: dict[str, tuple[int, ...]] = {}  # role -> head index of each category
         self._head_thresholds: tuple[float, ...] = ()
@@ -474,13 +474,13 @@ class EncoderClassifier:
                 f"{where}: heads {model.heads} do not match the manifest ({exc})"
             ) from exc
         trained_on = entry.get("normalize")
-        if trained_on not in (None, normalize.VERSION):
+        if trained_on is not None and trained_on not in normalize.VERSIONS:
             raise ModelArtifactError(
-                f"{where}: trained on normalize v{trained_on}, this is v{normalize.VERSION}"
+                f"{where}: trained on normalize v{trained_on}, this serves {normalize.VERSIONS}"
             )
         if trained_on is not None:
             normalize.warm()
-        self._views = trained_on is not None
+        self._views = trained_on  # the views it was trained on, None for raw text
         self._screen, self._floor = self._load_screen(entry.get("screen"), where)
         self._categories, self._heads, self._head_thresholds = categories, heads, thresholds
         self._roles = roles
@@ -597,7 +597,7 @@ class EncoderClassifier:
                 continue
             # The primary view's ids make the context tail; an extra view (something was
             # hidden or encoded) adds windows of its own, without context.
-            texts = normalize.views(item.text).texts() if self._views else [item.text]
+            texts = normalize.views(item.text, self._views).texts() if self._views else [item.text]
             ids = model.tokenize(texts[0])
             extra = [more for more in map(model.tokenize, texts[1:]) if more]
             if not ids and not extra:

@@ -204,8 +204,8 @@ class LexicalModel:
         # Artifacts trained on normalised text (classifiers/normalize.py) say so; older ones
         # read the raw text, as they were trained.
         self.normalizer: str | None = config.get("normalize")
-        if self.normalizer is not None and self.normalizer != normalize.VERSION:
-            raise ValueError(f"normalize version {self.normalizer!r} != {normalize.VERSION!r}")
+        if self.normalizer is not None and self.normalizer not in normalize.VERSIONS:
+            raise ValueError(f"normalize version {self.normalizer!r} is not one of {normalize.VERSIONS}")
         if self.normalizer is not None:
             normalize.warm()
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
@@ -341,7 +341,7 @@ class LexicalModel:
             return np.zeros((0, len(self.heads))), []
         if self.normalizer is None:
             return self._chunk_scores(texts), [0] * len(texts)
-        every = [normalize.views(text) for text in texts]
+        every = [normalize.views(text, self.normalizer) for text in texts]
         flat = [view for v in every for view in v.texts()]
         extra = [0 if v.extra is None else count_tokens(v.extra) for v in every]
         if len(flat) == len(texts):

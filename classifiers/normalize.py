@@ -42,6 +42,7 @@ __all__ = [
     "HIDDEN_MARKER",
     "LEET_MARKER",
     "VERSION",
+    "VERSIONS",
     "Views",
     "fold_leet",
     "primary",
@@ -49,7 +50,11 @@ __all__ = [
     "warm",
 ]
 
-VERSION = "1"
+# A model names the version of the views it was trained on and is served exactly those
+# (`views(text, version)`); VERSION is what new models train on. 2: decoded text may span
+# lines (1 left encoded text with line breaks encoded).
+VERSION = "2"
+VERSIONS = ("1", "2")
 MAX_SEGMENTS = 16  # encoded segments decoded per text
 MAX_SEGMENT_CHARS = 8192  # longer runs are left encoded (a data blob, not a sentence)
 MIN_SEGMENT_CHARS = 16  # shorter runs are words, ids and hashes, not encoded sentences
@@ -223,11 +228,16 @@ def primary(text: str) -> str:
 # -- the extra view --------------------------------------------------------------------------
 
 
-def _is_text(decoded: str) -> bool:
-    if len(decoded) < 4 or not decoded.isprintable():
+# Line breaks and tabs are text too: an encoded e-mail, file or tool output has many lines.
+_LINE_SPACE = str.maketrans("\t\n\r", "   ")
+
+
+def _is_text(decoded: str, lines: bool) -> bool:
+    flat = decoded.translate(_LINE_SPACE) if lines else decoded
+    if len(flat) < 4 or not flat.isprintable():
         return False
-    letters = sum(c.isalpha() or c == " " for c in decoded)
-    return letters >= MIN_DECODED_LETTERS * len(decoded) and " " in decoded.strip()
+    letters = sum(c.isalpha() or c == " " for c in flat)
+    return letters >= MIN_DECODED_LETTERS * len(flat) and " " in flat.strip()
 
 
 def _decode_b64(segment: str) -> str | None:
@@ -270,7 +280,7 @@ def _long_runs(text: str) -> list[str]:
     return sorted({text[a:b] for a, b in zip(starts[keep].tolist(), ends[keep].tolist(), strict=True)})
 
 
-def _decode_segments(text: str, budget: list[int]) -> tuple[str, int]:
+def _decode_segments(text: str, budget: list[int], lines: bool) -> tuple[str, int]:
     """Encoded segments replaced by their text, while `budget[0]` segments remain."""
     long_runs = _long_runs(text)
     if not long_runs:
@@ -284,7 +294,7 @@ def _decode_segments(text: str, budget: list[int]) -> tuple[str, int]:
                 if budget[0] <= 0 or len(segment) > MAX_SEGMENT_CHARS or segment in replacements:
                     continue
                 decoded = decode(segment)
-                if decoded is None or decoded == segment or not _is_text(decoded):
+                if decoded is None or decoded == segment or not _is_text(decoded, lines):
                     continue
                 budget[0] -= 1
                 replacements[segment] = f" {decoded} "
@@ -359,8 +369,12 @@ def _hidden(text: str) -> tuple[str, int]:
     return text, evidence
 
 
-def views(text: str) -> Views:
-    """The primary view of `text` and, when something was hidden or encoded, the extra view."""
+def views(text: str, version: str = VERSION) -> Views:
+    """The primary view of `text` and, when something was hidden or encoded, the extra view,
+    as normaliser `version` (one of VERSIONS) made them."""
+    if version not in VERSIONS:
+        raise ValueError(f"normalize version {version!r} is not one of {VERSIONS}")
+    lines = version != "1"
     first = primary(text)
     hidden = 0
     extra = first
@@ -371,7 +385,7 @@ def views(text: str) -> Views:
     budget = [MAX_SEGMENTS]
     decoded = 0
     for _ in range(DECODE_ROUNDS):
-        extra, n = _decode_segments(extra, budget)
+        extra, n = _decode_segments(extra, budget, lines)
         decoded += n
         if not n:
             break

@@ -73,6 +73,11 @@ ROLE_HEADS = {"tool": {"prompt_injection": "indirect_injection"}}
 # leaves them alone too.
 ROLES = frozenset({"user", "tool"})
 INDIRECT_CHANNELS = frozenset({"tool", "document"})
+# The normaliser views it is trained and served on (classifiers/normalize.py VERSIONS). Still
+# 1: retrained on v2's views, it ranked test rows about as well (AUC within 0.02, S-Labs 0.91
+# -> 0.88) but a few hinted encodings of benign texts moved its validation operating point
+# up, and test recall fell by up to 25 points per source.
+NORMALIZE = "1"
 
 LAYERS = 2  # 2 of MiniLM-L6's 6: ~45 ms of CPU per 1,000 tokens int8 (3 layers: ~80 ms)
 WINDOW_TOKENS = 128  # [CLS] + 126 content tokens + [SEP]
@@ -137,7 +142,7 @@ def head_targets(row: dict[str, Any]) -> list[float]:
 def training_view(text: str) -> str:
     from deltaguard.classifiers import normalize
 
-    return normalize.views(text).texts()[-1]
+    return normalize.views(text, NORMALIZE).texts()[-1]
 
 
 def _diff_span(text: str, clean: str) -> tuple[int, int]:
@@ -432,7 +437,7 @@ def score_rows(model, rows: list[dict[str, Any]]) -> np.ndarray:
     """Item probabilities per head through the serving path (max over views and windows)."""
     from deltaguard.classifiers import normalize
 
-    views = [normalize.views(r["text"]).texts() for r in rows]
+    views = [normalize.views(r["text"], NORMALIZE).texts() for r in rows]
     flat = [v for vs in views for v in vs]
     p = model.score_texts(flat)
     out = np.zeros((len(rows), len(HEADS)))
@@ -591,7 +596,7 @@ def build(epochs: int) -> int:
     entry = {
         "version": VERSION,
         "format": "classifiers/encoder.py: per-token int8 ONNX encoder + npz linear heads",
-        "normalize": "1",
+        "normalize": NORMALIZE,  # the views it was trained on (training_view), served the same
         "files": {
             role: {"file": f, "sha256": sha256_file(MODELS_DIR / f)}
             for role, f in (("model", MODEL_FILE), ("tokenizer", TOKENIZER_FILE), ("heads", HEADS_FILE))

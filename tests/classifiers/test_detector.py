@@ -212,6 +212,20 @@ def test_manifest_naming_a_missing_head_is_refused(tmp_path):
         EncoderClassifier(models, artifact="detector").load()
 
 
+def test_served_the_views_of_the_normaliser_version_it_was_trained_on(unscreened, monkeypatch):
+    from deltaguard.classifiers import normalize
+
+    asked = []
+    real = normalize.views
+    monkeypatch.setattr(
+        normalize,
+        "views",
+        lambda text, version=normalize.VERSION: asked.append(version) or real(text, version),
+    )
+    unscreened.update(unscreened.initial_state(), [tool("Thanks, here is the log:\nall good\n" + "x " * 5)])
+    assert asked and set(asked) == {manifest_entry("detector")["normalize"]}
+
+
 def test_normaliser_version_mismatch_is_refused(tmp_path):
     models = _copy_models(tmp_path)
     manifest = json.loads((models / "manifest.json").read_text())
