@@ -140,8 +140,12 @@ def _recall_auc(s: np.ndarray, attacks: list[int], negatives: np.ndarray) -> dic
 def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
     sources: dict[str, Any] = {}
     benign: dict[str, dict[str, list[float]]] = {n: defaultdict(list) for n in SCORERS}
+    # (fold, group) -> flagged, per scorer and set: each group of near-duplicates weighs one
+    groups: dict[str, dict[str, dict[tuple[int, str], list[bool]]]] = {
+        n: defaultdict(lambda: defaultdict(list)) for n in SCORERS
+    }
     fam_scores: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for fold in folds:
+    for f_i, fold in enumerate(folds):
         rows = fold["rows"]
         held = set(fold["held_out"])
         negatives = [i for i, r in enumerate(rows) if r["label"] == "benign"]
@@ -168,7 +172,9 @@ def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
                 fam_scores[(r["family"], r["source"])].append(float(s[i]))
             if r["label"] == "benign" and r["fp_set"]:
                 for name in SCORERS:
-                    benign[name][r["fp_set"]].append(float(fold["attack"][name][i]))
+                    score = float(fold["attack"][name][i])
+                    benign[name][r["fp_set"]].append(score)
+                    groups[name][r["fp_set"]][(f_i, r["group"])].append(score >= 0.5)
     fam = {
         f"{f} ({src})": {"n": len(v), "recall": (k / len(v), *wilson(k, len(v)))}
         for (f, src), v in sorted(fam_scores.items())
@@ -176,9 +182,15 @@ def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
     }
     ben = {
         name: {
-            s: {"n": len(v), "flag_rate": (k / len(v), *wilson(k, len(v)))}
+            s: {
+                "n": len(v),
+                "flag_rate": (k / len(v), *wilson(k, len(v))),
+                "groups": len(shares),
+                "by_group": (sum(shares) / len(shares), *wilson(sum(shares), len(shares))),
+            }
             for s, v in sorted(sets.items())
             for k in [int(np.sum(np.array(v) >= 0.5))]
+            for shares in [[sum(f) / len(f) for f in groups[name][s].values()]]
         }
         for name, sets in benign.items()
     }
@@ -270,10 +282,13 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         "",
         "## Benign rows flagged",
         "",
-        "Every fold's benign rows: the held-out sources' own and the training sources' test split.",
+        "Every fold's benign rows: the held-out sources' own and the training sources' test split. "
+        "By group: each group of near-duplicates in a fold (a templated document and its fillings "
+        "and obfuscated copies, a conversation, a source file) weighs one, as in the rule the "
+        "operating points are chosen by.",
         "",
-        "| benign set | n | detector | lexical-v3 | pipeline | budget |",
-        "|---|---|---|---|---|---|",
+        "| benign set | n | detector | lexical-v3 | pipeline | groups | pipeline, by group | budget |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     sets = summary["benign_sets"]
     for s, e in sets["detector"].items():
@@ -281,6 +296,7 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         lines.append(
             f"| {s} | {e['n']} | "
             + " | ".join(fmt_ci(*sets[n][s]["flag_rate"], pct=True) for n in SCORERS)
+            + f" | {e['groups']} | {fmt_ci(*sets['pipeline'][s]['by_group'], pct=True)}"
             + f" | {f'<= {budget:.0%}' if budget else '-'} |"
         )
     lines += [
