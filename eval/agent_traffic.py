@@ -1,0 +1,155 @@
+"""False alarms per conversation on real benign agent traffic: `python -m eval.agent_traffic`.
+
+Builds the conversations of training/lib/agent_traffic.py (coding, research, support,
+inbox and memory, writing, shell agents reading real text, and held-back human chats)
+from the sources of one split (`--split test`, the default: repositories, Debian
+packages and dataset-build languages no model trained on), replays them with
+`deltaguard replay` (delta mode, the default pipeline unless `--classifiers` says
+otherwise) and reports, per agent kind, the share of conversations with any false alarm:
+
+    attack   a turn flags or blocks prompt_injection or jailbreak
+    harm     a turn flags toxicity or a finer harm category
+    any      either (the headline: what a user of an agent feels)
+
+pii and secrets are reported apart (a customer record holds an e-mail address). Wilson
+95% intervals. Needs the fetched repositories (training/lib/real_text.py) and writes
+eval/out/agent_traffic.md and .json, and the transcript file it replayed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from deltaguard.tools.evaluate import wilson
+from eval.replay_eval import replay
+from eval.report import write_report
+from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats
+from training.lib.real_text import all_documents
+
+OUT = Path(__file__).resolve().parent / "out" / "agent_traffic.md"
+ATTACK = frozenset({"prompt_injection", "jailbreak"})
+HARM = frozenset({"toxicity", "hate", "harassment", "sexual", "violence", "self_harm", "dangerous"})
+OTHER = frozenset({"pii", "secrets"})
+
+
+def write_transcripts(split: str, path: Path, scale: float = 1.0) -> list[dict[str, Any]]:
+    from training.lib.agent_traffic import COUNTS
+
+    docs = [d for d in all_documents() if d.split == split]
+    counts = {k: max(1, int(n * scale)) for k, n in COUNTS.items()}
+    convs = list(build_conversations(docs, held_back_chats(split), counts, seed=0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for c in convs:
+            f.write(json.dumps(c) + "\n")
+    return convs
+
+
+def conversation_flags(turns: list[dict[str, Any]]) -> set[str]:
+    return {c for t in turns for c in t["flagged_categories"]}
+
+
+def summarise(convs: list[dict[str, Any]], verdicts: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    rows: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    categories: dict[str, Counter] = defaultdict(Counter)
+    outputs: dict[str, list[int]] = defaultdict(list)
+    examples: list[dict[str, Any]] = []
+    for c in convs:
+        kind = c["labels"]["kind"]
+        turns = verdicts[c["id"]]
+        flags = conversation_flags(turns)
+        for key in ("all", kind):
+            rows[key]["attack"].append(bool(flags & ATTACK))
+            rows[key]["harm"].append(bool(flags & HARM))
+            rows[key]["any"].append(bool(flags & (ATTACK | HARM)))
+            rows[key]["pii/secrets"].append(bool(flags & OTHER))
+            categories[key].update(flags)
+        outputs[kind].append(
+            sum(1 for t in c["turns"] for i in t["input"] if i.get("type") == "function_call_output")
+        )
+        if flags & (ATTACK | HARM) and len(examples) < 40:
+            first = next(i for i, t in enumerate(turns) if set(t["flagged_categories"]) & (ATTACK | HARM))
+            item = c["turns"][first]["input"][0]
+            text = item.get("output") or item.get("content") or ""
+            examples.append(
+                {
+                    "id": c["id"],
+                    "turn": first,
+                    "categories": sorted(set(turns[first]["flagged_categories"]) & (ATTACK | HARM)),
+                    "text": str(text)[:200],
+                }
+            )
+    out: dict[str, Any] = {"rates": {}, "categories": {}, "examples": examples}
+    for key, cols in rows.items():
+        out["rates"][key] = {
+            col: {"k": sum(v), "n": len(v), "rate": sum(v) / len(v), "ci": wilson(sum(v), len(v))}
+            for col, v in cols.items()
+        }
+        out["categories"][key] = dict(categories[key])
+    out["tool_outputs_per_conversation"] = {k: sum(v) / len(v) for k, v in outputs.items() if v}
+    return out
+
+
+def report(summary: dict[str, Any], seconds: float, split: str, extra: list[str]) -> list[str]:
+    def cell(r: dict[str, Any]) -> str:
+        lo, hi = r["ci"]
+        return f"{100 * r['rate']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+    lines = [
+        "# False alarms on real benign agent traffic",
+        "",
+        f"`python -m eval.agent_traffic --split {split}{' ' + ' '.join(extra) if extra else ''}`: "
+        f"conversations built from sources of the {split} split, replayed in delta mode in {seconds:.0f} s.",
+        "",
+        "| agent kind | conversations | tool outputs each | any false alarm | attack | harm | pii/secrets |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    per = summary["tool_outputs_per_conversation"]
+    for key in (*KINDS, "all"):
+        if key not in summary["rates"]:
+            continue
+        r = summary["rates"][key]
+        each = f"{per[key]:.1f}" if key in per else ""
+        lines.append(
+            f"| {key} | {r['any']['n']} | {each} | {cell(r['any'])} | {cell(r['attack'])} | "
+            f"{cell(r['harm'])} | {cell(r['pii/secrets'])} |"
+        )
+    lines += ["", "Categories flagged (conversations): " + json.dumps(summary["categories"].get("all", {}))]
+    lines += ["", "## First flagged items (up to 40)", ""]
+    for e in summary["examples"]:
+        text = e["text"].replace("\n", " ").replace("|", "\\|")
+        lines.append(f"- `{e['id']}` turn {e['turn']} {', '.join(e['categories'])}: {text}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", default="test", choices=("train", "validation", "test"))
+    parser.add_argument("--scale", type=float, default=1.0, help="conversations per kind, x the default")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
+    parser.add_argument("--classifiers", help="comma-separated classifier names (replay --classifiers)")
+    args = parser.parse_args(argv)
+    extra: list[str] = []
+    if args.models:
+        extra += ["--models-dir", str(args.models)]
+    if args.classifiers:
+        extra += ["--classifiers", args.classifiers]
+    work = args.out.parent
+    src = work / f"agent_traffic-{args.split}.jsonl"
+    convs = write_transcripts(args.split, src, args.scale)
+    verdicts, seconds = replay(src, work / f"agent_traffic-{args.split}-verdicts.json", extra)
+    summary = summarise(convs, verdicts)
+    args.out.with_suffix(".json").parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    write_report(args.out, report(summary, seconds, args.split, extra))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
