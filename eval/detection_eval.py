@@ -4,7 +4,7 @@ Leave-one-source-out over the rows of training/detection_data.py: for every sour
 the lexical-v3 recipe (training/lexical_fit.py, the same normaliser, features and
 weighting; smaller vocabularies, see FOLD_SETTINGS) is fitted on the train split of every
 other source, calibrated and given its operating point on their validation split by the
-shipped rule (training/train_lexical_v3.py: FP_BUDGETS), and scored on every row of S,
+shipped rule (training.train_lexical_gate.py: FP_BUDGETS), and scored on every row of S,
 all splits. Rows that share a group with S (obfuscated copies of S's rows) are dropped
 from that fold's training. An attack-only source is ranked against a fixed benign
 reference: the test-split benign rows of the other sources (never trained on in any fold).
@@ -42,7 +42,7 @@ import numpy as np
 from deltaguard.classifiers.scaled import scale
 from training.detection_data import Row, all_rows
 from training.lexical_fit import FOLD_SETTINGS, HEADS, fit, log, to_model
-from training.train_lexical_v3 import FP_BUDGETS, POSITIVE, choose_threshold, head_rows
+from training.train_lexical_gate import FP_BUDGETS, POSITIVE, choose_threshold, head_rows
 
 OUT = Path(__file__).resolve().parent / "out"
 FIGURE = Path(__file__).resolve().parent / "figures" / "detection_loso.png"

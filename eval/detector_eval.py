@@ -108,7 +108,7 @@ def lexical_attack(validation: list[dict[str, Any]], p_val: np.ndarray, p_scored
     picks on the fold's validation rows."""
     from eval.detection_eval import attack_score
     from training.lexical_fit import HEADS, POSITIVE, head_rows
-    from training.train_lexical_v3 import FP_BUDGETS, choose_threshold
+    from training.train_lexical_gate import FP_BUDGETS, choose_threshold
 
     rows = as_rows(validation)
     thresholds = {}

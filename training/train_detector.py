@@ -548,28 +548,19 @@ def conversation_thresholds(
     kinds: list[str], maxima: np.ndarray, budget: float = CONVERSATION_BUDGET
 ) -> dict[str, float]:
     """Per head, the lowest threshold at which no agent kind has more than `budget` of its
-    conversations flagged by that head (a kind of n conversations may lose floor(budget*n))."""
-    out = {}
-    for h, head in enumerate(HEADS):
-        t = 0.0
-        for kind in sorted(set(kinds)):
-            q = np.sort(maxima[[i for i, k in enumerate(kinds) if k == kind], h])[::-1]
-            allowed = int(budget * len(q))
-            if allowed < len(q) and q[allowed] > 0.0:
-                t = max(t, float(np.nextafter(q[allowed], np.inf)))
-        out[head] = t
-    return out
+    conversations flagged by that head."""
+    from training.lib.thresholds import per_kind_floor
+
+    return {head: per_kind_floor(kinds, maxima[:, h], budget) for h, head in enumerate(HEADS)}
 
 
 def conversation_rates(
     kinds: list[str], maxima: np.ndarray, thresholds: dict[str, float]
 ) -> dict[str, float]:
     """The share of each kind's conversations that some head flags at `thresholds`."""
-    flagged = (maxima >= np.array([thresholds[h] for h in HEADS])).any(axis=1)
-    return {
-        kind: round(float(flagged[[i for i, k in enumerate(kinds) if k == kind]].mean()), 4)
-        for kind in sorted(set(kinds))
-    }
+    from training.lib.thresholds import flagged_share
+
+    return flagged_share(kinds, (maxima >= np.array([thresholds[h] for h in HEADS])).any(axis=1))
 
 
 def held_out(rows: list[dict[str, Any]], sources: set[str]) -> tuple[list[dict], list[dict]]:

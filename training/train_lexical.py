@@ -16,7 +16,7 @@ One command, deterministic, about ten minutes on 2 busy cores:
 5. choose each head's threshold on validation, score validation and test through the
    serving path (chunking included), run the held-out check on pipeline/tools/rollouts.py's
    tool outputs, and write the "lexical-v2" manifest entry (the conversation view's model;
-   "lexical" is lexical-v3, training/train_lexical_v3.py).
+   "lexical" is lexical-v3, training.train_lexical_gate.py).
 
 The artifact is byte-identical across runs on the same inputs: the pinned wheels and
 the standard library of the interpreter running the recipe (its version and a sha256 of

@@ -1,20 +1,26 @@
-"""Train lexical-v3, the gate lane's injection / jailbreak model: `python -m training.train_lexical_v3`.
+"""Train the gate lane's injection / jailbreak model (lexical-v4): `python -m training.train_lexical_gate`.
 
 One command, deterministic, about ten minutes on 2 busy cores:
 
 1. build the rows of training/detection_data.py (every allowed source via
    training/corpus, deduplicated, obfuscated copies; standard-library code and
-   synthetic tool outputs as benign tool material), split by group;
+   synthetic tool outputs as benign tool material), split by group, and the real-text
+   rows of training/real_rows.py (repository files, history, Debian documents and
+   dataset-build text as tool outputs, injections hidden in them, benign requests with
+   the words detectors over-weight), split by whole source;
 2. fit the normalised TF-IDF + logistic model of training/lexical_fit.py on train,
    calibrate on validation;
 3. export `models/lexical-v3.npz` (plain arrays) and check that the serving code
    reproduces sklearn on test texts within 1e-6;
 4. choose each head's threshold on validation only, through the serving path
    (normaliser views, 2,000-character chunks, max): max F1 subject to a false-positive
-   budget on each benign validation set (FP_BUDGETS);
+   budget on each benign validation set (FP_BUDGETS), and no lower than what keeps each
+   kind of the validation split's real agent conversations within CONVERSATION_BUDGET
+   (the `lexical` view judges their tool outputs);
 5. score test, run the held-out check on pipeline/tools/rollouts.py tool outputs, and
    write the "lexical" manifest entry (the `lexical` view serves it; lexical-v2 stays as
-   "lexical-v2" for the conversation and definitions views).
+   "lexical-v2" for the conversation and definitions views, and lexical-v3 as
+   "lexical-v3", the detector's screen, whose floor was chosen for it).
 """
 
 from __future__ import annotations
@@ -36,12 +42,16 @@ from training.detection_data import FP_SETS, SPLITS, Row, all_rows
 from training.lexical_fit import HEADS, POSITIVE, FitSettings, fit, head_rows, log, parity, to_model
 
 NAME = "lexical"  # the entry the lexical view serves
-VERSION = "3"
+VERSION = "4"
+SCREEN_ENTRY = "lexical-v3"  # the detector's screen stays on the model its floor was chosen for
 ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 # Per head, on validation, with room under what the pipeline may flag (chat 1%, tool
 # outputs 2%, look-alike documents 5%): the heads fire on different texts (jailbreak
 # templates hardly ever on documents), so each gets a bit under the whole budget.
 FP_BUDGETS = {"chat": 0.005, "prompts": 0.02, "tool": 0.01, "lookalike": 0.04}
+# Per head, the share of each kind of the validation split's real agent conversations whose
+# tool outputs it may flag (training/lib/thresholds.py).
+CONVERSATION_BUDGET = 0.005
 PARITY_TEXTS = 400
 PARITY_TOLERANCE = 1e-6
 ROLLOUT_CHECK_TEXTS = 500
@@ -128,9 +138,42 @@ def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
     }
 
 
+def real_text_rows(corpus_rows: list[Row]) -> list[Row]:
+    """training/real_rows.py's rows (injections of `corpus_rows` hidden in real text)."""
+    from dataclasses import asdict
+
+    from training.real_rows import real_rows
+
+    corpus = [asdict(r) | {"fp_set": r.fp_set} for r in corpus_rows]
+    fields = ("text", "label", "source", "family", "channel", "group", "split")
+    return [Row(*(r[f] for f in fields)) for r in real_rows(corpus)]
+
+
+def conversation_floors(model: LexicalModel) -> tuple[dict[str, float], list[str], np.ndarray]:
+    """Per head, the lowest threshold within CONVERSATION_BUDGET on each kind of the
+    validation split's real agent conversations (each one's highest tool-output score)."""
+    from training.lib.agent_traffic import conversation_texts
+    from training.lib.thresholds import per_kind_floor
+
+    convs = [(kind, tools) for kind, _user, tools, _said in conversation_texts("validation") if tools]
+    texts = sorted({t for _, tools in convs for t in tools})
+    index = {t: i for i, t in enumerate(texts)}
+    p = model.score_many(texts)
+    kinds = [kind for kind, _ in convs]
+    maxima = np.array([p[[index[t] for t in tools]].max(axis=0) for _, tools in convs])
+    floors = {head: per_kind_floor(kinds, maxima[:, h], CONVERSATION_BUDGET) for h, head in enumerate(HEADS)}
+    return floors, kinds, maxima
+
+
 def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR) -> None:
     path = models_dir / MANIFEST_NAME
     manifest = json.loads(path.read_text(encoding="utf-8"))
+    previous = manifest["models"].get(NAME, {})
+    if previous.get("version") == "3":  # kept, under its own name, for the detector's screen
+        manifest["models"][SCREEN_ENTRY] = previous
+    screen = manifest["models"].get("detector", {}).get("screen")
+    if screen and screen.get("artifact") == NAME:
+        screen["artifact"] = SCREEN_ENTRY
     manifest["models"][NAME] = entry
     tmp = path.with_suffix(".json.tmp")  # readers (running tests) never see half a file
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -146,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.time()
     rows = all_rows(args.cache)
+    known = {r.text for r in rows}
+    rows += [r for r in real_text_rows(rows) if r.text not in known and not known.add(r.text)]
     by_split = {s: [r for r in rows if r.split == s] for s in SPLITS}
     log(f"{len(rows)} rows: " + ", ".join(f"{s} {len(v)}" for s, v in by_split.items()))
     union, models = fit(by_split["train"], by_split["validation"], FitSettings())
@@ -166,7 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         y = np.array([val[i].label == POSITIVE[head] for i in idx], dtype=int)
         benign = {s: p_val[[i for i, r in enumerate(val) if r.fp_set == s], h] for s in FP_BUDGETS}
         thresholds[head] = round(choose_threshold(y, p_val[idx, h], benign), 6)
-    log(f"thresholds {thresholds}")
+    floors, kinds, maxima = conversation_floors(model)
+    thresholds = {h: max(t, round(floors[h] + 5e-7, 6)) for h, t in thresholds.items()}
+    from training.lib.thresholds import flagged_share
+
+    conversations = flagged_share(kinds, (maxima >= np.array([thresholds[h] for h in HEADS])).any(axis=1))
+    log(f"thresholds {thresholds} (conversation floors {floors}); validation conversations {conversations}")
     results = {"validation": evaluate(val, p_val, thresholds), "test": evaluate(test, p_test, thresholds)}
     log(json.dumps(results["test"], indent=1)[:3000])
     counts = {
@@ -181,12 +231,17 @@ def main(argv: list[str] | None = None) -> int:
         "categories": list(HEADS),
         "thresholds": thresholds,
         "threshold_rule": "per head, max F1 on its labelled validation rows subject to a flag rate <= "
-        f"{FP_BUDGETS} on each benign validation set; scores from the serving path (normaliser views, "
-        "2,000-char chunks, max)",
+        f"{FP_BUDGETS} on each benign validation set, and no lower than the threshold that flags at most "
+        f"{CONVERSATION_BUDGET} of each kind of the validation split's real agent conversations "
+        "(training/lib/agent_traffic.py, their tool outputs); scores from the serving path (normaliser "
+        "views, 2,000-char chunks, max)",
+        "validation_conversations_flagged": conversations,
         "training_data": {
             "recipe": "training/detection_data.py: training/corpus (every allowed source of docs/data.md, "
             "deduplicated, obfuscated copies) + train_lexical's stdlib code, synthetic tool outputs and "
-            "harness notes; corpus rows split by group hash 8:1:1, code material by file",
+            "harness notes; corpus rows split by group hash 8:1:1, code material by file; "
+            "training/real_rows.py: real text (fetched repositories, Debian documents, dataset-build) "
+            "split by whole source 3:1:1, injections hidden in it, benign over-defence requests",
             "rows": counts,
             "fp_sets": list(FP_SETS),
         },
