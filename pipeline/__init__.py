@@ -9,8 +9,9 @@
 The package's layers import downward only, bottom to top (`LAYERS`; a test checks every
 import of the package against it):
 
-    errors, items, models, defaults    the exception tree, the hot-path item type, artifacts' home,
-                                         every default value
+    errors, items, models, defaults,   the exception tree, the hot-path item type, artifacts' home,
+      worker                             every default value, the one bounded worker under every
+                                         background loop
     parsing, events, artifacts,        wire items to `Item`s, emitted events, hash-checked
       transcripts                        model files, the transcript file format
     classifiers                        the classifier protocol and the classifiers
@@ -95,7 +96,7 @@ __all__ = [
 # The layering rule, bottom to top: a module may import its own layer and those below it.
 # Keys are the first name under `deltaguard` (`deltaguard.state.store` -> "state").
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "items", "models", "defaults"}),
+    frozenset({"errors", "items", "models", "defaults", "worker"}),
     frozenset({"parsing", "events", "artifacts", "transcripts"}),
     frozenset({"classifiers"}),
     frozenset({"state"}),
