@@ -221,7 +221,8 @@ class BoundedWorker(Generic[T]):
             return Leftovers(queued=self._take_queued())
         self.state = self.state.to(Lifecycle.CLOSING, self.name)
         try:
-            await asyncio.wait_for(self._queue.join(), max(0.0, deadline - time.monotonic()))
+            if self._inflight or self.depth:  # (a zero timeout times out even an empty queue)
+                await asyncio.wait_for(self._queue.join(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             self.log.error(
                 "%s: %d jobs not done at the shutdown deadline", self.name, len(self._inflight) + self.depth
