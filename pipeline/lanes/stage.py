@@ -190,15 +190,6 @@ class SafetyStage:
     def monitor_tracker(self, tenant: str = DEFAULT_TENANT) -> ConversationTracker | None:
         return self._tracker("monitor", self.monitor_scorer, tenant) if self.monitor_scorer else None
 
-    @property
-    def gate(self) -> ConversationTracker:
-        """The default tenant's gate-lane tracker."""
-        return self.gate_tracker()
-
-    @property
-    def monitor(self) -> ConversationTracker | None:
-        return self.monitor_tracker()
-
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
