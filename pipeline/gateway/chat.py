@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.chat_upstream import (
     ChatUpstream,
     HttpChatUpstream,
@@ -39,7 +40,7 @@ from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_b
 from deltaguard.integrations.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.items import TOOL_DEFINITIONS, Item
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
-from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage, Usage
 from deltaguard.parsing import parse_item
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})

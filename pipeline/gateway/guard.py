@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from deltaguard.errors import ItemError, PreviousResponseNotFound, RequestError
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.chat import chat_usage
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard_openapi import OPENAPI
@@ -40,7 +41,7 @@ from deltaguard.integrations.chat_items import (
     responses_output_items,
 )
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
-from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage, Usage
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import TurnVerdict, chain_of
 from deltaguard.state.store import LruTtlMap

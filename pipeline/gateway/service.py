@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.upstream import TERMINAL_EVENTS, Upstream, UpstreamCall, usage_of
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
-from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage, Usage
 from deltaguard.parsing import parse_item, parse_items
 from deltaguard.state.scoring import chain_of
 from deltaguard.state.store import LruTtlMap

@@ -61,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deltaguard import defaults
 from deltaguard.classifiers.registry import DEFAULT_NAMES
 from deltaguard.errors import DeltaGuardError, ItemError, LaneClosed, PreviousResponseNotFound
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.integrations.chat_items import (
     ItemCache,
     chat_history_items,
@@ -70,7 +71,7 @@ from deltaguard.integrations.chat_items import (
 )
 from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
 from deltaguard.items import Item
-from deltaguard.lanes.stage import DEFAULT_TENANT, StageConfig, Usage
+from deltaguard.lanes.stage import StageConfig, Usage
 from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.loading import build_scorer
