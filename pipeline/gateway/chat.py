@@ -35,6 +35,7 @@ from deltaguard.gateway.chat_upstream import (
     UpstreamRefused,
 )
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.http_errors import error_response, unauthorized
 from deltaguard.gateway.service import _with_stall_timeout, safety_summary
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
 from deltaguard.integrations.chat_items import ItemCache, chat_history_items, chat_output_items
@@ -276,15 +277,12 @@ class ChatEndpoint:
 
     def _error(self, err: RequestError) -> Response:
         self.metrics.requests.labels("chat", err.code).inc()
-        return JSONResponse({"error": err.to_error()}, status_code=err.status)
+        return error_response(err)
 
     async def handle(self, request: Request) -> Response:
         tenant = self.tenant_of(request.headers)
         if tenant is None:
-            err = RequestError(
-                "Incorrect API key provided.", code="invalid_api_key", status=401, type="authentication_error"
-            )
-            return self._error(err)
+            return self._error(unauthorized())
         try:
             req = self.service.parse(await request.body())
             gate = await self.service.gate(req, tenant)

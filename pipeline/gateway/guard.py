@@ -31,6 +31,7 @@ from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.chat import chat_usage
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard_openapi import OPENAPI
+from deltaguard.gateway.http_errors import error_response, unauthorized
 from deltaguard.gateway.upstream import usage_of
 from deltaguard.gateway.wire import check_sizes, new_id, optional_instructions, optional_tools, parse_body
 from deltaguard.integrations.chat_items import (
@@ -308,17 +309,12 @@ class GuardEndpoints:
         tenant = self.tenant_of(request.headers)
         try:
             if tenant is None:
-                raise RequestError(
-                    "Incorrect API key provided.",
-                    code="invalid_api_key",
-                    status=401,
-                    type="authentication_error",
-                )
+                raise unauthorized()
             body = parse_body(await request.body(), self.service.config.max_request_bytes)
             result = await check(body, tenant)
         except RequestError as err:
             self.metrics.requests.labels(name, err.code).inc()
-            return JSONResponse({"error": err.to_error()}, status_code=err.status)
+            return error_response(err)
         self.metrics.requests.labels(name, "ok").inc()
         return JSONResponse(result)
 
