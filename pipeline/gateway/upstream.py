@@ -450,16 +450,3 @@ class WebSocketUpstream:
 
 class _StateGone(Exception):
     """The upstream answered previous_response_not_found: resend the whole history."""
-
-
-def usage_of(response: dict[str, Any]) -> tuple[int, int, int, int]:
-    """(input, cached input, output, reasoning) tokens of a response object's usage."""
-    usage = response.get("usage") or {}
-    details_in = usage.get("input_tokens_details") or {}
-    details_out = usage.get("output_tokens_details") or {}
-    return (
-        int(usage.get("input_tokens") or 0),
-        int(details_in.get("cached_tokens") or 0),
-        int(usage.get("output_tokens") or 0),
-        int(details_out.get("reasoning_tokens") or 0),
-    )

@@ -54,6 +54,7 @@ from deltaguard.state.store import (
 )
 from deltaguard.telemetry.metrics import NullMetrics, StageMetrics
 from deltaguard.telemetry.tracing import lane_span
+from deltaguard.usage import Usage
 from deltaguard.worker import BoundedWorker, Lifecycle
 
 log = logging.getLogger("deltaguard.stage")
@@ -88,16 +89,6 @@ class GateResult:
     verdict: TurnVerdict
     blocked: bool
     blocked_categories: list[str]  # why it was blocked: this turn's or earlier flags
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """The model's usage of one response, as the upstream reported it."""
-
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
