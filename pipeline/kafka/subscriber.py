@@ -72,8 +72,7 @@ class FlagSubscriber:
         task = getattr(self, "_task", None)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})  # (never swallows the caller's own cancellation)
 
     async def _run(self) -> None:
         backoff = Backoff(self.settings.reconnect_initial_s, self.settings.reconnect_max_s)
