@@ -80,6 +80,10 @@ class JsonlSink:
         return None
 
 
+def _describe_events(events: Sequence[Event]) -> str:
+    return f"event {events[0].event_id}" if len(events) == 1 else f"{len(events)} events"
+
+
 class SinkWriter:
     """A bounded queue and a delivery task in front of one sink (a `BoundedWorker`)."""
 
@@ -105,7 +109,7 @@ class SinkWriter:
             batch_size=batch_size,
             retry=Retry(None, retry_initial_s, retry_max_s),
             log=log,
-            describe=lambda events: f"{len(events)} events" if len(events) > 1 else events[0].event_id,
+            describe=_describe_events,
         )
 
     def start(self) -> None:
