@@ -9,10 +9,11 @@
 The package's layers import downward only, bottom to top (`LAYERS`; a test checks every
 import of the package against it):
 
-    errors, items, models, defaults    the exception tree, the hot-path item type, artifacts' home,
-                                         every default value
+    errors, items, models, defaults,   the exception tree, the hot-path item type, artifacts' home,
+      worker                             every default value, the one bounded worker under every
+                                         background loop
     parsing, events, artifacts,        wire items to `Item`s, emitted events, hash-checked
-      transcripts                        model files, the transcript file format
+      transcripts, usage                 model files, the transcript file format, token usage
     classifiers                        the classifier protocol and the classifiers
     state                              snapshots, the hash chain, the conversation store, policy
     telemetry, sinks                   metrics and tracing; where events go
@@ -41,13 +42,14 @@ from deltaguard.errors import (
 from deltaguard.events import BillingEvent, FlagEvent, TurnEvent
 from deltaguard.items import Item, count_tokens
 from deltaguard.lanes.monitor import MonitorStep
-from deltaguard.lanes.stage import GateResult, SafetyStage, StageConfig, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage, StageConfig
 from deltaguard.parsing import parse_item, parse_items
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.policy import CategoryPolicy, Policy, load_policy
 from deltaguard.state.scoring import Scorer, Snapshot, TurnVerdict
 from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.usage import Usage
 
 __version__ = "0.1.0"
 
@@ -95,8 +97,8 @@ __all__ = [
 # The layering rule, bottom to top: a module may import its own layer and those below it.
 # Keys are the first name under `deltaguard` (`deltaguard.state.store` -> "state").
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "items", "models", "defaults"}),
-    frozenset({"parsing", "events", "artifacts", "transcripts"}),
+    frozenset({"errors", "items", "models", "defaults", "worker"}),
+    frozenset({"parsing", "events", "artifacts", "transcripts", "usage"}),
     frozenset({"classifiers"}),
     frozenset({"state"}),
     frozenset({"telemetry", "sinks"}),

@@ -11,6 +11,7 @@ DeltaGuardError
 │   └── ConversationNotLoadedError
 ├── PolicyError                a policy file cannot be used (file, field)
 ├── LaneClosed                 work submitted to a lane that is shutting down
+├── LifecycleError             a component asked to start or close out of order (also a RuntimeError)
 ├── SinkFull                   a bounded sink or spool refused an event
 ├── RecordingStoreError        the recording store cannot be used
 ├── RequestError               a request the gateway refuses (HTTP status, error code)
@@ -85,6 +86,10 @@ class PolicyError(DeltaGuardError):
 
 class LaneClosed(DeltaGuardError):
     pass
+
+
+class LifecycleError(DeltaGuardError, RuntimeError):
+    """A component was asked to start twice, or after it closed (`deltaguard.worker.Lifecycle`)."""
 
 
 class SinkFull(DeltaGuardError):

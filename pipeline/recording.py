@@ -50,6 +50,7 @@ import contextlib
 import copy
 import json
 import logging
+import math
 import re
 import sqlite3
 import threading
@@ -63,13 +64,14 @@ from typing import Any, Literal
 from deltaguard.classifiers.pii import PII_RULES
 from deltaguard.classifiers.rules import Rule, channel
 from deltaguard.classifiers.secrets import SECRET_RULES
-from deltaguard.errors import LaneClosed, RecordingStoreError
+from deltaguard.errors import RecordingStoreError
 from deltaguard.events import FlagEvent
 from deltaguard.items import TEXT_PART_TYPES, Item
 from deltaguard.state.policy import ordered_categories
 from deltaguard.state.scoring import Scorer, turn_json
 from deltaguard.state.store import ResponseRecord
 from deltaguard.transcripts import Conversation, parse_conversation
+from deltaguard.worker import BoundedWorker, Lifecycle, Retry
 
 log = logging.getLogger("deltaguard.recording")
 
@@ -739,10 +741,21 @@ class TranscriptRecorder:
         self.retries = retries
         self.clock = clock
         self.recorded = 0  # jobs written (inserted, extended or appended)
-        self.failures = 0  # jobs given up after `retries` attempts
         self._store: TranscriptStore | None = None
         self._lock = threading.Lock()
-        self._state: Literal["new", "running", "closing", "closed"] = "new"
+        self._worker: BoundedWorker[_Job] = BoundedWorker(
+            "recorder",
+            self._record_batch,
+            maxsize=queue_size,
+            retry=Retry(retries, initial_s=0.1, max_s=math.inf),
+            log=log,
+            describe=lambda jobs: f"recording of flag {jobs[0].event.event_id}",
+        )
+
+    @property
+    def failures(self) -> int:
+        """Jobs given up after `retries` attempts."""
+        return self._worker.dropped
 
     # -- synchronous core (one thread at a time)
 
@@ -863,72 +876,44 @@ class TranscriptRecorder:
     # -- asynchronous front (the stage's hook)
 
     async def start(self) -> None:
-        if self._state != "new":
-            raise RuntimeError(f"TranscriptRecorder.start() called when {self._state}")
+        self._worker.state.to(Lifecycle.RUNNING, "recorder")  # a second start fails here, before any work
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltaguard-recorder")
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue(self.queue_size)
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._open_store)  # fail at startup, not later
         except BaseException:
             self._executor.shutdown(wait=False)
-            self._state = "closed"
+            await self._worker.aclose(time.monotonic())
             raise
-        self._task = asyncio.create_task(self._run(), name="recorder")
-        self._state = "running"
+        self._worker.start()
 
     @property
     def depth(self) -> int:
-        return self._queue.qsize() if self._state != "new" else 0
+        return self._worker.depth
 
     async def submit(self, event: FlagEvent, record: ResponseRecord, tenant: str | None = None) -> None:
         """Queue a recording; waits only when the queue is full (backpressure)."""
-        if self._state != "running":
-            raise LaneClosed(f"recorder is {self._state}; flag {event.event_id} not recorded")
-        await self._queue.put(_Job(event, record, tenant))
+        await self._worker.put(_Job(event, record, tenant))
 
-    async def _run(self) -> None:
+    async def _record_batch(self, jobs: list[_Job]) -> None:
+        [job] = jobs
         loop = asyncio.get_running_loop()
-        while True:
-            job = await self._queue.get()
-            try:
-                for attempt in range(1, self.retries + 1):
-                    try:
-                        await loop.run_in_executor(
-                            self._executor, self.record, job.event, job.record, job.tenant
-                        )
-                        break
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:
-                        if attempt == self.retries:
-                            self.failures += 1
-                            log.exception("recording of flag %s failed; giving up", job.event.event_id)
-                        else:
-                            log.warning("recording of flag %s failed; retrying", job.event.event_id)
-                            await asyncio.sleep(0.05 * 2**attempt)
-            finally:
-                self._queue.task_done()
+        await loop.run_in_executor(self._executor, self.record, job.event, job.record, job.tenant)
 
     async def aclose(self, timeout_s: float = 10.0) -> int:
         """Drain the queue (up to `timeout_s`), then close; returns jobs left unrecorded."""
-        if self._state != "running":
-            self._state = "closed"
+        if self._worker.state is not Lifecycle.RUNNING:
+            await self._worker.aclose(time.monotonic())
             return 0
-        self._state = "closing"
         try:
-            await asyncio.wait_for(self._queue.join(), timeout_s)
-        except TimeoutError:
-            log.error("recorder: %d flagged conversations not recorded at shutdown", self._queue.qsize())
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        left = self._queue.qsize()
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self.close)
-        self._executor.shutdown(wait=True)
-        self._state = "closed"
-        return left
+            left = await self._worker.aclose(time.monotonic() + timeout_s)
+        finally:
+            # The writer thread finishes a recording cut short at the deadline (so it is
+            # not counted as left) before it closes the store.
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self.close)
+            self._executor.shutdown(wait=True)
+        return len(left.queued)
 
 
 def _ordered(categories: Any) -> list[str]:

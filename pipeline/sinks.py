@@ -4,26 +4,27 @@ Also the interface of a flag recorder (`FlagRecorder`; `deltaguard.recording` im
 it), so that the lanes depend on what they call, not on the recording store.
 
 A sink is `send(events)` plus `aclose()`. `SinkWriter` puts a bounded queue and one
-delivery task in front of a sink, so a slow or failing sink never delays the caller:
-failed batches are retried with backoff (at least once; event ids are stable) and
-`aclose()` drains what is queued before closing.
+delivery task in front of a sink (`deltaguard.worker.BoundedWorker`), so a slow or
+failing sink never delays the caller: failed batches are retried with backoff until
+taken (at least once; event ids are stable) and `aclose()` drains what is queued before
+closing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from deltaguard.errors import LaneClosed
 from deltaguard.events import Event, FlagEvent
 from deltaguard.state.store import ResponseRecord
+from deltaguard.worker import BoundedWorker, Retry
 
 log = logging.getLogger("deltaguard.sinks")
 
@@ -79,8 +80,12 @@ class JsonlSink:
         return None
 
 
+def _describe_events(events: Sequence[Event]) -> str:
+    return f"event {events[0].event_id}" if len(events) == 1 else f"{len(events)} events"
+
+
 class SinkWriter:
-    """A bounded queue and a delivery task in front of one sink."""
+    """A bounded queue and a delivery task in front of one sink (a `BoundedWorker`)."""
 
     def __init__(
         self,
@@ -94,82 +99,52 @@ class SinkWriter:
     ) -> None:
         self.sink = sink
         self.name = name
-        self.batch_size = batch_size
-        self.retry_initial_s = retry_initial_s
-        self.retry_max_s = retry_max_s
         self.on_delivered = on_delivered
-        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._inflight: list[Event] = []
         self.delivered = 0
-        self.failures = 0
+        # Retried until taken: events are never dropped, and their ids are stable.
+        self._worker: BoundedWorker[Event] = BoundedWorker(
+            f"sink:{name}",
+            self._deliver,
+            maxsize=maxsize,
+            batch_size=batch_size,
+            retry=Retry(None, retry_initial_s, retry_max_s),
+            log=log,
+            describe=_describe_events,
+        )
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"sink:{self.name}")
+        self._worker.start()
 
     @property
     def depth(self) -> int:
-        return self._queue.qsize()
+        return self._worker.depth
+
+    @property
+    def failures(self) -> int:
+        """Deliveries the sink refused (each retried)."""
+        return self._worker.failures
 
     async def put(self, event: Event) -> None:
         """Queue an event; waits only when the queue is full (backpressure)."""
-        if self._closing:
-            raise LaneClosed(f"sink {self.name} is closing; event {event.event_id} not accepted")
-        await self._queue.put(event)
+        await self._worker.put(event)
 
     async def flush(self) -> None:
         """Wait until every event queued so far has been delivered."""
-        await self._queue.join()
+        await self._worker.drain()
 
     async def _deliver(self, batch: list[Event]) -> None:
-        delay = self.retry_initial_s
-        while True:
-            try:
-                await self.sink.send(batch)
-                self.delivered += len(batch)
-                if self.on_delivered is not None:
-                    self.on_delivered(batch)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.failures += 1
-                log.exception(
-                    "sink %s failed to take %d events; retrying in %.2fs", self.name, len(batch), delay
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.retry_max_s)
-
-    async def _run(self) -> None:
-        while True:
-            first = await self._queue.get()
-            batch = [first]
-            while len(batch) < self.batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            self._inflight = batch
-            await self._deliver(batch)  # on cancellation the batch stays in _inflight
-            self._inflight = []
-            for _ in batch:
-                self._queue.task_done()
+        await self.sink.send(batch)
+        self.delivered += len(batch)
+        if self.on_delivered is not None:
+            self.on_delivered(batch)
 
     async def aclose(self, timeout_s: float = 10.0) -> list[Event]:
         """Drain, then close the sink. Returns what could not be delivered in time."""
-        self._closing = True
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._queue.join(), timeout_s)
-            except TimeoutError:
-                log.error("sink %s: %d events undelivered at shutdown", self.name, self._queue.qsize())
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        leftover = list(self._inflight)
-        while not self._queue.empty():
-            leftover.append(self._queue.get_nowait())
-        await self.sink.aclose()
-        return leftover
+        try:
+            left = await self._worker.aclose(time.monotonic() + timeout_s)
+        finally:
+            await self.sink.aclose()
+        return list(left)
 
 
 class FlagRecorder(Protocol):

@@ -29,6 +29,7 @@ from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstre
 from deltaguard.gateway.chat_upstream import ChatUpstream
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard import GuardEndpoints, GuardService, routes_of
+from deltaguard.gateway.http_errors import error_response, unauthorized
 from deltaguard.gateway.service import ResponsesService
 from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream, WebSocketUpstream
 from deltaguard.gateway.wire import error_event, parse_body, parse_create
@@ -40,9 +41,6 @@ from deltaguard.state.scoring import Scorer
 from deltaguard.telemetry.metrics import PrometheusMetrics
 
 log = logging.getLogger("deltaguard.gateway")
-UNAUTHORIZED = RequestError(
-    "Incorrect API key provided.", code="invalid_api_key", status=401, type="authentication_error"
-)
 
 
 def build_upstream(config: GatewayConfig) -> Upstream:
@@ -195,7 +193,7 @@ class Gateway:
         tenant = self.tenant_of(request.headers)
         if tenant is None:
             self.metrics.requests.labels("http", "invalid_api_key").inc()
-            return JSONResponse({"error": UNAUTHORIZED.to_error()}, status_code=401)
+            return error_response(unauthorized())
         try:
             req = self._parse(await request.body())
             if not req.stream:
@@ -223,7 +221,7 @@ class Gateway:
             return StreamingResponse(_sse(first, queue, task), media_type="text/event-stream")
         except RequestError as err:
             self.metrics.requests.labels("http", err.code).inc()
-            return JSONResponse({"error": err.to_error()}, status_code=err.status)
+            return error_response(err)
 
     # -- the Conversations API -------------------------------------------------------------
 
@@ -231,7 +229,7 @@ class Gateway:
         """POST /v1/conversations, GET/DELETE /v1/conversations/{id}, GET .../items."""
         tenant = self.tenant_of(request.headers)
         if tenant is None:
-            return JSONResponse({"error": UNAUTHORIZED.to_error()}, status_code=401)
+            return error_response(unauthorized())
         conversation_id = request.path_params.get("conversation_id")
         try:
             if conversation_id is None:
@@ -263,7 +261,7 @@ class Gateway:
             else:
                 entry = self.service.conversation(conversation_id, tenant)
         except RequestError as err:
-            return JSONResponse({"error": err.to_error()}, status_code=err.status)
+            return error_response(err)
         return JSONResponse(
             {
                 "id": entry.id,

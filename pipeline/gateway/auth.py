@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
-from deltaguard.lanes.stage import DEFAULT_TENANT
+from deltaguard.events import DEFAULT_TENANT
 
 
 def tenant_for(api_keys: Mapping[str, str], headers: Any) -> str | None:

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.chat_upstream import (
     ChatUpstream,
     HttpChatUpstream,
@@ -34,13 +35,15 @@ from deltaguard.gateway.chat_upstream import (
     UpstreamRefused,
 )
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.http_errors import error_response, unauthorized
 from deltaguard.gateway.service import _with_stall_timeout, safety_summary
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
 from deltaguard.integrations.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.items import TOOL_DEFINITIONS, Item
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
-from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage
 from deltaguard.parsing import parse_item
+from deltaguard.usage import usage_from
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -107,19 +110,6 @@ def parse_chat(
         # the same tools keep the history's prefix, and its scores, unchanged.
         items.insert(0, parse_item({"type": TOOL_DEFINITIONS, "tools": tools}))
     return ChatRequest(body, items, stream, bool(options and options.get("include_usage") is True))
-
-
-def chat_usage(usage: Any) -> Usage:
-    """A chat `usage` object as the stage bills it (zeros when the upstream sent none)."""
-    usage = usage if isinstance(usage, dict) else {}
-    prompt = usage.get("prompt_tokens_details") or {}
-    completion = usage.get("completion_tokens_details") or {}
-    return Usage(
-        int(usage.get("prompt_tokens") or 0),
-        int(prompt.get("cached_tokens") or 0),
-        int(usage.get("completion_tokens") or 0),
-        int(completion.get("reasoning_tokens") or 0),
-    )
 
 
 class _Answer:
@@ -212,7 +202,7 @@ class ChatService:
             output = []  # an answer of a shape no client can echo: billed, not history
         await self.stage.append_output(gate, output)
         self.stage.metrics.observe_items("output", output)
-        await self.stage.complete_turn(gate, output, chat_usage(usage))
+        await self.stage.complete_turn(gate, output, usage_from(usage, "chat"))
 
     async def complete(self, req: ChatRequest, gate: GateResult) -> dict[str, Any]:
         """A JSON chat completion: the upstream's object, plus `safety`."""
@@ -275,15 +265,12 @@ class ChatEndpoint:
 
     def _error(self, err: RequestError) -> Response:
         self.metrics.requests.labels("chat", err.code).inc()
-        return JSONResponse({"error": err.to_error()}, status_code=err.status)
+        return error_response(err)
 
     async def handle(self, request: Request) -> Response:
         tenant = self.tenant_of(request.headers)
         if tenant is None:
-            err = RequestError(
-                "Incorrect API key provided.", code="invalid_api_key", status=401, type="authentication_error"
-            )
-            return self._error(err)
+            return self._error(unauthorized())
         try:
             req = self.service.parse(await request.body())
             gate = await self.service.gate(req, tenant)

@@ -78,7 +78,6 @@ class GatewayConfig(BaseModel):
     max_connections: int = Field(1000, ge=1)
     max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
     max_connection_age_s: float = Field(3600.0, gt=0)  # like the hosted API's 60-minute cap
-    max_cached_responses_per_connection: int = Field(256, ge=1)
     max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=256)
     max_items_per_request: int = Field(10_000, ge=1)

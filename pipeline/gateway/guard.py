@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from deltaguard.errors import ItemError, PreviousResponseNotFound, RequestError
-from deltaguard.gateway.chat import chat_usage
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard_openapi import OPENAPI
-from deltaguard.gateway.upstream import usage_of
+from deltaguard.gateway.http_errors import error_response, unauthorized
 from deltaguard.gateway.wire import check_sizes, new_id, optional_instructions, optional_tools, parse_body
 from deltaguard.integrations.chat_items import (
     ItemCache,
@@ -40,10 +40,11 @@ from deltaguard.integrations.chat_items import (
     responses_output_items,
 )
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
-from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import TurnVerdict, chain_of
 from deltaguard.state.store import LruTtlMap
+from deltaguard.usage import usage_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +76,6 @@ def _answer(gate: GateResult, verdict: TurnVerdict, decision: str, start: float)
         "tokens_scored": verdict.tokens_scored,
         "latency_ms": {**{k: round(v, 4) for k, v in verdict.latency_ms.items()}, "request": _ms(start)},
     }
-
-
-def usage_from(usage: Any) -> Usage:
-    """A usage object in Chat Completions or Responses shape."""
-    if isinstance(usage, dict) and ("input_tokens" in usage or "output_tokens" in usage):
-        return Usage(*usage_of({"usage": usage}))
-    return chat_usage(usage)
 
 
 class GuardService:
@@ -307,17 +301,12 @@ class GuardEndpoints:
         tenant = self.tenant_of(request.headers)
         try:
             if tenant is None:
-                raise RequestError(
-                    "Incorrect API key provided.",
-                    code="invalid_api_key",
-                    status=401,
-                    type="authentication_error",
-                )
+                raise unauthorized()
             body = parse_body(await request.body(), self.service.config.max_request_bytes)
             result = await check(body, tenant)
         except RequestError as err:
             self.metrics.requests.labels(name, err.code).inc()
-            return JSONResponse({"error": err.to_error()}, status_code=err.status)
+            return error_response(err)
         self.metrics.requests.labels(name, "ok").inc()
         return JSONResponse(result)
 

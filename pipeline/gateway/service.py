@@ -24,15 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.upstream import TERMINAL_EVENTS, Upstream, UpstreamCall, usage_of
+from deltaguard.gateway.upstream import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
-from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage
 from deltaguard.parsing import parse_item, parse_items
 from deltaguard.state.scoring import chain_of
 from deltaguard.state.store import LruTtlMap
+from deltaguard.usage import usage_from
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -309,7 +311,9 @@ class ResponsesService:
                 entry.last_response_id = response_id
         self.stage.metrics.observe_items("output", output_items)
         if req.generate:
-            await self.stage.complete_turn(gate, output_items, Usage(*usage_of(upstream_response)))
+            await self.stage.complete_turn(
+                gate, output_items, usage_from(upstream_response.get("usage"), "responses")
+            )
         return final
 
     async def _watch_output(self, gate: GateResult, watch: OutputStreamScorer, found: list[Any]) -> None:

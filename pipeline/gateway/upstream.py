@@ -34,7 +34,6 @@ from websockets.asyncio.client import ClientConnection
 
 from deltaguard.errors import UpstreamError
 from deltaguard.gateway.wire import new_id, response_object, usage_object
-from deltaguard.items import count_tokens
 from deltaguard.parsing import parse_items
 
 log = logging.getLogger("deltaguard.gateway.upstream")
@@ -451,21 +450,3 @@ class WebSocketUpstream:
 
 class _StateGone(Exception):
     """The upstream answered previous_response_not_found: resend the whole history."""
-
-
-def usage_of(response: dict[str, Any]) -> tuple[int, int, int, int]:
-    """(input, cached input, output, reasoning) tokens of a response object's usage."""
-    usage = response.get("usage") or {}
-    details_in = usage.get("input_tokens_details") or {}
-    details_out = usage.get("output_tokens_details") or {}
-    return (
-        int(usage.get("input_tokens") or 0),
-        int(details_in.get("cached_tokens") or 0),
-        int(usage.get("output_tokens") or 0),
-        int(details_out.get("reasoning_tokens") or 0),
-    )
-
-
-def estimate_tokens(items: Sequence[dict[str, Any]]) -> int:
-    """Input tokens as DeltaGuard counts them, for upstreams that report no usage."""
-    return sum(count_tokens(i.text) for i in parse_items(list(items), "input"))

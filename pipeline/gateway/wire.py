@@ -157,28 +157,6 @@ def parse_create(
     )
 
 
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    content = (
-        [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
-        if status == "completed"
-        else []
-    )
-    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": content}
-
-
-def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
-) -> dict[str, Any]:
-    return {
-        "id": item_id,
-        "type": "function_call",
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
-
-
 def response_object(
     response_id: str,
     req: CreateRequest | dict[str, Any],

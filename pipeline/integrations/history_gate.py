@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from deltaguard.errors import PreviousResponseNotFound
-from deltaguard.events import Event
+from deltaguard.events import DEFAULT_TENANT, Event
 from deltaguard.items import Item
-from deltaguard.lanes.stage import DEFAULT_TENANT, GateResult, SafetyStage, StageConfig, Usage
+from deltaguard.lanes.stage import GateResult, SafetyStage, StageConfig
 from deltaguard.sinks import EventSink, MemorySink
 from deltaguard.state.scoring import Scorer, TurnVerdict
 from deltaguard.state.store import LruTtlMap
+from deltaguard.usage import Usage
 
 log = logging.getLogger("deltaguard.integrations")
 

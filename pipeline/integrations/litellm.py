@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -61,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deltaguard import defaults
 from deltaguard.classifiers.registry import DEFAULT_NAMES
 from deltaguard.errors import DeltaGuardError, ItemError, LaneClosed, PreviousResponseNotFound
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.integrations.chat_items import (
     ItemCache,
     chat_history_items,
@@ -70,13 +72,14 @@ from deltaguard.integrations.chat_items import (
 )
 from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
 from deltaguard.items import Item
-from deltaguard.lanes.stage import DEFAULT_TENANT, StageConfig, Usage
+from deltaguard.lanes.stage import StageConfig
 from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import LruTtlMap, StoreLimits
 from deltaguard.telemetry.metrics import PrometheusMetrics
+from deltaguard.usage import Shape, Usage, usage_from
 
 log = logging.getLogger("deltaguard.litellm")
 
@@ -159,10 +162,10 @@ def _body(obj: Any) -> dict[str, Any] | None:
     return None
 
 
-def _int(obj: Any, *path: str) -> int:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
-    return obj if isinstance(obj, int) and obj >= 0 else 0
+def _usage(usage: Any, shape: Shape) -> Usage:
+    # Turns through LiteLLM have been billed without their reasoning tokens; counting
+    # them, as the gateway does, would change what these billing events say.
+    return dataclasses.replace(usage_from(usage, shape), reasoning_tokens=0)
 
 
 def answer_of(response: Any, cache: ItemCache | None = None) -> tuple[list[Item], Usage, str | None] | None:
@@ -178,22 +181,14 @@ def answer_of(response: Any, cache: ItemCache | None = None) -> tuple[list[Item]
         message = _body(message) or {}
         return (
             chat_output_items(message, cache),
-            Usage(
-                _int(usage, "prompt_tokens"),
-                _int(usage, "prompt_tokens_details", "cached_tokens"),
-                _int(usage, "completion_tokens"),
-            ),
+            _usage(usage, "chat"),
             None,
         )
     if isinstance(body.get("output"), list):
         output = [_body(o) or o for o in body["output"]]
         return (
             responses_output_items(output, cache),
-            Usage(
-                _int(usage, "input_tokens"),
-                _int(usage, "input_tokens_details", "cached_tokens"),
-                _int(usage, "output_tokens"),
-            ),
+            _usage(usage, "responses"),
             body.get("id") if isinstance(body.get("id"), str) else None,
         )
     return None

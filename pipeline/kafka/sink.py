@@ -37,7 +37,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -49,12 +48,11 @@ from deltaguard.kafka.records import OutboundRecord
 from deltaguard.kafka.settings import KafkaSettings
 from deltaguard.kafka.spool import Spool, max_line_size
 from deltaguard.kafka.topics import ensure_topics
+from deltaguard.worker import Backoff, Lifecycle
 
 log = logging.getLogger("deltaguard.kafka.sink")
 
 _SPOOL_CHUNK = 500  # records re-sent per round trip when draining the spool
-
-State = Literal["new", "running", "closing", "closed"]
 
 
 class KafkaEventSink:
@@ -71,7 +69,7 @@ class KafkaEventSink:
     ) -> None:
         self.settings = settings
         self.on_delivered = on_delivered
-        self._state: State = "new"
+        self._state = Lifecycle.NEW
         self.delivered = 0  # records acknowledged by the broker
         self.spooled = 0  # records that went through the spool
         self.outages = 0
@@ -80,10 +78,10 @@ class KafkaEventSink:
 
     async def start(self) -> None:
         """Open the spool and start the delivery task; never waits for the broker."""
-        if self._state != "new":
-            if self._state == "running":
-                return
-            raise LaneClosed(f"KafkaEventSink.start() called when {self._state}")
+        if self._state is Lifecycle.RUNNING:
+            return
+        if self._state is not Lifecycle.NEW:
+            raise LaneClosed(f"KafkaEventSink.start() called when {self._state.value}")
         self.spool_ = Spool(
             self.settings.spool_path, self.settings.spool_max_bytes, self.settings.spool_fsync
         )
@@ -100,7 +98,7 @@ class KafkaEventSink:
         self._outage = False
         self._connected = False
         self._task = asyncio.create_task(self._run(), name="kafka-sink")
-        self._state = "running"
+        self._state = self._state.to(Lifecycle.RUNNING, "kafka sink")
 
     async def send(self, events: Sequence[Event]) -> None:
         """Accept events for delivery; returns without waiting for the broker.
@@ -108,10 +106,10 @@ class KafkaEventSink:
         Raises `SinkFull` when they would have to be spooled and the spool is full
         (nothing of `events` is accepted then), `LaneClosed` after `aclose()`.
         """
-        if self._state == "new":
+        if self._state is Lifecycle.NEW:
             await self.start()
-        if self._state != "running":
-            raise LaneClosed(f"kafka sink is {self._state}; {len(events)} events not accepted")
+        if self._state is not Lifecycle.RUNNING:
+            raise LaneClosed(f"kafka sink is {self._state.value}; {len(events)} events not accepted")
         records = [OutboundRecord.of(e, self.settings) for e in events]
         if not records:
             return
@@ -137,24 +135,32 @@ class KafkaEventSink:
         Returns at once when the broker is out at the call; a broker that goes out during
         the flush holds the shutdown up to `close_timeout_s`. Loses no accepted event: the
         spool always has room for what memory holds."""
-        if self._state in ("closing", "closed"):
+        if self._state in (Lifecycle.CLOSING, Lifecycle.CLOSED):
             return
-        if self._state == "new":
-            self._state = "closed"
+        if self._state is Lifecycle.NEW:
+            self._state = self._state.to(Lifecycle.CLOSED, "kafka sink")
             return
-        self._state = "closing"
+        self._state = self._state.to(Lifecycle.CLOSING, "kafka sink")
         deadline = time.monotonic() + self.settings.close_timeout_s
         # With the broker already out, memory goes to the spool at once (below) and waits
         # there for the next start. Otherwise flush until the deadline: a delivery that
         # fails during the flush (a blip, a slow broker) is retried by the delivery task
         # as usual, rather than ending the flush with everything left spooled.
-        if not self._outage:
-            while (self._memory_pending() or self.spool_) and time.monotonic() < deadline:
-                self._wakeup.set()
-                await asyncio.sleep(0.01)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        try:
+            if not self._outage:
+                while (self._memory_pending() or self.spool_) and time.monotonic() < deadline:
+                    self._wakeup.set()
+                    await asyncio.sleep(0.01)
+        finally:  # even when the flush fails or the caller is cancelled: spool, then close
+            self._task.cancel()
+            await asyncio.wait({self._task})  # (never swallows the caller's own cancellation)
+            self._spool_memory()
+            await self._stop_producer()
+            self.spool_.close()
+            self._state = self._state.to(Lifecycle.CLOSED, "kafka sink")
+
+    def _spool_memory(self) -> None:
+        """At shutdown: what memory holds goes to the front of the spool."""
         left = self._take_memory()
         if left:
             try:
@@ -171,13 +177,10 @@ class KafkaEventSink:
                 self.spool_.pending_records,
                 self.spool_.path,
             )
-        await self._stop_producer()
-        self.spool_.close()
-        self._state = "closed"
 
     @property
     def stats(self) -> dict[str, int | bool]:
-        if self._state == "new":
+        if self._state is Lifecycle.NEW:
             return {}
         return {
             "queued": len(self._queue) + len(self._stranded) + len(self._inflight),
@@ -204,12 +207,12 @@ class KafkaEventSink:
         return out
 
     async def _run(self) -> None:
-        delay = self.settings.reconnect_initial_s
+        backoff = Backoff(self.settings.reconnect_initial_s, self.settings.reconnect_max_s)
         while True:
             try:
                 if not self._connected:
                     await self._connect()
-                    delay = self.settings.reconnect_initial_s
+                    backoff.reset()
                 if self._stranded or self._queue:
                     await self._send_memory()
                 elif self.spool_:
@@ -221,13 +224,11 @@ class KafkaEventSink:
                 raise
             except BrokerUnavailable as exc:
                 self._enter_outage(exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.reconnect_max_s)
+                await backoff.sleep()
             except Exception as exc:  # a bug, not an outage: keep the events, retry later
                 log.exception("kafka sink delivery failed unexpectedly")
                 self._enter_outage(exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.reconnect_max_s)
+                await backoff.sleep()
 
     def _enter_outage(self, exc: BaseException) -> None:
         if not self._outage:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from deltaguard.events import FlagEvent
 from deltaguard.kafka.boundary import BROKER_FAILURES
 from deltaguard.kafka.settings import KafkaSettings
+from deltaguard.worker import Backoff
 
 log = logging.getLogger("deltaguard.kafka.subscriber")
 
@@ -71,31 +72,31 @@ class FlagSubscriber:
         task = getattr(self, "_task", None)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})  # (never swallows the caller's own cancellation)
 
     async def _run(self) -> None:
-        delay = self.settings.reconnect_initial_s
+        backoff = Backoff(self.settings.reconnect_initial_s, self.settings.reconnect_max_s)
         while True:
             consumer = self._consumer()
             try:
                 await consumer.start()
                 await self._position(consumer)
                 self._ready.set()
-                delay = self.settings.reconnect_initial_s
+                backoff.reset()
                 async for message in consumer:
                     await self._handle(message.value)
             except asyncio.CancelledError:
                 raise
             except BROKER_FAILURES as exc:
-                log.warning("flag subscriber: broker problem (%r); reconnecting in %.1fs", exc, delay)
+                log.warning(
+                    "flag subscriber: broker problem (%r); reconnecting in %.1fs", exc, backoff.delay_s
+                )
             except Exception:
-                log.exception("flag subscriber failed; restarting in %.1fs", delay)
+                log.exception("flag subscriber failed; restarting in %.1fs", backoff.delay_s)
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(consumer.stop(), 2.0)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.settings.reconnect_max_s)
+            await backoff.sleep()
 
     def _consumer(self) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(

@@ -18,10 +18,12 @@
 - post-inference lane: output scoring and the billing event, queued after the response
   so that they overlap the next request instead of delaying it.
 
-Classifier work runs off the event loop on one thread pool (`limiter.InferenceLimiter`),
-created at `start()` or injected. The monitor step itself is `monitor.MonitorStep`; which
-conversations are refused before they are scored is `lockout.ConversationLockout`;
-`drain()` waits for queued work without stopping the stage.
+The monitor and post-inference lanes, and the writer in front of each sink, are
+`deltaguard.worker.BoundedWorker`s. Classifier work runs off the event loop on one
+thread pool (`limiter.InferenceLimiter`), created at `start()` or injected. The monitor
+step itself is `monitor.MonitorStep`; which conversations are refused before they are
+scored is `lockout.ConversationLockout`; `drain()` waits for queued work without
+stopping the stage.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from deltaguard import defaults
 from deltaguard.errors import LaneClosed, PreviousResponseNotFound
@@ -52,6 +54,8 @@ from deltaguard.state.store import (
 )
 from deltaguard.telemetry.metrics import NullMetrics, StageMetrics
 from deltaguard.telemetry.tracing import lane_span
+from deltaguard.usage import Usage
+from deltaguard.worker import BoundedWorker, Lifecycle
 
 log = logging.getLogger("deltaguard.stage")
 T = TypeVar("T")
@@ -85,16 +89,6 @@ class GateResult:
     verdict: TurnVerdict
     blocked: bool
     blocked_categories: list[str]  # why it was blocked: this turn's or earlier flags
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """The model's usage of one response, as the upstream reported it."""
-
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +164,7 @@ class SafetyStage:
             self.config.store.max_responses,
             self.config.store.ttl_s,
         )
-        self._state: Literal["new", "running", "closing", "closed"] = "new"
+        self._state = Lifecycle.NEW
         # Events that could not be delivered by the shutdown deadline: the owner spools them.
         self.undelivered: list[Event] = []
 
@@ -187,20 +181,10 @@ class SafetyStage:
     def monitor_tracker(self, tenant: str = DEFAULT_TENANT) -> ConversationTracker | None:
         return self._tracker("monitor", self.monitor_scorer, tenant) if self.monitor_scorer else None
 
-    @property
-    def gate(self) -> ConversationTracker:
-        """The default tenant's gate-lane tracker."""
-        return self.gate_tracker()
-
-    @property
-    def monitor(self) -> ConversationTracker | None:
-        return self.monitor_tracker()
-
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._state != "new":
-            raise RuntimeError(f"SafetyStage.start() called when {self._state}")
+        self._state.to(Lifecycle.RUNNING, "SafetyStage")  # a second start fails here, before any work
         if self.recorder is not None:  # first: an unusable store fails startup cleanly
             await self.recorder.start()
         if self._limiter is None:
@@ -224,35 +208,38 @@ class SafetyStage:
         )
         if self._turns is not None:
             self._turns.start()
-        self._monitor_q: asyncio.Queue[_MonitorJob] = asyncio.Queue(self.config.monitor_queue_size)
-        self._post_q: asyncio.Queue[_PostJob] = asyncio.Queue(self.config.post_queue_size)
-        self._tasks = [
-            asyncio.create_task(self._consume_monitor(), name="lane:monitor"),
-            asyncio.create_task(self._consume(self._post_q, self._run_post), name="lane:post"),
-        ]
-        self._state = "running"
+        # One consumer per lane, so that each conversation's turns are scored in order.
+        self._monitor_lane: BoundedWorker[_MonitorJob] = BoundedWorker(
+            "lane:monitor",
+            self._monitor_batch,
+            maxsize=self.config.monitor_queue_size,
+            batch_size=self.config.monitor_batch,
+            log=log,
+            describe=lambda jobs: f"monitor batch of {len(jobs)} jobs",
+        )
+        self._post_lane: BoundedWorker[_PostJob] = BoundedWorker(
+            "lane:post", self._run_post, maxsize=self.config.post_queue_size, log=log
+        )
+        self._monitor_lane.start()
+        self._post_lane.start()
+        self._state = self._state.to(Lifecycle.RUNNING, "SafetyStage")
 
     async def aclose(self) -> dict[str, int]:
         """Drain the lanes, then the sinks; returns how many events were left undelivered."""
-        if self._state in ("closing", "closed"):
+        if self._state in (Lifecycle.CLOSING, Lifecycle.CLOSED):
             return {}
-        if self._state == "new":
-            self._state = "closed"
+        if self._state is Lifecycle.NEW:
+            self._state = self._state.to(Lifecycle.CLOSED, "SafetyStage")
             return {}
-        self._state = "closing"
+        self._state = self._state.to(Lifecycle.CLOSING, "SafetyStage")
         deadline = time.monotonic() + self.config.drain_timeout_s
-        for q in (self._monitor_q, self._post_q):
-            try:
-                await asyncio.wait_for(q.join(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                log.error("lane queue not drained at shutdown: %d jobs left", q.qsize())
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        # Post-inference jobs still queued at the deadline keep their billing event.
-        while not self._post_q.empty():
-            self.undelivered.append(self._billing_event(self._post_q.get_nowait(), 0.0))
+        # Both lanes drain before either stops taking jobs: a turn in flight still queues.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drain_lanes(), max(0.0, deadline - time.monotonic()))
+        await self._monitor_lane.aclose(deadline)  # monitor jobs left at the deadline are dropped
+        post_left = await self._post_lane.aclose(deadline)
+        # Post-inference jobs not started by the deadline keep their billing event.
+        self.undelivered.extend(self._billing_event(job, 0.0) for job in post_left.queued)
         remaining = max(0.0, deadline - time.monotonic())
         writers = {"flags": self._flags, "billing": self._billing}
         if self._turns is not None:
@@ -267,7 +254,7 @@ class SafetyStage:
             left["recordings"] = await self.recorder.aclose(max(0.0, deadline - time.monotonic()))
         if self._own_limiter:
             self._limiter.close()
-        self._state = "closed"
+        self._state = self._state.to(Lifecycle.CLOSED, "SafetyStage")
         return left
 
     async def drain(self, timeout_s: float | None = None) -> None:
@@ -276,26 +263,29 @@ class SafetyStage:
         self._require_running()
 
         async def drained() -> None:
-            await self._monitor_q.join()
-            await self._post_q.join()
-            await self._monitor_q.join()  # output-only jobs queued meanwhile
+            await self._drain_lanes()
             for writer in (self._flags, self._billing, self._turns):
                 if writer is not None:
                     await writer.flush()
 
         await asyncio.wait_for(drained(), timeout_s if timeout_s is not None else self.config.drain_timeout_s)
 
+    async def _drain_lanes(self) -> None:
+        await self._monitor_lane.drain()
+        await self._post_lane.drain()
+        await self._monitor_lane.drain()  # output-only jobs queued meanwhile
+
     def _require_running(self) -> None:
-        if self._state != "running":
-            raise LaneClosed(f"safety stage is {self._state}")
+        if self._state is not Lifecycle.RUNNING:
+            raise LaneClosed(f"safety stage is {self._state.value}")
 
     @property
     def queue_depths(self) -> dict[str, int]:
-        if self._state == "new":
+        if self._state is Lifecycle.NEW:
             return {}
         depths = {
-            "monitor": self._monitor_q.qsize(),
-            "post": self._post_q.qsize(),
+            "monitor": self._monitor_lane.depth,
+            "post": self._post_lane.depth,
             "flags": self._flags.depth,
             "billing": self._billing.depth,
         }
@@ -392,7 +382,7 @@ class SafetyStage:
                 )
             )
         elif self.monitor_scorer is not None and self.queue_monitor:
-            await self._monitor_q.put(
+            await self._monitor_lane.put(
                 _MonitorJob(
                     tenant,
                     rec.response_id,
@@ -446,38 +436,13 @@ class SafetyStage:
 
     # -- monitor lane ----------------------------------------------------------------
 
-    async def _consume(self, queue: asyncio.Queue[Any], handler: Any) -> None:
-        while True:
-            job = await queue.get()
-            try:
-                await handler(job)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("lane job failed: %r", job)
-            finally:
-                queue.task_done()
-
-    async def _consume_monitor(self) -> None:
-        """Take a job and those queued behind it (up to `monitor_batch`), fold them in waves."""
-        queue = self._monitor_q
-        while True:
-            batch = [await queue.get()]
-            while len(batch) < self.config.monitor_batch and not queue.empty():
-                batch.append(queue.get_nowait())
-            try:
-                for wave in waves([(job.tenant, job.conversation_id) for job in batch]):
-                    jobs = [batch[i] for i in wave]
-                    for job, outcome in zip(jobs, await self._monitor_wave(jobs), strict=True):
-                        if isinstance(outcome, Exception):
-                            log.error("lane job failed: %r", job, exc_info=outcome)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("monitor batch failed: %d jobs", len(batch))
-            finally:
-                for _ in batch:
-                    queue.task_done()
+    async def _monitor_batch(self, batch: list[_MonitorJob]) -> None:
+        """A job and those queued behind it (up to `monitor_batch`), folded in waves."""
+        for wave in waves([(job.tenant, job.conversation_id) for job in batch]):
+            jobs = [batch[i] for i in wave]
+            for job, outcome in zip(jobs, await self._monitor_wave(jobs), strict=True):
+                if isinstance(outcome, Exception):
+                    log.error("lane job failed: %r", job, exc_info=outcome)
 
     async def monitor_turn(self, gate: GateResult, history: Sequence[Item]) -> TurnVerdict | None:
         """Run the monitor lane on one turn now and return its verdict (None when the
@@ -568,7 +533,7 @@ class SafetyStage:
         self._require_running()
         self.gate_tracker(gate.tenant).append_output(gate.response_id, output)
         if self.monitor_scorer is not None and self._turns is None and self.queue_monitor:
-            await self._monitor_q.put(
+            await self._monitor_lane.put(
                 _MonitorJob(gate.tenant, gate.response_id, gate.conversation_id, output, None, None, True)
             )
 
@@ -590,9 +555,10 @@ class SafetyStage:
         self._require_running()
         if output and self.gate_tracker(gate.tenant).record(gate.response_id).outputs == 0:
             await self.append_output(gate, output)
-        await self._post_q.put(_PostJob(gate, output, usage))
+        await self._post_lane.put(_PostJob(gate, output, usage))
 
-    async def _run_post(self, job: _PostJob) -> None:
+    async def _run_post(self, jobs: list[_PostJob]) -> None:
+        [job] = jobs
         with lane_span("post_inference", response_id=job.gate.response_id, tenant=job.gate.tenant):
             await self._post(job)
 

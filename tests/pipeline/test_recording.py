@@ -9,6 +9,7 @@ import pytest
 
 from deltaguard.classifiers.pii import PiiClassifier
 from deltaguard.classifiers.secrets import SecretsClassifier
+from deltaguard.errors import LaneClosed
 from deltaguard.events import FlagEvent
 from deltaguard.lanes.stage import SafetyStage, Usage
 from deltaguard.parsing import parse_item, parse_items
@@ -275,3 +276,31 @@ async def test_an_unusable_store_fails_at_startup(tmp_path, rules_scorer):
     stage = SafetyStage(rules_scorer, recorder=TranscriptRecorder(tmp_path / "not-a-db", rules_scorer))
     with pytest.raises(RecordingStoreError):
         await stage.start()
+
+
+async def test_a_recording_that_keeps_failing_is_retried_then_given_up(tmp_path, rules_scorer, caplog):
+    recorder = TranscriptRecorder(tmp_path / "flags.db", rules_scorer, retries=3)
+    attempts = []
+
+    def failing_record(event, record, tenant=None):
+        attempts.append(event.event_id)
+        raise sqlite3.OperationalError("disk I/O error")
+
+    recorder.record = failing_record
+    tracker = ConversationTracker(rules_scorer)
+    tracker.score_turn("r1", [user(f"key {AWS_KEY}")])
+    event = FlagEvent.build(
+        conversation_id="c1",
+        response_id="r1",
+        lane="gate",
+        decision="block",
+        categories=["secrets"],
+        scores={},
+        classifier_versions={},
+    )
+    await recorder.start()
+    await recorder.submit(event, tracker.record("r1"))
+    assert await recorder.aclose(5) == 0
+    assert len(attempts) == 3 and recorder.failures == 1 and "giving up" in caplog.text
+    with pytest.raises(LaneClosed):
+        await recorder.submit(event, tracker.record("r1"))

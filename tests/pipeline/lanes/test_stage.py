@@ -208,7 +208,7 @@ async def run_held(config: StageConfig, fail_on: str | None = None):
         await stage.check_turn(f"{conv}1", [user(text)])
     hold.set()
     await stage.drain(10)
-    monitor = stage.monitor
+    monitor = stage.monitor_tracker()
     states = {
         rid: monitor.store.snapshots.get(monitor.record(rid).chain).states for rid in ("a3", "b1", "c1")
     }
