@@ -163,7 +163,14 @@ def check_equivalence(scorer: Scorer, turns, actions, streams, max_snapshots: in
             text = "".join(o.text for o in outputs if o.role == "assistant")
             streamed, whole = stream_findings(rules, text, seed)
             assert sorted(streamed) == sorted(whole), f"turn {t}: output findings depend on the stream's cuts"
-            tracker.score_output(f"r{t}", outputs)
+            out = tracker.score_output(f"r{t}", outputs)
+            # The turn as reported at its end: decision on the input, scores with the output.
+            ended = scorer.verdict(tracked.fold, prior=tracked.rebuild, output=out.fold)
+            gate = scorer.fold(scorer.empty(), [*history, *inputs])
+            full_end = scorer.verdict(gate, output=scorer.fold(gate.after, outputs))
+            assert verdict_tuple(ended)[:2] == verdict_tuple(full_end)[:2], f"turn {t} (end)"
+            for cat, value in full_end.category_scores.items():
+                assert math.isclose(ended.category_scores[cat], value, abs_tol=1e-6), f"turn {t} {cat} (end)"
         history += [*inputs, *outputs]
         prev = f"r{t}"
 
