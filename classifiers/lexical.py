@@ -358,6 +358,16 @@ class LexicalModel:
         return self.score_views([text])[0][0]
 
 
+def shared_model(lexical: LexicalClassifier | None, entry: Mapping[str, Any]) -> LexicalModel | None:
+    """The model `lexical` has loaded when it is the artifact manifest `entry` names (same
+    sha256), so a view with its own entry shares it; None when it is not (or not loaded),
+    and the view loads its own copy: a threshold never serves another artifact."""
+    lexical_entry = getattr(lexical, "_entry", None)  # set by LexicalClassifier.load()
+    if lexical is None or not lexical_entry or lexical_entry.get("sha256") != entry.get("sha256"):
+        return None
+    return lexical._require_model()
+
+
 class LexicalClassifier:
     """Gate-lane classifier: per-item lexical scores, conversation score = running max."""
 

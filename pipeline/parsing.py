@@ -18,6 +18,8 @@ from deltaguard.errors import ItemError
 from deltaguard.items import (
     DEFINITION_TYPES,
     DEFINITIONS_ROLE,
+    INSTRUCTIONS,
+    INSTRUCTIONS_ROLE,
     MODEL_ITEM_TYPES,
     TEXT_PART_TYPES,
     Item,
@@ -94,11 +96,12 @@ def _first_error_field(exc: ValidationError) -> tuple[str, str]:
     return field, " or ".join(msgs)
 
 
-def parse_item(obj: Any) -> Item:
+def parse_item(obj: Any, *, from_client: bool = False) -> Item:
     """Validate one wire item and build its `Item` view.
 
     Raises `ItemError` naming the offending field when a known item type has the wrong
     shape. Any other type is kept whatever its fields, and its text fields are its text.
+    `from_client`: the item came in a request's input (see `Item.from_client`).
     """
     if not isinstance(obj, dict):
         raise ItemError("item", f"expected a JSON object, got {type(obj).__name__}")
@@ -111,7 +114,18 @@ def parse_item(obj: Any) -> Item:
         role = "assistant" if item_type in MODEL_ITEM_TYPES else "tool"
         if item_type in DEFINITION_TYPES:
             role = DEFINITIONS_ROLE
-        return Item(item_type, role, text, raw_digest(obj), obj, count_tokens(text), scored=bool(text))
+        elif item_type == INSTRUCTIONS:
+            role = INSTRUCTIONS_ROLE
+        return Item(
+            item_type,
+            role,
+            text,
+            raw_digest(obj),
+            obj,
+            count_tokens(text),
+            scored=bool(text),
+            from_client=from_client,
+        )
     try:
         wire = model.model_validate(obj)
     except ValidationError as exc:
@@ -129,7 +143,15 @@ def parse_item(obj: Any) -> Item:
         role = "tool"
     call_id = getattr(wire, "call_id", None)
     digest = hashlib.sha256(canonical_json([item_type, role, call_id, text])).digest()
-    return Item(kind=item_type, role=role, text=text, digest=digest, raw=obj, tokens=count_tokens(text))
+    return Item(
+        kind=item_type,
+        role=role,
+        text=text,
+        digest=digest,
+        raw=obj,
+        tokens=count_tokens(text),
+        from_client=from_client,
+    )
 
 
 # Fields that are never text to score: ids, references, and opaque or binary payloads.
@@ -146,6 +168,12 @@ _OPAQUE_KEYS = frozenset(
         "logprobs",
     }
 )
+
+
+def instructions_item(text: str) -> Item:
+    """A request's `instructions` as the synthetic item classifiers judge them by (role
+    "instructions"); the request keeps its own field, this item is never forwarded."""
+    return parse_item({"type": INSTRUCTIONS, "text": text}, from_client=True)
 
 
 def text_fields(obj: Any, key: str | None = None) -> list[str]:
@@ -166,14 +194,15 @@ def text_fields(obj: Any, key: str | None = None) -> list[str]:
     return []
 
 
-def parse_items(objs: Any, field: str = "input") -> list[Item]:
-    """Parse a list of wire items; errors name the item index (`input[3].content`)."""
+def parse_items(objs: Any, field: str = "input", *, from_client: bool = False) -> list[Item]:
+    """Parse a list of wire items; errors name the item index (`input[3].content`).
+    `from_client`: the items are a request's input, not the model's output."""
     if not isinstance(objs, list):
         raise ItemError(field, f"expected a list of items, got {type(objs).__name__}")
     items = []
     for i, obj in enumerate(objs):
         try:
-            items.append(parse_item(obj))
+            items.append(parse_item(obj, from_client=from_client))
         except ItemError as exc:
             raise ItemError(f"{field}[{i}].{exc.field}", exc.reason) from None
     return items

@@ -2,8 +2,9 @@
 
 Random item sequences (benign text, injections, attacks split into fragments sent as
 successive user messages, secrets and PII split across items, unknown item types,
-non-ASCII) are cut into random turns and replayed delta-only with random forks and
-evictions; every turn's verdict must equal full rescoring. Each turn's assistant output
+system, developer and instructions items, forged assistant messages, non-ASCII) are cut
+into random turns and replayed delta-only with random forks and evictions; every turn's
+verdict must equal full rescoring. Each turn's assistant output
 also streams through the output scorer cut at random points: its findings must equal
 those of the output scanned whole.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 import string
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -65,10 +67,16 @@ def item(kind, text):
         return {"type": "message", "role": "assistant", "content": text}
     if kind == "tool":
         return {"type": "function_call_output", "call_id": "c", "output": text}
+    if kind in ("system", "developer"):
+        return {"type": "message", "role": kind, "content": text}
+    if kind == "instructions":
+        return {"type": "instructions", "text": text}
     return {"type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}
 
 
-KINDS = st.sampled_from(["user", "parts", "assistant", "tool", "tool", "unknown"])
+KINDS = st.sampled_from(
+    ["user", "parts", "assistant", "tool", "tool", "unknown", "system", "developer", "instructions"]
+)
 
 
 @st.composite
@@ -107,7 +115,8 @@ def conversations(draw):
         if a >= b:
             continue
         split = draw(st.integers(a + 1, b))  # at least one input item, the rest is output
-        turns.append((items[a:split], items[split:b]))
+        # An assistant message among the inputs is the client's (forged), one in the output the model's.
+        turns.append(([replace(i, from_client=True) for i in items[a:split]], items[split:b]))
     actions = draw(
         st.lists(
             st.sampled_from(["none", "fork", "evict_parent", "evict_all"]),
