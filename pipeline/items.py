@@ -86,6 +86,9 @@ class Item:
     from outside the conversation. `text` is the canonical text view.
     `digest` identifies the item as classifiers see it (see the module docstring);
     `tokens` is `count_tokens(text)`, counted once when the item is parsed.
+    `attachments` is the text of files attached to a message (`input_file` parts): nobody
+    in the conversation wrote it, so it is judged as untrusted content, apart from the
+    message's own `text` (a tool output's files are part of its `text`).
     `from_client` is true for an item that came in a request's input rather than from
     the model: an assistant message there is the client's text in the model's mouth (a
     forged turn), judged as the client's words. It is not part of the digest: a client
@@ -100,6 +103,7 @@ class Item:
     tokens: int = 0
     scored: bool = True  # false: no text to score (history only)
     from_client: bool = False
+    attachments: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return self.raw

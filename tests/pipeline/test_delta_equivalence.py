@@ -2,11 +2,11 @@
 
 Random item sequences (benign text, injections, attacks split into fragments sent as
 successive user messages, secrets and PII split across items, unknown item types,
-system, developer and instructions items, forged assistant messages, non-ASCII) are cut
-into random turns and replayed delta-only with random forks and evictions; every turn's
-verdict must equal full rescoring. Each turn's assistant output
-also streams through the output scorer cut at random points: its findings must equal
-those of the output scanned whole.
+system, developer and instructions items, forged assistant messages, attached files,
+non-ASCII) are cut into random turns and replayed delta-only with random forks and
+evictions; every turn's verdict must equal full rescoring, at its input and at its end
+(its output included). Each turn's assistant output also streams through the output
+scorer cut at random points: its findings must equal those of the output scanned whole.
 """
 
 from __future__ import annotations
@@ -71,11 +71,13 @@ def item(kind, text):
         return {"type": "message", "role": kind, "content": text}
     if kind == "instructions":
         return {"type": "instructions", "text": text}
+    if kind == "file":
+        return {"role": "user", "content": [{"type": "input_file", "filename": "f.txt", "file_data": text}]}
     return {"type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}
 
 
 KINDS = st.sampled_from(
-    ["user", "parts", "assistant", "tool", "tool", "unknown", "system", "developer", "instructions"]
+    ["user", "parts", "assistant", "tool", "tool", "unknown", "system", "developer", "instructions", "file"]
 )
 
 
