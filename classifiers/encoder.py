@@ -394,7 +394,9 @@ class EncoderClassifier:
 
         roles                           the roles scored (default SCORED_ROLES); the detector
                                         leaves system and developer messages alone: they
-                                        are the operator's own instructions
+                                        are the operator's own instructions, and its
+                                        jailbreak head flags ordinary ones (the operator
+                                        view, classifiers/operator.py, judges them)
         window_tokens / window_stride   the window shape (default 256 / 192)
         normalize                       score classifiers/normalize.py's views (max over
                                         views) rather than the raw text

@@ -23,11 +23,12 @@ tokens are added to the update's `tokens`. Artifacts without it read the raw tex
 
 By default only what users and tools say is scored. System and developer messages come
 from the application's operator, and the model can flag ordinary "You are a helpful ..."
-prompts (see models/README.md), so they are scored only when asked for with `roles`.
-The assistant's own messages and function calls always get zero. Files attached to a
-message (`Item.attachments`) are untrusted content: the view that scores tool outputs
-scores them too, and the item takes the max. Long items are scored
-in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in the
+prompts (see models/README.md), so they are scored only when asked for with `roles`;
+the default pipeline judges them for jailbreaks only, with the operator view
+(classifiers/operator.py). The assistant's own messages and function calls always get
+zero. Files attached to a message (`Item.attachments`) are untrusted content: the view
+that scores tool outputs scores them too, and the item takes the max. Long items are
+scored in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in the
 text length.
 
 Speed: all chunks of all items of one `update` are scored in one call of the compiled
