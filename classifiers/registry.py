@@ -15,9 +15,9 @@ One lexical model serves three views, and each item role is judged by exactly on
                    threshold of the "tool-definitions" manifest entry (classifiers/definitions.py).
     operator       what the client writes for the model: system and developer messages,
                    `instructions` and assistant messages it sends (forged turns),
-                   jailbreak only, on both heads at a stricter operating point
-                   (classifiers/operator.py): an operator's prompt is not an attack, an
-                   override of the model's rules is.
+                   jailbreak only (classifiers/operator.py): explicit overrides of the
+                   model's rules, each judged by both heads at their thresholds; an
+                   operator's prompt is not an attack, an override of the model's rules is.
 
 With `conversation` left out, `lexical` judges user messages itself, per message.
 

@@ -26,6 +26,7 @@ from deltaguard.parsing import instructions_item, parse_item
 from deltaguard.sinks import MemorySink
 from tests.pipeline.gateway.conftest import gateway_thread
 from tests.support.codex import (
+    CODEX_MODEL,
     INJECTION,
     NEWEST_MODEL,
     CodexUnavailable,
@@ -200,14 +201,15 @@ def test_codex_newest_models_send_an_additional_tools_item(codex, scorer, tmp_pa
     assert request.body["input"][0]["tools"][0]["type"] == "namespace"
 
 
-def test_codexs_own_system_prompt_is_not_flagged(codex, scorer, tmp_path):
+@pytest.mark.parametrize("model", [CODEX_MODEL, NEWEST_MODEL])
+def test_codexs_own_system_prompt_is_not_flagged(codex, scorer, tmp_path, model):
     """Codex's prompt (its developer messages, and `instructions` when it sends them) is
     judged for jailbreaks like every client-written prompt, and passes."""
     with (
-        running_reasoning_upstream(policy=bug_fix_policy()) as (upstream, recorder),
-        prepared_run(tmp_path, upstream, websockets=False) as (repo, home),
+        running_reasoning_upstream(policy=answer_policy) as (upstream, recorder),
+        prepared_run(tmp_path, upstream, websockets=False, model=model) as (repo, home),
     ):
-        run = run_codex(codex, home, repo)
+        run = run_codex(codex, home, repo, "Is calc.py correct?")
     assert run.returncode == 0, run.describe()
     body = recorder.generated[0].body
     items = [parse_item(i, from_client=True) for i in body["input"]]
@@ -218,3 +220,5 @@ def test_codexs_own_system_prompt_is_not_flagged(codex, scorer, tmp_path):
     operator = next(c for c in scorer.classifiers if c.name == "operator")
     upd = operator.update(operator.initial_state(), judged)
     assert max(row["jailbreak"] for row in upd.item_scores) < 0.5, upd.item_scores
+    gate = [c for c in scorer.classifiers if c.lane == "gate"]
+    assert scorer.verdict(scorer.fold(scorer.empty(), items, gate)).decision == "allow"
