@@ -30,7 +30,7 @@ from typing import Any
 
 from deltaguard.artifacts import manifest_entry, verified_path
 from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
-from deltaguard.classifiers.lexical import LexicalClassifier, LexicalModel
+from deltaguard.classifiers.lexical import LexicalClassifier, LexicalModel, shared_model
 from deltaguard.classifiers.scaled import scale
 from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
 from deltaguard.items import DEFINITIONS_ROLE, Item
@@ -89,7 +89,7 @@ class DefinitionsClassifier:
         entry = manifest_entry(ENTRY_NAME, self.models_dir)
         if CATEGORY not in entry.get("thresholds", {}):
             raise ModelArtifactError(f"manifest entry {ENTRY_NAME!r} has no {CATEGORY} threshold")
-        model = self._shared(entry)
+        model = shared_model(self.lexical, entry)
         if model is None:
             path, _ = verified_path(ENTRY_NAME, self.models_dir)
             model = LexicalModel.from_npz(path)
@@ -99,13 +99,6 @@ class DefinitionsClassifier:
             raise ModelArtifactError(f"{ENTRY_NAME}: the artifact has no {CATEGORY} head ({model.heads})")
         self._model, self._entry, self._head = model, entry, model.heads.index(CATEGORY)
         return self
-
-    def _shared(self, entry: dict[str, Any]) -> LexicalModel | None:
-        lexical = self.lexical
-        lexical_entry = getattr(lexical, "_entry", None)  # set by LexicalClassifier.load()
-        if lexical is None or not lexical_entry or lexical_entry.get("sha256") != entry.get("sha256"):
-            return None
-        return lexical._require_model()
 
     @property
     def version(self) -> str:

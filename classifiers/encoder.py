@@ -21,7 +21,9 @@ in a tool output is an injection. With `context_tokens > 0` (off by default, see
 CONTEXT_TOKENS), an item that fits in one window also sees the last `context_tokens` ids
 of the previous scored item, kept in the state so history is never re-tokenized: they
 take part in attention but not in the pooled mean, so the item's score stays its own
-evidence. Assistant items get zeros and leave the context alone.
+evidence. Assistant items get zeros and leave the context alone. Files attached to a
+message (`Item.attachments`) are judged as a tool output is, alone and without context,
+by the heads of role "tool", and the item takes the max of its own and its files' scores.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ import numpy as np
 
 from deltaguard.artifacts import manifest_entry, sha256_file
 from deltaguard.classifiers import normalize
-from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
+from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, running_max, zero_scores
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.scaled import scale
 from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
@@ -66,6 +68,7 @@ PAD_SLACK = 1.15  # padded tokens per call <= 15% more than real ones
 MAX_ITEM_WINDOWS = 64  # per item (~12k tokens, ~50 kB of English); longer items are sampled evenly
 MEMO_ITEMS = 4096  # item results remembered (an entry is ~100 bytes)
 SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
+UNTRUSTED_ROLE = "tool"  # content from outside the conversation, and files attached to messages
 EMBEDDING_DIM = 384
 
 
@@ -383,6 +386,8 @@ class _Plan:
 
     entries: list[tuple[_ItemResult, str] | _Pending | None]
     context: list[int]  # the state's context after the request
+    # Files attached to messages: (index of the item, its files' result), judged as tool output.
+    attached: list[tuple[int, tuple[_ItemResult, str] | _Pending]] = field(default_factory=list)
 
 
 class EncoderClassifier:
@@ -394,7 +399,9 @@ class EncoderClassifier:
 
         roles                           the roles scored (default SCORED_ROLES); the detector
                                         leaves system and developer messages alone: they
-                                        are the operator's own instructions
+                                        are the operator's own instructions, and its
+                                        jailbreak head flags ordinary ones (the operator
+                                        view, classifiers/operator.py, judges them)
         window_tokens / window_stride   the window shape (default 256 / 192)
         normalize                       score classifiers/normalize.py's views (max over
                                         views) rather than the raw text
@@ -614,16 +621,60 @@ class EncoderClassifier:
                 entries.append(_Pending(lo, len(windows), key, item.role))
             if ids:
                 context = self._tail(ids)
-        return _Plan(entries=entries, context=context)
+        attached = []
+        if UNTRUSTED_ROLE in self._roles:  # with the tool-output head, never with context
+            for index, item in enumerate(items):
+                if item.attachments.strip():
+                    found = self._attachment(model, item.attachments, windows)
+                    if found is not None:
+                        attached.append((index, found))
+        return _Plan(entries=entries, context=context, attached=attached)
+
+    def _attachment(
+        self, model: EncoderModel, text: str, windows: list[Window]
+    ) -> tuple[_ItemResult, str] | _Pending | None:
+        """The result of a message's attached files, judged as a tool output is (alone)."""
+        key = _ItemMemo.key(text, ())
+        known = self._memo.get(key) or self._cleared_text(text, count_tokens(text))
+        if known is not None:
+            return known, UNTRUSTED_ROLE
+        texts = normalize.views(text, self._views).texts() if self._views else [text]
+        lo = len(windows)
+        for view in texts:
+            ids = model.tokenize(view)
+            if ids:
+                windows.extend(model.windows(ids, (), self.max_item_windows))
+        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE) if len(windows) > lo else None
 
     def _cleared(self, item: Item) -> _ItemResult | None:
         """The item's result if the screen clears it: zeros, and the screen's own tokens."""
-        if self._screen is None or not item.text.strip():
+        return self._cleared_text(item.text, item.tokens)
+
+    def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
+        if self._screen is None or not text.strip():
             return None
-        scores, extra = self._screen.score_text_counted(item.text)
+        scores, extra = self._screen.score_text_counted(text)
         if max(scores.values()) >= self._floor:
             return None
-        return _ItemResult((0.0,) * len(self.model.heads), item.tokens + extra)
+        return _ItemResult((0.0,) * len(self.model.heads), tokens + extra)
+
+    def _result(
+        self, entry: tuple[_ItemResult, str] | _Pending, probs: np.ndarray, windows: Sequence[Window]
+    ) -> tuple[_ItemResult, str]:
+        """An entry's result: known, or read from its windows' probabilities (and remembered)."""
+        if not isinstance(entry, _Pending):
+            return entry
+        best = probs[entry.lo : entry.hi].max(axis=0)
+        cost = sum(len(w.ids) for w in windows[entry.lo : entry.hi])
+        result = _ItemResult(tuple(float(p) for p in best), cost)
+        self._memo.put(entry.key, result)
+        return result, entry.role
+
+    def _scores(self, result: _ItemResult, role: str) -> Scores:
+        return {
+            c: scale(result.scores[h], self._head_thresholds[h])
+            for c, h in zip(self.categories, self._heads[role], strict=True)
+        }
 
     def _tail(self, ids: Sequence[int]) -> list[int]:
         """The last `context_tokens` ids (none when context is off: ids[-0:] is all of them)."""
@@ -638,21 +689,15 @@ class EncoderClassifier:
             if entry is None:
                 item_scores.append(zero_scores(cats))
                 continue
-            if isinstance(entry, _Pending):
-                best = probs[entry.lo : entry.hi].max(axis=0)
-                cost = sum(len(w.ids) for w in windows[entry.lo : entry.hi])
-                result = _ItemResult(tuple(float(p) for p in best), cost)
-                self._memo.put(entry.key, result)
-                entry = (result, entry.role)
-            result, role = entry
-            item_scores.append(
-                {
-                    c: scale(result.scores[h], self._head_thresholds[h])
-                    for c, h in zip(cats, self._heads[role], strict=True)
-                }
-            )
+            result, role = self._result(entry, probs, windows)
+            item_scores.append(self._scores(result, role))
             # The item's cost whether or not the memo saved the work: an Update is a pure
             # function of (state, items).
+            tokens += result.tokens
+        for index, entry in plan.attached:
+            result, role = self._result(entry, probs, windows)
+            own = item_scores[index]
+            item_scores[index] = {c: max(own[c], v) for c, v in self._scores(result, role).items()}
             tokens += result.tokens
         previous = state.get("max") or zero_scores(cats)
         scores = running_max(previous, item_scores)

@@ -23,9 +23,12 @@ tokens are added to the update's `tokens`. Artifacts without it read the raw tex
 
 By default only what users and tools say is scored. System and developer messages come
 from the application's operator, and the model can flag ordinary "You are a helpful ..."
-prompts (see models/README.md), so they are scored only when asked for with `roles`.
-The assistant's own messages and function calls always get zero. Long items are scored
-in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in the
+prompts (see models/README.md), so they are scored only when asked for with `roles`;
+the default pipeline judges them for jailbreaks only, with the operator view
+(classifiers/operator.py). The assistant's own messages and function calls always get
+zero. Files attached to a message (`Item.attachments`) are untrusted content: the view
+that scores tool outputs scores them too, and the item takes the max. Long items are
+scored in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in the
 text length.
 
 Speed: all chunks of all items of one `update` are scored in one call of the compiled
@@ -65,6 +68,7 @@ FORMAT_VERSION = 1
 CHUNK_CHARS = 2000
 CHUNK_OVERLAP = 200
 SCORED_ROLES = frozenset({"user", "tool"})
+UNTRUSTED = "tool"  # the role of content from outside the conversation
 
 _MAX_CODE_BITS = 12  # char codes take at most 12 bits: alphabets up to 4,095 symbols
 _POLY_INVERSE = np.uint64(pow(int(kernels.POLY_BASE), -1, 1 << 64))  # POLY_BASE is odd
@@ -358,6 +362,16 @@ class LexicalModel:
         return self.score_views([text])[0][0]
 
 
+def shared_model(lexical: LexicalClassifier | None, entry: Mapping[str, Any]) -> LexicalModel | None:
+    """The model `lexical` has loaded when it is the artifact manifest `entry` names (same
+    sha256), so a view with its own entry shares it; None when it is not (or not loaded),
+    and the view loads its own copy: a threshold never serves another artifact."""
+    lexical_entry = getattr(lexical, "_entry", None)  # set by LexicalClassifier.load()
+    if lexical is None or not lexical_entry or lexical_entry.get("sha256") != entry.get("sha256"):
+        return None
+    return lexical._require_model()
+
+
 class LexicalClassifier:
     """Gate-lane classifier: per-item lexical scores, conversation score = running max."""
 
@@ -442,11 +456,22 @@ class LexicalClassifier:
         scored = [i for i, item in enumerate(items) if item.scored and item.role in self.roles]
         tokens = sum(items[i].tokens for i in scored)  # counted once, when the item was parsed
         with_text = [i for i in scored if items[i].text.strip()]
-        if with_text:  # one featurisation pass for all of this update's items
-            rows, extra = model.score_views([items[i].text for i in with_text])
+        texts = [items[i].text for i in with_text]
+        # Files attached to a message are untrusted content whoever attached them: judged
+        # with tool outputs, by the view that judges those.
+        attached = (
+            [i for i, item in enumerate(items) if item.attachments.strip()] if UNTRUSTED in self.roles else []
+        )
+        texts += [items[i].attachments for i in attached]
+        tokens += sum(count_tokens(items[i].attachments) for i in attached)
+        if texts:  # one featurisation pass for all of this update's items
+            rows, extra = model.score_views(texts)
             tokens += sum(extra)  # the normaliser's extra views are work too
-            for i, row in zip(with_text, rows, strict=True):
-                item_scores[i] = {head: float(p) for head, p in zip(self.categories, row, strict=True)}
+            for i, row in zip([*with_text, *attached], rows, strict=True):
+                own = item_scores[i]
+                item_scores[i] = {
+                    head: max(own[head], float(p)) for head, p in zip(self.categories, row, strict=True)
+                }
         previous = state.get("max") or zero_scores(self.categories)
         scores = running_max(previous, item_scores)
         return Update(state={"max": dict(scores)}, item_scores=item_scores, scores=scores, tokens=tokens)

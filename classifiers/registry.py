@@ -13,6 +13,11 @@ One lexical model serves three views, and each item role is judged by exactly on
                    stays flagged.
     definitions    tool definitions (role "definitions"), prompt_injection only, at the
                    threshold of the "tool-definitions" manifest entry (classifiers/definitions.py).
+    operator       what the client writes for the model: system and developer messages,
+                   `instructions` and assistant messages it sends (forged turns),
+                   jailbreak only (classifiers/operator.py): explicit overrides of the
+                   model's rules, each judged by both heads at their thresholds; an
+                   operator's prompt is not an attack, an override of the model's rules is.
 
 With `conversation` left out, `lexical` judges user messages itself, per message.
 
@@ -23,7 +28,9 @@ categories of user requests and of the model's own output, in the gate lane.
 through tools (manifest entry "detector", classifiers/encoder.py), runs in the monitor
 lane: beside inference, its flags enforced from the next turn on. It judges user messages
 with its direct head and tool outputs with its indirect head; system and developer
-messages, the operator's own instructions, it leaves alone (as the lexical model does).
+messages, the operator's own instructions, it leaves alone: its jailbreak head flags
+ordinary operator prompts (the Codex CLI's own scores 0.999), so those channels are the
+`operator` view's.
 Its screen, lexical-v3, clears the items it is sure of before the detector runs
 (training/detector_screen.py); it shares the `lexical` view's loaded model.
 
@@ -46,15 +53,17 @@ from deltaguard.classifiers.encoder import EncoderClassifier
 from deltaguard.classifiers.harm import HarmClassifier
 from deltaguard.classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
 from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.operator import OperatorClassifier
 from deltaguard.classifiers.pii import PiiClassifier
 from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.models import MODELS_DIR
 
-DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "harm", "detector")
+DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "operator", "harm", "detector")
 LEXICAL_ARTIFACT = "lexical"
 CONVERSATION_ARTIFACT = "lexical-v2"
 DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
+OPERATOR_ARTIFACT = LEXICAL_ARTIFACT  # its heads are scaled at this entry's thresholds
 # Opt-in: the frozen encoder (~10-40 ms of CPU per 256-token window; `--classifiers ...,encoder`).
 KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 
@@ -71,6 +80,7 @@ def load_classifiers(
         (LEXICAL_ARTIFACT, "lexical"),
         (CONVERSATION_ARTIFACT, "conversation"),
         (DEFINITIONS_ARTIFACT, "definitions"),
+        (OPERATOR_ARTIFACT, "operator"),
     )
     wanted = {artifact for artifact, view in views if view in names}
     models = {a: LexicalClassifier(models_dir, artifact=a).load() for a in sorted(wanted)}
@@ -91,6 +101,9 @@ def load_classifiers(
         elif name == "definitions":
             lexical = models[DEFINITIONS_ARTIFACT]
             out.append(DefinitionsClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
+        elif name == "operator":
+            lexical = models[OPERATOR_ARTIFACT]
+            out.append(OperatorClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
         elif name == "harm":
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
         elif name in ("encoder", "detector"):

@@ -58,6 +58,14 @@ TOOL_DEFINITIONS = "tool_definitions"
 # calibrated on tool definitions, not at the threshold for tool outputs.
 DEFINITION_TYPES = frozenset({TOOL_DEFINITIONS, "mcp_list_tools", "additional_tools"})
 DEFINITIONS_ROLE = "definitions"
+# The synthetic item a gateway adds when a request's `instructions` change, so that the
+# client's instructions (a system message by another name) are scored once per change:
+# `{"type": "instructions", "text": "..."}`, role "instructions". Never forwarded to a model
+# (the request's own `instructions` field is).
+INSTRUCTIONS = "instructions"
+INSTRUCTIONS_ROLE = "instructions"
+# Synthetic items that stand for request fields, never forwarded as input items.
+SYNTHETIC_TYPES = frozenset({TOOL_DEFINITIONS, INSTRUCTIONS})
 TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "refusal"})
 
 
@@ -78,6 +86,13 @@ class Item:
     from outside the conversation. `text` is the canonical text view.
     `digest` identifies the item as classifiers see it (see the module docstring);
     `tokens` is `count_tokens(text)`, counted once when the item is parsed.
+    `attachments` is the text of files attached to a message (`input_file` parts): nobody
+    in the conversation wrote it, so it is judged as untrusted content, apart from the
+    message's own `text` (a tool output's files are part of its `text`).
+    `from_client` is true for an item that came in a request's input rather than from
+    the model: an assistant message there is the client's text in the model's mouth (a
+    forged turn), judged as the client's words. It is not part of the digest: a client
+    that resends the model's own answer resends the same history.
     """
 
     kind: str
@@ -87,6 +102,8 @@ class Item:
     raw: dict[str, Any]
     tokens: int = 0
     scored: bool = True  # false: no text to score (history only)
+    from_client: bool = False
+    attachments: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return self.raw

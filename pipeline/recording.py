@@ -30,11 +30,10 @@ forks) gets its own recording. Re-recording costs one fold of the history, so th
 keeps the recorder's work bounded by the number of distinct flags, not by turns.
 
 Each record's items are split into the turn's input and the model's output by the
-trailing run of assistant items (messages and function calls), because a
-`ResponseRecord` keeps them in one tuple; a client input that itself ends with
-assistant items is thus recorded as that turn's output (the recorded verdicts are
-computed on the transcript as written, so replaying it with the same policy and
-models reproduces them exactly).
+trailing run of the model's items (messages and function calls the client did not send),
+because a `ResponseRecord` keeps them in one tuple; the recorded verdicts are computed
+on the transcript as written, each turn's scores with its output as `replay` reports
+them, so replaying it with the same policy and models reproduces them exactly.
 
 Redaction reruns the secrets and PII rules (`deltaguard.classifiers.secrets.SECRET_RULES`,
 `deltaguard.classifiers.pii.PII_RULES`: their patterns and validators) over each channel's text
@@ -687,9 +686,10 @@ def _chain(record: ResponseRecord) -> list[ResponseRecord]:
 
 
 def split_turn(items: Sequence[Item]) -> tuple[Sequence[Item], Sequence[Item]]:
-    """(input, output) of one response's items: output is the trailing assistant run."""
+    """(input, output) of one response's items: output is the trailing run of the model's
+    items (an assistant message the client sent is input: a forged turn, judged as such)."""
     k = len(items)
-    while k > 0 and items[k - 1].role == "assistant":
+    while k > 0 and items[k - 1].role == "assistant" and not items[k - 1].from_client:
         k -= 1
     return items[:k], items[k:]
 
@@ -814,12 +814,13 @@ class TranscriptRecorder:
         snapshot = scorer.empty()
         for t, (inputs, outputs) in enumerate(turns):
             fold = scorer.fold(snapshot, inputs)
-            row = turn_json(t, scorer.verdict(fold))
+            out = scorer.fold(fold.after, outputs) if outputs else None
+            row = turn_json(t, scorer.verdict(fold, output=out))  # as `replay` reports a turn
             if self.redact:
                 for f in row.get("findings", []):
                     f.pop("preview", None)
             verdicts.append(row)
-            snapshot = scorer.fold(fold.after, outputs).after if outputs else fold.after
+            snapshot = out.after if out is not None else fold.after
         flat = [item for inputs, outputs in turns for item in (*inputs, *outputs)]
         redactions = Redactions()
         if self.redact:

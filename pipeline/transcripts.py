@@ -55,7 +55,7 @@ def parse_conversation(obj: Any, path: str, line: int) -> Conversation:
         if "input" not in turn:
             raise fail(f"turns[{t}].input", "missing")
         try:
-            inputs = parse_items(turn["input"], f"turns[{t}].input")
+            inputs = parse_items(turn["input"], f"turns[{t}].input", from_client=True)
             outputs = parse_items(turn.get("output", []), f"turns[{t}].output")
         except ItemError as exc:
             raise fail(exc.field, exc.reason) from None

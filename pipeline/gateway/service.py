@@ -28,10 +28,10 @@ from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.upstream import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
-from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
+from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
 from deltaguard.lanes.stage import GateResult, SafetyStage
-from deltaguard.parsing import parse_item, parse_items
+from deltaguard.parsing import instructions_item, parse_item, parse_items
 from deltaguard.state.scoring import chain_of
 from deltaguard.state.store import LruTtlMap
 from deltaguard.usage import usage_from
@@ -75,6 +75,7 @@ class _Turn:
     new: list[Item]  # the suffix of `history` after `parent`
     parent: str | None  # the upstream's id of the response this turn continues
     tools: list[dict[str, Any]] | None  # the tools in effect (the request's or inherited)
+    instructions: str | None = None  # the request's `instructions`
 
 
 def _tool_definitions(tools: list[dict[str, Any]] | None) -> Item | None:
@@ -85,8 +86,12 @@ def _tool_definitions(tools: list[dict[str, Any]] | None) -> Item | None:
     return parse_item({"type": TOOL_DEFINITIONS, "tools": tools})
 
 
+def _instructions_digest(instructions: str | None) -> bytes:
+    return hashlib.sha256(canonical_json(instructions or "")).digest()
+
+
 def _wire(items: Sequence[Item]) -> list[dict[str, Any]]:
-    return [i.to_wire() for i in items if i.kind != TOOL_DEFINITIONS]
+    return [i.to_wire() for i in items if i.kind not in SYNTHETIC_TYPES]
 
 
 class ResponsesService:
@@ -100,6 +105,8 @@ class ResponsesService:
         # their digest (so unchanged definitions are not scored again).
         self._tools: LruTtlMap[tuple[str, str], list[dict[str, Any]] | None] = LruTtlMap(n, ttl)
         self._tools_digest: LruTtlMap[tuple[str, str], bytes] = LruTtlMap(n, ttl)
+        # Per response: the digest of its `instructions` (scored again only when they change).
+        self._instructions_digest: LruTtlMap[tuple[str, str], bytes] = LruTtlMap(n, ttl)
         # The upstream's id of each response, by the gateway's id and by the hash chain of
         # the history it ends (output included): what a continuation hands the upstream.
         self._upstream_ids: LruTtlMap[tuple[str, str], str] = LruTtlMap(n, ttl)
@@ -162,25 +169,30 @@ class ResponsesService:
         digest = hashlib.sha256(canonical_json(tools or [])).digest()
         changed = digest != (self._tools_digest.get((tenant, prev)) if prev else None)
         definitions = _tool_definitions(tools) if changed else None
+        # The client's instructions are judged like its system messages, once per change.
+        said = _instructions_digest(req.instructions)
+        instructed = said != (self._instructions_digest.get((tenant, prev)) if prev else None)
+        instructions = instructions_item(req.instructions) if req.instructions and instructed else None
+        synthetic = [item for item in (definitions, instructions) if item is not None]
         if prev is None and conversation_id is None:
-            # A stateless client: its whole history, tool definitions first.
-            items = [*([definitions] if definitions else ()), *req.items]
+            # A stateless client: its whole history, tool definitions and instructions first.
+            items = [*synthetic, *req.items]
             gate = await self.stage.check_history(response_id, items, tenant=tenant)
             parent, k = self._parent_of_history(tenant, items)
-            return _Turn(gate, items, items[k:], parent, tools)
+            return _Turn(gate, items, items[k:], parent, tools, req.instructions)
         history: list[Item] = []
         if prev is not None:
             try:
                 history = list(self.stage.gate_tracker(tenant).store.record(prev).history())
             except PreviousResponseNotFound:
                 raise not_found(prev) from None
-        new = [*([definitions] if definitions else ()), *req.items]
+        new = [*synthetic, *req.items]
         try:
             gate = await self.stage.check_turn(response_id, new, prev, conversation_id, tenant=tenant)
         except PreviousResponseNotFound:
             raise not_found(prev or "") from None
         parent = self._upstream_ids.get((tenant, prev)) if prev else None
-        return _Turn(gate, [*history, *new], new, parent, tools)
+        return _Turn(gate, [*history, *new], new, parent, tools, req.instructions)
 
     # -- one response ----------------------------------------------------------------------
 
@@ -305,6 +317,7 @@ class ResponsesService:
         self._tools_digest.put(
             (tenant, response_id), hashlib.sha256(canonical_json(turn.tools or [])).digest()
         )
+        self._instructions_digest.put((tenant, response_id), _instructions_digest(turn.instructions))
         if req.conversation is not None:
             entry = self.conversations.get((tenant, req.conversation))
             if entry is not None:

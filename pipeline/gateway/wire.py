@@ -122,7 +122,7 @@ def parse_create(
         raise RequestError("input must be a string or a list of items", code="invalid_type", param="input")
     check_sizes(raw_input, "input", max_items=max_items, max_item_bytes=max_item_bytes)
     try:
-        items = parse_items(raw_input, "input")
+        items = parse_items(raw_input, "input", from_client=True)
     except ItemError as exc:
         raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
     tools = optional_tools(body)

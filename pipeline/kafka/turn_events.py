@@ -2,9 +2,9 @@
 
 Turn t of a conversation continues response t-1 and carries every item added to the
 history since that response's snapshot: the model output of turn t-1, then the input
-of turn t. Folding those gives the same verdicts as `deltaguard.tools.replay` in delta mode,
-which scores the output after the turn's verdict (the fold is associative), so the
-distributed monitor lane can be checked against the embedded one.
+of turn t. Folding those gives the same verdicts as the embedded delta mode gives each
+turn's input, which scores the output after the turn's decision (the fold is
+associative), so the distributed monitor lane can be checked against the embedded one.
 """
 
 from __future__ import annotations

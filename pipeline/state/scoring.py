@@ -182,6 +182,12 @@ class Scorer:
     def versions(self) -> dict[str, str]:
         return {c.name: c.version for c in self.classifiers}
 
+    def without_memo(self) -> Scorer:
+        """The same loaded classifiers and policy, none of them remembering item results
+        across updates (`unmemoised`): every fold does all of its own work, as a baseline
+        that rescores from nothing must."""
+        return Scorer([unmemoised(c) for c in self.classifiers], self.policy)
+
     def empty(self) -> Snapshot:
         return Snapshot(
             chain=CHAIN_ROOT,
@@ -230,14 +236,22 @@ class Scorer:
                 fb.add(clf.name, upd, (time.perf_counter() - t0) * 1000.0)
         return [fb.build(r.items, r.chains) for fb, r in zip(folds, requests, strict=True)]
 
-    def verdict(self, fold: Fold, prior: Fold | None = None) -> TurnVerdict:
+    def verdict(self, fold: Fold, prior: Fold | None = None, output: Fold | None = None) -> TurnVerdict:
         """The verdict of the conversation as of the end of `fold`.
 
         `prior` is work done for the same turn before `fold` (full mode's rescoring of
         the history, or a rebuild): its latency and tokens count in the turn's cost.
+        `output` is the fold of the turn's output (the model's answer) after `fold`: the
+        decision stays the one taken on the input, which is all a gateway can enforce
+        before the model answers, but the scores, flagged categories and findings then
+        describe the conversation at the end of the turn, its answer included.
         """
-        after = fold.after.scores
-        decision, flagged = self.policy.decide(after)
+        decision, flagged = self.policy.decide(fold.after.scores)
+        after = fold.after.scores if output is None else output.after.scores
+        findings = fold.findings
+        if output is not None:
+            flagged = self.policy.flagged(after)
+            findings = [*fold.findings, *output.findings]
         latency = dict(fold.latency_ms)
         tokens = dict(fold.tokens)
         if prior is not None:
@@ -251,8 +265,15 @@ class Scorer:
             flagged_categories=flagged,
             latency_ms={"total": sum(latency.values()), **latency},
             tokens_scored=max(tokens.values(), default=0),
-            findings=fold.findings,
+            findings=findings,
         )
+
+
+def unmemoised(clf: Classifier) -> Classifier:
+    """`clf` without its item memo where it keeps one (the encoder entries remember item
+    results across conversations and turns), else `clf` itself."""
+    without = getattr(clf, "without_memo", None)
+    return without() if without is not None else clf
 
 
 def turn_json(index: int, verdict: TurnVerdict) -> dict[str, Any]:

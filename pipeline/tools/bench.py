@@ -48,7 +48,7 @@ import numpy as np
 from deltaguard.classifiers.base import Classifier, State, Update
 from deltaguard.errors import DeltaGuardError, TranscriptError
 from deltaguard.items import Item
-from deltaguard.state.scoring import Scorer, TurnVerdict
+from deltaguard.state.scoring import Scorer, TurnVerdict, unmemoised
 from deltaguard.state.store import ConversationTracker
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import Conversation, parse_conversation, read_transcripts
@@ -191,12 +191,7 @@ def timed_scorer(scorer: Scorer, clock: Clock) -> Scorer:
     """The same classifiers and policy, each wrapped in a `TimedClassifier`. A classifier
     that memoises item results across conversations (the encoder entries) is measured
     without its memo: delta, full and floor would otherwise reuse each other's work."""
-    return Scorer([TimedClassifier(_unmemoised(c), clock) for c in scorer.classifiers], scorer.policy)
-
-
-def _unmemoised(clf: Classifier) -> Classifier:
-    without = getattr(clf, "without_memo", None)
-    return without() if without is not None else clf
+    return Scorer([TimedClassifier(unmemoised(c), clock) for c in scorer.classifiers], scorer.policy)
 
 
 def _same_verdict(a: TurnVerdict, b: TurnVerdict) -> bool:

@@ -126,6 +126,27 @@ def test_tool_outputs_are_judged_by_the_indirect_head(clf):
     assert entry["role_heads"] == {"tool": {"prompt_injection": "indirect_injection"}}
 
 
+def with_file(text: str, content: str):
+    part = {"type": "input_file", "filename": "notes.txt", "file_data": content}
+    return parse_item({"role": "user", "content": [{"type": "input_text", "text": text}, part]})
+
+
+@pytest.mark.parametrize("detector", ["clf", "unscreened"])
+def test_a_users_attached_file_is_judged_as_a_tool_output_is(detector, request):
+    det = request.getfixturevalue(detector)
+    for content in (THROUGH_TOOLS[1], BENIGN_TOOL[0]):
+        # Fresh instances: the memo must not decide what is compared.
+        attached = det.without_memo().update(det.initial_state(), [with_file("", content)])
+        as_tool = det.without_memo().update(det.initial_state(), [tool(content)])
+        assert attached.item_scores == as_tool.item_scores and attached.tokens == as_tool.tokens
+    # The message's own words are the user's, judged beside the file; the item takes the max.
+    both = det.update(det.initial_state(), [with_file(CHAT[0], THROUGH_TOOLS[1])]).item_scores[0]
+    alone = det.update(det.initial_state(), [user(CHAT[0])]).item_scores[0]
+    filed = det.update(det.initial_state(), [tool(THROUGH_TOOLS[1])]).item_scores[0]
+    assert both == {c: max(alone[c], filed[c]) for c in both}
+    assert flagged(both)
+
+
 def test_encoded_injection_is_read_through_the_normaliser(clf):
     hidden = base64.b64encode(DIRECT[0].encode()).decode()
     plain = clf.update(clf.initial_state(), [user(f"please decode this: {hidden}")])
@@ -135,8 +156,11 @@ def test_encoded_injection_is_read_through_the_normaliser(clf):
     assert plain.tokens > alone.tokens
 
 
-def test_delta_equals_full(clf):
+@pytest.mark.parametrize("files", [False, True], ids=["items", "with_attached_files"])
+def test_delta_equals_full(clf, files):
     items = [user(CHAT[0]), tool(BENIGN_TOOL[0]), tool(THROUGH_TOOLS[1]), user(CHAT[1]), user(DIRECT[0])]
+    if files:
+        items[1:1] = [with_file(CHAT[0], BENIGN_TOOL[1]), with_file("", THROUGH_TOOLS[0])]
     whole = clf.update(clf.initial_state(), items)
     state, scores = clf.initial_state(), []
     for item in items:

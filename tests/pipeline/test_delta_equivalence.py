@@ -2,10 +2,11 @@
 
 Random item sequences (benign text, injections, attacks split into fragments sent as
 successive user messages, secrets and PII split across items, unknown item types,
+system, developer and instructions items, forged assistant messages, attached files,
 non-ASCII) are cut into random turns and replayed delta-only with random forks and
-evictions; every turn's verdict must equal full rescoring. Each turn's assistant output
-also streams through the output scorer cut at random points: its findings must equal
-those of the output scanned whole.
+evictions; every turn's verdict must equal full rescoring, at its input and at its end
+(its output included). Each turn's assistant output also streams through the output
+scorer cut at random points: its findings must equal those of the output scanned whole.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 import string
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -65,10 +67,18 @@ def item(kind, text):
         return {"type": "message", "role": "assistant", "content": text}
     if kind == "tool":
         return {"type": "function_call_output", "call_id": "c", "output": text}
+    if kind in ("system", "developer"):
+        return {"type": "message", "role": kind, "content": text}
+    if kind == "instructions":
+        return {"type": "instructions", "text": text}
+    if kind == "file":
+        return {"role": "user", "content": [{"type": "input_file", "filename": "f.txt", "file_data": text}]}
     return {"type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}
 
 
-KINDS = st.sampled_from(["user", "parts", "assistant", "tool", "tool", "unknown"])
+KINDS = st.sampled_from(
+    ["user", "parts", "assistant", "tool", "tool", "unknown", "system", "developer", "instructions", "file"]
+)
 
 
 @st.composite
@@ -107,7 +117,8 @@ def conversations(draw):
         if a >= b:
             continue
         split = draw(st.integers(a + 1, b))  # at least one input item, the rest is output
-        turns.append((items[a:split], items[split:b]))
+        # An assistant message among the inputs is the client's (forged), one in the output the model's.
+        turns.append(([replace(i, from_client=True) for i in items[a:split]], items[split:b]))
     actions = draw(
         st.lists(
             st.sampled_from(["none", "fork", "evict_parent", "evict_all"]),
@@ -163,7 +174,14 @@ def check_equivalence(scorer: Scorer, turns, actions, streams, max_snapshots: in
             text = "".join(o.text for o in outputs if o.role == "assistant")
             streamed, whole = stream_findings(rules, text, seed)
             assert sorted(streamed) == sorted(whole), f"turn {t}: output findings depend on the stream's cuts"
-            tracker.score_output(f"r{t}", outputs)
+            out = tracker.score_output(f"r{t}", outputs)
+            # The turn as reported at its end: decision on the input, scores with the output.
+            ended = scorer.verdict(tracked.fold, prior=tracked.rebuild, output=out.fold)
+            gate = scorer.fold(scorer.empty(), [*history, *inputs])
+            full_end = scorer.verdict(gate, output=scorer.fold(gate.after, outputs))
+            assert verdict_tuple(ended)[:2] == verdict_tuple(full_end)[:2], f"turn {t} (end)"
+            for cat, value in full_end.category_scores.items():
+                assert math.isclose(ended.category_scores[cat], value, abs_tol=1e-6), f"turn {t} {cat} (end)"
         history += [*inputs, *outputs]
         prev = f"r{t}"
 

@@ -19,12 +19,14 @@ import shutil
 import httpx
 import pytest
 
+from deltaguard.classifiers.operator import channel
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.items import count_tokens
-from deltaguard.parsing import parse_item
+from deltaguard.parsing import instructions_item, parse_item
 from deltaguard.sinks import MemorySink
 from tests.pipeline.gateway.conftest import gateway_thread
 from tests.support.codex import (
+    CODEX_MODEL,
     INJECTION,
     NEWEST_MODEL,
     CodexUnavailable,
@@ -197,3 +199,26 @@ def test_codex_newest_models_send_an_additional_tools_item(codex, scorer, tmp_pa
     kinds = [i.get("type") for i in request.body["input"]]
     assert kinds[0] == "additional_tools" and "tools" not in request.body
     assert request.body["input"][0]["tools"][0]["type"] == "namespace"
+
+
+@pytest.mark.parametrize("model", [CODEX_MODEL, NEWEST_MODEL])
+def test_codexs_own_system_prompt_is_not_flagged(codex, scorer, tmp_path, model):
+    """Codex's prompt (its developer messages, and `instructions` when it sends them) is
+    judged for jailbreaks like every client-written prompt, and passes."""
+    with (
+        running_reasoning_upstream(policy=answer_policy) as (upstream, recorder),
+        prepared_run(tmp_path, upstream, websockets=False, model=model) as (repo, home),
+    ):
+        run = run_codex(codex, home, repo, "Is calc.py correct?")
+    assert run.returncode == 0, run.describe()
+    body = recorder.generated[0].body
+    items = [parse_item(i, from_client=True) for i in body["input"]]
+    if body.get("instructions"):
+        items.append(instructions_item(body["instructions"]))
+    judged = [i for i in items if channel(i) is not None]
+    assert sum(len(i.text) for i in judged if i.role == "developer") > 10_000  # its base prompt
+    operator = next(c for c in scorer.classifiers if c.name == "operator")
+    upd = operator.update(operator.initial_state(), judged)
+    assert max(row["jailbreak"] for row in upd.item_scores) < 0.5, upd.item_scores
+    gate = [c for c in scorer.classifiers if c.lane == "gate"]
+    assert scorer.verdict(scorer.fold(scorer.empty(), items, gate)).decision == "allow"

@@ -16,7 +16,7 @@ from typing import Any
 from deltaguard.events import FlagEvent
 from deltaguard.kafka.turn_events import interleaved_turn_events, response_id
 from deltaguard.state.scoring import Scorer
-from deltaguard.tools.replay import replay
+from deltaguard.state.store import ConversationTracker
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import Conversation, parse_conversation, read_transcripts
 
@@ -76,17 +76,26 @@ def conversations(n_synthetic: int = 12, turns: int = 8) -> list[Conversation]:
 
 
 def expected_flags(convs: list[Conversation], scorer: Scorer) -> dict[str, dict[str, Any]]:
-    """response id -> the flagged turn's verdict in embedded mode (deltaguard.tools.replay, delta)."""
-    result = replay(convs, scorer, "delta")
+    """response id -> the flagged turn's verdict in embedded mode, delta-only, as a worker
+    judges a turn: on its input, the previous turn's output carried in (a replay row's
+    scores also include the turn's own output, which a worker sees with the next turn)."""
+    tracker = ConversationTracker(scorer)
     out = {}
-    for conv, row in zip(convs, result.conversations, strict=True):
-        for turn in row["turns"]:
-            if turn["flagged_categories"]:
-                out[response_id(conv, turn["index"])] = {
-                    "decision": turn["decision"],
-                    "categories": turn["flagged_categories"],
-                    "scores": turn["category_scores"],
+    for conv in convs:
+        previous: str | None = None
+        for t, turn in enumerate(conv.turns):
+            tracked = f"{conv.line}:{response_id(conv, t)}"
+            scored = tracker.score_turn(tracked, turn.input, previous)
+            verdict = scorer.verdict(scored.fold, prior=scored.rebuild)
+            if verdict.flagged_categories:
+                out[response_id(conv, t)] = {
+                    "decision": verdict.decision,
+                    "categories": verdict.flagged_categories,
+                    "scores": verdict.category_scores,
                 }
+            if turn.output:
+                tracker.score_output(tracked, turn.output)
+            previous = tracked
     return out
 
 
