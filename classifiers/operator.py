@@ -5,7 +5,7 @@ These channels belong to the application, so an instruction there is never an at
 (no `prompt_injection`); but a client that may not type a jailbreak as a user message
 can move it there, so they are judged for `jailbreak`: an explicit attempt to override
 the model's rules. This view of the lexical model (classifiers/lexical.py, manifest entry
-"lexical") judges items of role "system", "developer" and "instructions" (the synthetic
+"lexical-v3", the model it was measured with) judges items of role "system", "developer" and "instructions" (the synthetic
 item a gateway makes of a request's `instructions`, deltaguard.items.INSTRUCTIONS) and
 assistant messages that came in a request's input (`Item.from_client`); the model's own
 answers are not its business.
@@ -70,7 +70,7 @@ from deltaguard.items import INSTRUCTIONS_ROLE, Item
 from deltaguard.models import MODELS_DIR
 
 VERSION = "1"
-ENTRY_NAME = "lexical"
+ENTRY_NAME = "lexical-v3"  # the model and thresholds this view was measured with
 CATEGORY = "jailbreak"
 OVERRIDE_HEAD = "prompt_injection"  # the head that reads the override of earlier rules
 OPERATOR_ROLES = frozenset({"system", "developer", INSTRUCTIONS_ROLE})
@@ -145,7 +145,7 @@ class OperatorClassifier:
 
     def __init__(self, models_dir: Path = MODELS_DIR, *, lexical: LexicalClassifier | None = None) -> None:
         """`lexical`: an already loaded LexicalClassifier whose model is shared when it is
-        the artifact of the "lexical" manifest entry (whose thresholds scale the heads)."""
+        the artifact of the ENTRY_NAME manifest entry (whose thresholds scale the heads)."""
         self.models_dir = Path(models_dir)
         self.lexical = lexical
         self._model: LexicalModel | None = None

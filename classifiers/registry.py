@@ -63,7 +63,7 @@ DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "op
 LEXICAL_ARTIFACT = "lexical"
 CONVERSATION_ARTIFACT = "lexical-v2"
 DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
-OPERATOR_ARTIFACT = LEXICAL_ARTIFACT  # its heads are scaled at this entry's thresholds
+OPERATOR_ARTIFACT = "lexical-v3"  # the model and thresholds the operator view was measured with
 # Opt-in: the frozen encoder (~10-40 ms of CPU per 256-token window; `--classifiers ...,encoder`).
 KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
 

@@ -16,7 +16,7 @@ lexical artifact format (classifiers/lexical.py reads it), so serving is numpy o
 Operating point (`thresholds_for`): per-head thresholds chosen greedily on validation to
 flag the most harmful rows (toxicity: any head over its threshold) while every validation
 benign set stays within its FP_BUDGETS share.
-Writes models/harm-v1.npz and the manifest entry "harm".
+Writes models/harm-v2.npz and the manifest entry "harm".
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from training.detection_data import group_split
 from training.lexical_fit import FitSettings, expand, log, parity, source_weights, to_model
 
 ENTRY = "harm"
-VERSION = "1"
+VERSION = "2"
 ARTIFACT = f"harm-v{VERSION}.npz"
 SETTINGS = FitSettings(word_features=40000, char_features=80000, c=4.0)
 CHAR_NGRAMS = (3, 4)  # not (3, 5): the gate lane's cost is mostly char n-grams; the serving path needs min 3

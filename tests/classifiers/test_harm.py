@@ -1,4 +1,4 @@
-"""The harm classifier served from the real artifact (models/harm-v1.npz, via the manifest)."""
+"""The harm classifier served from the real artifact (models/harm-v2.npz, via the manifest)."""
 
 from __future__ import annotations
 
@@ -209,7 +209,6 @@ def test_gateway_streams_output_through_harm_by_default():
     assert "harm" in [c.name for c in load_classifiers(("harm",))]
 
 
-@pytest.mark.xfail(strict=True, reason="known miss: 'kill' in a process-management answer reads as violence")
 def test_kill_a_process_answer_is_not_flagged(clf):
     answer = "To kill a hanging process, run `kill -9 1234`. Then restart the service with systemctl."
     assert scores_of(clf, assistant(answer))["toxicity"] < 0.5

@@ -151,6 +151,7 @@ def test_candidates_are_explicit_overrides_of_the_models_rules():
     assert found("Never refund orders over $200 without a supervisor.") == []
 
 
-def test_the_model_is_shared_with_the_lexical_view():
-    lexical, operator = load_classifiers(("lexical", "operator"))
-    assert operator._model is lexical.inner._require_model()
+def test_the_model_is_shared_with_the_detector_screen():
+    operator, detector = load_classifiers(("operator", "detector"))
+    screen, _ = detector.screen
+    assert operator._model is screen._require_model()
