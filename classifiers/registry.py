@@ -97,7 +97,8 @@ def load_classifiers(
             out.append(ThresholdScaled(view, model_thresholds(LEXICAL_ARTIFACT, models_dir)))
         elif name == "conversation":
             lexical = models[CONVERSATION_ARTIFACT]
-            out.append(ConversationClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
+            view = ConversationClassifier(models_dir, lexical=lexical, **conversation_view(models_dir))
+            out.append(view.load())  # 0.5-scaled already
         elif name == "definitions":
             lexical = models[DEFINITIONS_ARTIFACT]
             out.append(DefinitionsClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
@@ -110,6 +111,18 @@ def load_classifiers(
             # 0.5-scaled already; a screen shares the lexical model loaded above
             out.append(EncoderClassifier(models_dir, artifact=name, lexical=models).load())
     return out
+
+
+def conversation_view(models_dir: Path = MODELS_DIR) -> dict[str, float]:
+    """The conversation view's thresholds chosen on real traffic (manifest entry
+    "conversation-view", training/conversation_view.py), where they were chosen for the
+    model it serves; none: the module's defaults."""
+    from deltaguard.artifacts import load_manifest
+
+    entry = load_manifest(models_dir).get("models", {}).get("conversation-view")
+    if not entry or entry.get("model") != CONVERSATION_ARTIFACT:
+        return {}
+    return {"span_threshold": float(entry["span_threshold"]), "ema_threshold": float(entry["ema_threshold"])}
 
 
 def parse_names(text: str) -> tuple[str, ...]:

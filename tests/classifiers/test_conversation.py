@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deltaguard.classifiers.conversation import ConversationClassifier
+from deltaguard.classifiers.conversation import SPAN_THRESHOLD, ConversationClassifier
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT
 from deltaguard.classifiers.secrets import SecretsClassifier
@@ -373,3 +373,26 @@ def test_output_stream_is_cut_independent_with_this_classifier(clf, cuts, chunk)
     found, scores = run([STREAM[a:b] for a, b in pairwise(bounds)], chunk)
     assert (found, scores) == run([STREAM], 10**6)
     assert scores.get("prompt_injection", 0.0) == scores.get("jailbreak", 0.0) == 0.0
+
+
+def test_the_default_set_serves_the_thresholds_chosen_on_real_traffic():
+    from deltaguard.classifiers.registry import load_classifiers
+    from deltaguard.models import MODELS_DIR
+
+    chosen = json.loads((MODELS_DIR / "manifest.json").read_text())["models"]["conversation-view"]
+    (view,) = load_classifiers(("conversation",))
+    assert view.span_threshold == chosen["span_threshold"] >= SPAN_THRESHOLD
+    assert view.ema_threshold == chosen["ema_threshold"]
+
+
+def test_a_manifest_without_real_traffic_thresholds_keeps_the_defaults(tmp_path):
+    import shutil
+
+    from deltaguard.classifiers.registry import conversation_view
+    from deltaguard.models import MODELS_DIR
+
+    shutil.copy(MODELS_DIR / "manifest.json", tmp_path / "manifest.json")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["models"]["conversation-view"]["model"] = "lexical-v9"  # chosen for another model
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert conversation_view(tmp_path) == {}
