@@ -12,8 +12,10 @@ injection reaches an agent as a tool output:
 
 and the conversation is replayed with `deltaguard replay` (delta mode, the default
 pipeline). Reported: the share flagged for prompt_injection or jailbreak at each size,
-the ratio of each size's recall to recall alone, over the injections caught alone (the
-issue's measure) and over all, and how often the clean carriers are flagged. Writes
+the ratio of each size's recall to recall alone, the share of injections caught alone
+still caught, the share caught while their clean carrier is allowed (a pipeline that
+flags the carrier itself "catches" every injection in it), and how often the clean
+carriers are flagged. Writes
 eval/out/dilution.md and .json.
 """
 
@@ -23,7 +25,6 @@ import argparse
 import json
 import random
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -112,10 +113,13 @@ def summarise(verdicts: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         k_all = sum(flagged[(i, str(size))] for i in ids)
         k_caught = sum(flagged[(i, str(size))] for i in caught_alone)
         k_clean = sum(flagged[(i, f"clean{size}")] for i in ids)
+        # caught because of the injection: its carrier alone is allowed
+        k_own = sum(flagged[(i, str(size))] and not flagged[(i, f"clean{size}")] for i in ids)
         out[str(size)] = {
             "recall": k_all / len(ids),
             "recall_ci": wilson(k_all, len(ids)),
             "kept_of_caught_alone": k_caught / len(caught_alone) if caught_alone else None,
+            "caught_with_clean_carrier_allowed": k_own / len(ids),
             "clean_flagged": k_clean / len(ids),
             "clean_ci": wilson(k_clean, len(ids)),
         }
@@ -130,8 +134,8 @@ def report(s: dict[str, Any], extra: list[str]) -> list[str]:
         f"flagged alone: {100 * s['alone']:.1f}%.",
         "",
         "| carrier | recall | recall / recall alone | of those caught alone, still caught "
-        "| clean carrier flagged |",
-        "|---|---|---|---|---|",
+        "| caught, clean carrier allowed | clean carrier flagged |",
+        "|---|---|---|---|---|---|",
     ]
     for size in SIZES:
         r = s[str(size)]
@@ -139,7 +143,8 @@ def report(s: dict[str, Any], extra: list[str]) -> list[str]:
         kept = f"{100 * r['kept_of_caught_alone']:.1f}%" if r["kept_of_caught_alone"] is not None else "-"
         lines.append(
             f"| {size // 1000} KB | {100 * r['recall']:.1f}% [{100 * r['recall_ci'][0]:.1f}, "
-            f"{100 * r['recall_ci'][1]:.1f}] | {ratio:.2f} | {kept} | {100 * r['clean_flagged']:.1f}% "
+            f"{100 * r['recall_ci'][1]:.1f}] | {ratio:.2f} | {kept} | "
+            f"{100 * r['caught_with_clean_carrier_allowed']:.1f}% | {100 * r['clean_flagged']:.1f}% "
             f"[{100 * r['clean_ci'][0]:.1f}, {100 * r['clean_ci'][1]:.1f}] |"
         )
     return lines
@@ -152,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
     args = parser.parse_args(argv)
     extra = ["--models-dir", str(args.models)] if args.models else []
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "dilution.jsonl"
-        src.write_text("".join(json.dumps(c) + "\n" for c in build(args.n)), encoding="utf-8")
-        verdicts, _seconds = replay(src, Path(tmp) / "verdicts.json", extra)
+    src = args.out.with_name(args.out.stem + "-transcripts.jsonl")
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text("".join(json.dumps(c) + "\n" for c in build(args.n)), encoding="utf-8")
+    verdicts, _seconds = replay(src, args.out.with_name(args.out.stem + "-verdicts.json"), extra)
     summary = summarise(verdicts)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
