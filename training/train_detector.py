@@ -10,7 +10,9 @@ about 25 minutes on 2 cores:
    training/binary_text.py's tool outputs carrying binary data as text, and
    training/coding_agent.py's injections aimed at coding agents with their benign twins
    (source files, READMEs, issues, configs, logs; templated, and carrying the corpus's
-   own direct injections), through the normaliser of classifiers/normalize.py: the text
+   own direct injections), training/real_rows.py's real text (repository files and
+   history, Debian documents, dataset-build paragraphs; split by whole source), injections
+   hidden in it and over-defence requests, through the normaliser of classifiers/normalize.py: the text
    a row trains on is the view the serving path scores last (the extra view when
    something was hidden or encoded);
 2. one training window of at most WINDOW_TOKENS tokens per row. A short row is its own
@@ -27,7 +29,9 @@ about 25 minutes on 2 cores:
    tokens keep their pretrained geometry), then exported with train_encoder's export and
    per-token int8 quantization (batch-independent, so delta mode equals full mode);
 4. thresholds on validation through the serving path (per head, the most sensitive one
-   whose flag rate stays within a budget on each benign validation set), test metrics,
+   whose flag rate stays within a budget on each benign validation set, and no lower than
+   what keeps each kind of the validation split's real agent conversations within
+   CONVERSATION_BUDGET), test metrics,
    the heads npz, and the manifest entry "detector" (read-modify-write of that key only).
 
 Heads: `prompt_injection` (direct: user messages), `jailbreak`, and
@@ -82,7 +86,7 @@ NORMALIZE = "1"
 LAYERS = 2  # 2 of MiniLM-L6's 6: ~45 ms of CPU per 1,000 tokens int8 (3 layers: ~80 ms)
 WINDOW_TOKENS = 128  # [CLS] + 126 content tokens + [SEP]
 WINDOW_STRIDE = 112  # 14 tokens of overlap between windows at serving time
-EPOCHS = 2
+EPOCHS = 1  # v2, on ~37k windows with the real-text rows (v1: 2 epochs on 25k)
 BATCH = 32
 LR = 8e-5
 HEAD_LR = 2e-3
