@@ -1,9 +1,9 @@
-"""Gate-lane CPU per 1,000-token tool output, today's gate and the v2 gate side by side.
+"""Gate-lane CPU per 1,000-token tool output, today's gate and earlier gates side by side.
 
 `python -m eval.gate_cost` folds the same pipeline/tools/rollouts.py tool outputs (about
 1,000 tokens each, one per update, as an agent turn's delta) through every gate-lane
 classifier of the default set, and through the same set with the lexical view on
-lexical-v2, interleaved item by item so that both see the same machine load. CPU time of
+lexical-v3 and on lexical-v2, interleaved item by item so that all see the same machine load. CPU time of
 this thread (`time.thread_time`), p50 and p95 per classifier and for the lane. Writes
 eval/out/gate_cost.md.
 """
@@ -33,9 +33,9 @@ TEXTS = 300
 REPEAT = 3
 
 
-def v2_gate(default: list[Classifier]) -> list[Classifier]:
-    """The default gate with its lexical view served by lexical-v2."""
-    entry = entry_of("lexical-v2.npz")
+def gate_on(default: list[Classifier], artifact_file: str) -> list[Classifier]:
+    """The default gate with its lexical view served by another lexical artifact."""
+    entry = entry_of(artifact_file)
     roles = SCORED_ROLES - {"user"}  # as in the default set: conversation judges user messages
     view = LexicalClassifier(roles=roles, artifact=entry).load()
     return [ThresholdScaled(view, model_thresholds(entry)) if c.name == "lexical" else c for c in default]
@@ -73,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     default = [c for c in load_classifiers(DEFAULT_NAMES) if c.lane == "gate"]
-    gates = {"default (lexical view: lexical-v3)": default, "lexical view on lexical-v2": v2_gate(default)}
+    version = next(c for c in default if c.name == "lexical").inner.version
+    gates = {
+        f"default (lexical view: lexical-v{version})": default,
+        "lexical view on lexical-v3": gate_on(default, "lexical-v3.npz"),
+        "lexical view on lexical-v2": gate_on(default, "lexical-v2.npz"),
+    }
     times = measure(gates, args.texts, args.repeat)
     names = [*(c.name for c in default), "lane"]
     lines = [
