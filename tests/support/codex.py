@@ -326,6 +326,41 @@ def bug_fix_policy(path: str = "calc.py") -> Policy:
     return policy
 
 
+def reading_policy(paths: Sequence[str], answer: str) -> Policy:
+    """Per user request: read each of `paths` with the shell tool, one per response, then
+    answer: a long agent session over real files, one tool output per turn."""
+
+    def policy(history: list[Item], body: dict[str, Any]) -> list[Item]:
+        turn = since_last_user_message(history)
+        done = [i for i in turn if item_type(i) in ("function_call", "custom_tool_call")]
+        if len(done) < len(paths):
+            path = paths[len(done)]
+            return [reasoning(f"Next I read {path}."), _shell_call(body, f"cat {path}")]
+        return [reasoning("I have read what I needed."), message(answer)]
+
+    return policy
+
+
+def copy_files(src: Path, paths: Sequence[str], root: Path) -> Path:
+    """A git repository at `root` holding `paths` copied from `src`."""
+    for rel in paths:
+        dest = root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes((src / rel).read_bytes())
+    git = [
+        "git",
+        "-c",
+        "user.name=test",
+        "-c",
+        "user.email=test@example.com",
+        "-c",
+        "init.defaultBranch=main",
+    ]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "import"]):
+        subprocess.run([*git, *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
 @contextlib.contextmanager
 def prepared_run(
     tmp: Path, base_url: str, *, websockets: bool, injection: str | None = None, model: str = CODEX_MODEL
