@@ -188,7 +188,7 @@ def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict
     for r in rows:
         if r["label"] == "benign":
             clean_of.setdefault((r["source"], r["group"]), r["text"])
-    lexical = LexicalClassifier(MODELS_DIR, artifact="lexical").load()
+    lexical = LexicalClassifier(MODELS_DIR, artifact="lexical-v3").load()  # the screen's model
     out: list[dict[str, Any]] = []
     pending: list[tuple[int, list[tuple[int, int]], str, list[int]]] = []
     for r in rows:
