@@ -267,7 +267,7 @@ SESSION_FILES = (
     strict=True,
     raises=AssertionError,
     reason="known false alarm: detector-v2's jailbreak head flags two of these files' docstrings "
-    "(pipeline/state/scoring.py 0.97, pipeline/items.py 0.56), and the flag blocks the session's next turn",
+    "(pipeline/state/scoring.py 0.98, pipeline/items.py 0.81), and the flag blocks the session's next turn",
 )
 def test_a_thirty_turn_codex_session_on_a_real_repository_is_left_alone(codex, scorer, tmp_path):
     flags = MemorySink()
