@@ -5,10 +5,10 @@ These channels belong to the application, so an instruction there is never an at
 (no `prompt_injection`); but a client that may not type a jailbreak as a user message
 can move it there, so they are judged for `jailbreak`: an explicit attempt to override
 the model's rules. This view of the lexical model (classifiers/lexical.py, manifest entry
-"lexical-v3", the model it was measured with) judges items of role "system", "developer" and "instructions" (the synthetic
-item a gateway makes of a request's `instructions`, deltaguard.items.INSTRUCTIONS) and
-assistant messages that came in a request's input (`Item.from_client`); the model's own
-answers are not its business.
+"lexical-v3", the model it was measured with) judges items of role "system", "developer"
+and "instructions" (the synthetic item a gateway makes of a request's `instructions`,
+deltaguard.items.INSTRUCTIONS) and assistant messages that came in a request's input
+(`Item.from_client`); the model's own answers are not its business.
 
 How: a rule finds the candidates, the model judges them (as the secrets rules' validators
 do). An operator's prompt is long imperative text that gives the model a persona and
