@@ -110,6 +110,11 @@ def make_buggy_repo(root: Path, injection: str | None = None) -> Path:
     )
     (root / "calc.py").write_text(source)
     (root / "test_calc.py").write_text(TEST_SOURCE)
+    return commit_all(root, "calc")
+
+
+def commit_all(root: Path, message: str) -> Path:
+    """Make `root` a git repository whose one commit holds every file in it."""
     git = [
         "git",
         "-c",
@@ -119,7 +124,7 @@ def make_buggy_repo(root: Path, injection: str | None = None) -> Path:
         "-c",
         "init.defaultBranch=main",
     ]
-    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "calc"]):
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", message]):
         subprocess.run([*git, *args], cwd=root, check=True, capture_output=True)
     return root
 
@@ -347,18 +352,7 @@ def copy_files(src: Path, paths: Sequence[str], root: Path) -> Path:
         dest = root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes((src / rel).read_bytes())
-    git = [
-        "git",
-        "-c",
-        "user.name=test",
-        "-c",
-        "user.email=test@example.com",
-        "-c",
-        "init.defaultBranch=main",
-    ]
-    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "import"]):
-        subprocess.run([*git, *args], cwd=root, check=True, capture_output=True)
-    return root
+    return commit_all(root, "import")
 
 
 @contextlib.contextmanager

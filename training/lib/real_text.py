@@ -18,6 +18,7 @@ model trained on the train split is measured on sources it never saw.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import os
@@ -326,7 +327,13 @@ def dataset_build_documents(cache: Path | str | None = None) -> Iterator[Documen
 
 
 def all_documents(cache: Path | str | None = None, root: Path | None = None) -> list[Document]:
-    """Every real document this machine holds, deduplicated by text."""
+    """Every real document this machine holds, deduplicated by text. Read once per process
+    (a recipe asks for its rows and for its validation conversations): a fresh list each call."""
+    return list(_all_documents(cache, root))
+
+
+@functools.cache
+def _all_documents(cache: Path | str | None, root: Path | None) -> tuple[Document, ...]:
     seen: set[str] = set()
     out = []
     for producer in (
@@ -340,4 +347,4 @@ def all_documents(cache: Path | str | None = None, root: Path | None = None) -> 
             if key not in seen:
                 seen.add(key)
                 out.append(d)
-    return out
+    return tuple(out)

@@ -62,6 +62,14 @@ def clients(base: str, api_key: str = "test"):
     )
 
 
+async def recv_until_done(conn):
+    """The socket's next terminal event of a response (completed, failed, or an error)."""
+    async for event in conn:
+        if event.type in ("response.completed", "response.failed", "error"):
+            return event
+    raise AssertionError("socket closed")
+
+
 @pytest.fixture()
 def sdk(gateway):
     return clients(gateway[0])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.sinks import MemorySink
-from tests.pipeline.gateway.conftest import clients, gateway_thread
+from tests.pipeline.gateway.conftest import clients, gateway_thread, recv_until_done
 
 REPO = Path(__file__).resolve().parents[3]
 # Files that quote attacks on purpose (the classifiers' own docstrings show a split jailbreak)
@@ -34,13 +34,6 @@ TASK = "Read setup.py and tell me which dependencies the project declares."
 READ_CHARS = 10_000  # what an agent harness passes on of a long file
 
 
-async def _done(conn):
-    async for event in conn:
-        if event.type in ("response.completed", "response.failed", "error"):
-            return event
-    raise AssertionError("socket closed")
-
-
 def test_twelve_turn_tool_loop_on_real_files_is_never_blocked_or_flagged(scorer):
     flags, billing = MemorySink(), MemorySink()
     config = GatewayConfig(port=0, sim_tokens_per_s=20_000)
@@ -53,7 +46,7 @@ def test_twelve_turn_tool_loop_on_real_files_is_never_blocked_or_flagged(scorer)
             async with aclient.beta.responses.connect() as conn:
                 await conn.send({"type": "response.create", "model": "sim", "input": TASK, "tools": TOOLS})
                 for _ in range(12):
-                    done = await _done(conn)
+                    done = await recv_until_done(conn)
                     assert done.type == "response.completed", done  # a block is an error event
                     resp = done.response
                     assert resp.safety["decision"] == "allow", resp.safety
@@ -72,7 +65,7 @@ def test_twelve_turn_tool_loop_on_real_files_is_never_blocked_or_flagged(scorer)
                             "previous_response_id": resp.id,
                         }
                     )
-                last = await _done(conn)
+                last = await recv_until_done(conn)
                 assert last.type == "response.completed", last
                 ids.append(last.response.id)
             return ids

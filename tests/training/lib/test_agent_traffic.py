@@ -41,7 +41,7 @@ def test_every_kind_is_built_and_is_a_valid_transcript():
     coding = next(c for c in convs if c["labels"]["kind"] == "coding")
     outputs = [i for t in coding["turns"] for i in t["input"] if i.get("type") == "function_call_output"]
     assert outputs and all("agent reads" in o["output"] for o in outputs)
-    # one repository per coding session, as an agent works in one checkout
+    # every tool output answers a call the model made
     calls = [i for t in coding["turns"] for i in t.get("output", []) if i.get("type") == "function_call"]
     assert len(calls) == len(outputs)
 
