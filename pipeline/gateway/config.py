@@ -61,7 +61,7 @@ class GatewayConfig(BaseModel):
     # Events that could not be delivered by the shutdown deadline are appended here.
     spool_path: str = "deltaguard-undelivered.jsonl"
     billing_path: str | None = None  # JSONL file for billing events (in memory when unset)
-    # Flagged conversations recorded to this SQLite file (pipeline/recording.py), replayable
+    # Flagged conversations recorded to this SQLite file (deltaguard.recording), replayable
     # with `deltaguard replay --from-store`; not recorded when unset.
     record_path: str | None = None
     record_redact: bool = True  # secrets and PII values replaced by [REDACTED:<kind>]

@@ -1,45 +1,20 @@
-"""Recording flagged conversations: through the safety stage, redaction, retention."""
+"""The recorder: flags of the safety stage and the gateway recorded, one per branch, retried."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 import pytest
 
-from deltaguard.classifiers.pii import PiiClassifier
-from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.errors import LaneClosed
 from deltaguard.events import FlagEvent
 from deltaguard.lanes.stage import SafetyStage, Usage
-from deltaguard.parsing import parse_item, parse_items
-from deltaguard.recording import TranscriptRecorder, find_sensitive, read_recorded, redact_items
-from deltaguard.state.scoring import Scorer
+from deltaguard.parsing import parse_item
+from deltaguard.recording.recorder import TranscriptRecorder
+from deltaguard.recording.store import read_recorded
 from deltaguard.state.store import ConversationTracker
 from deltaguard.tools.replay import replay
-from deltaguard.transcripts import parse_conversation
-
-AWS_KEY = "AKIAZ7QWERTYUIOPLKJH"  # shape-valid, not a real key
-EMAIL = "jane.doe@corp-mail.com"
-
-
-def user(text):
-    return parse_item({"role": "user", "content": text})
-
-
-def tool(call_id, text):
-    return parse_item({"type": "function_call_output", "call_id": call_id, "output": text})
-
-
-def call(call_id, path):
-    return parse_item(
-        {"type": "function_call", "call_id": call_id, "name": "cat", "arguments": json.dumps({"path": path})}
-    )
-
-
-def db_bytes(path):
-    """Everything SQLite wrote for the store: the file, its WAL and shared memory."""
-    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+from tests.pipeline.recording.conftest import AWS_KEY, EMAIL, call, db_bytes, flag, tool, user
 
 
 async def run_split_secret_agent(stage):
@@ -141,23 +116,6 @@ async def test_an_output_flag_records_the_output_that_raised_it(tmp_path, scorer
     assert [t["flagged_categories"] for t in replayed] == [v["flagged_categories"] for v in rec.verdicts]
 
 
-def flag(rec, categories, decision="block", lane="gate"):
-    return FlagEvent.build(
-        conversation_id=rec.conversation_id,
-        response_id=rec.response_id,
-        lane=lane,
-        decision=decision,
-        categories=categories,
-        scores={c: 1.0 for c in categories},
-        classifier_versions={},
-    )
-
-
-@pytest.fixture
-def rules_scorer():
-    return Scorer([SecretsClassifier(), PiiClassifier()])
-
-
 def test_later_flags_are_appended_new_categories_extend_and_forks_get_their_own(tmp_path, rules_scorer):
     tracker = ConversationTracker(rules_scorer)
     recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer, redact=False)
@@ -179,77 +137,6 @@ def test_later_flags_are_appended_new_categories_extend_and_forks_get_their_own(
     assert recorder.record(flag(d, ["pii"], "flag"), d) == "inserted"
     assert [r.response_ids for r in recorder.read()] == [["a1", "a2", "a3"], ["a1", "a2-fork"]]
     recorder.close()
-
-
-def test_retention_by_count_and_by_age(tmp_path, rules_scorer):
-    now = [1000.0]
-    recorder = TranscriptRecorder(
-        tmp_path / "r.db", rules_scorer, max_conversations=3, max_age_s=60.0, clock=lambda: now[0]
-    )
-    tracker = ConversationTracker(rules_scorer)
-    for i in range(5):
-        rec = tracker.score_turn(f"c{i}", [user(f"mail {EMAIL}")]).record
-        recorder.record(flag(rec, ["pii"], "flag"), rec)
-        now[0] += 10
-    assert [r.conversation_id for r in recorder.read()] == ["c2", "c3", "c4"]  # the 3 most recent
-    # A flag keeps its recording alive; the others age out at the next write.
-    now[0] += 45  # c2 was flagged at 1020, c3 at 1030, c4 at 1040; now 1095
-    rec = tracker.score_turn("c4b", [user("more")], "c4").record
-    recorder.record(flag(rec, ["pii"], "flag"), rec)
-    assert [r.conversation_id for r in recorder.read()] == ["c4"]
-    with sqlite3.connect(tmp_path / "r.db") as db:  # flags went with their recordings
-        assert db.execute("select count(*) from flags").fetchone()[0] == 2
-    recorder.close()
-
-
-def test_tenant_is_kept_and_separates_recordings(tmp_path, rules_scorer):
-    tracker = ConversationTracker(rules_scorer)
-    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer)
-    rec = tracker.score_turn("t1", [user(f"mail {EMAIL}")]).record
-    recorder.record(flag(rec, ["pii"], "flag"), rec)  # no tenant
-    recorder.record(flag(rec, ["pii"], "flag"), rec, tenant="acme")
-    recorder.close()
-    assert [r.tenant for r in read_recorded(tmp_path / "r.db")] == [None, "acme"]
-    assert [r.tenant for r in read_recorded(tmp_path / "r.db", tenant="acme")] == ["acme"]
-
-
-def test_redaction_of_every_item_shape_and_pem_blocks():
-    body = "\n".join(["MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM2+1A6fBdHZ3kLk9f0e8Yh4QwX2Z1"] * 4)
-    pem = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
-    token = "ghp_" + "aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5"
-    items = parse_items(
-        [
-            {"role": "user", "content": [{"type": "input_text", "text": f"mail {EMAIL}"}]},
-            {"type": "function_call", "call_id": "c", "name": "send", "arguments": json.dumps({"t": token})},
-            {"type": "function_call_output", "call_id": "c", "output": f"ok\n{pem}\nthanks"},
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": f"key {AWS_KEY}"}]},
-        ]
-    )
-    before = [json.dumps(i.raw) for i in items]
-    wire, found = redact_items(items)
-    assert [json.dumps(i.raw) for i in items] == before  # inputs untouched
-    text = json.dumps(wire)
-    for secret in (EMAIL, token, body[:64], AWS_KEY):
-        assert secret not in text
-    assert wire[2]["output"] == "ok\n[REDACTED:private_key]\nthanks"
-    assert found.kinds == {"email": 1, "github_token": 1, "private_key": 1, "aws_access_key_id": 1}
-    redacted = parse_items(wire)
-    for clf in (SecretsClassifier(), PiiClassifier()):
-        assert clf.update(clf.initial_state(), redacted).findings == []
-    # Placeholders are not secrets (the validators decide, as in the classifiers).
-    assert find_sensitive("AWS_SECRET_ACCESS_KEY=your-secret-key-here-xxxxxxxx") == []
-
-
-def test_stored_transcripts_replay_as_transcript_files(tmp_path, rules_scorer):
-    tracker = ConversationTracker(rules_scorer)
-    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer, redact=False)
-    rec = tracker.score_turn("x1", [user(f"key {AWS_KEY}")]).record
-    recorder.record(flag(rec, ["secrets"]), rec)
-    recorder.close()
-    with sqlite3.connect(tmp_path / "r.db") as db:
-        (line,) = db.execute("select transcript from transcripts").fetchone()
-    conv = parse_conversation(json.loads(line), "export.jsonl", 1)
-    assert conv.id == "x1" and conv.turns[0].input[0].text == f"key {AWS_KEY}"
 
 
 def test_the_gateway_records_what_it_blocks(tmp_path, scorer):

@@ -1,0 +1,38 @@
+"""Redaction: secret and PII values in every item shape replaced by a marker."""
+
+from __future__ import annotations
+
+import json
+
+from deltaguard.classifiers.pii import PiiClassifier
+from deltaguard.classifiers.secrets import SecretsClassifier
+from deltaguard.parsing import parse_items
+from deltaguard.recording.redaction import find_sensitive, redact_items
+from tests.pipeline.recording.conftest import AWS_KEY, EMAIL
+
+
+def test_redaction_of_every_item_shape_and_pem_blocks():
+    body = "\n".join(["MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM2+1A6fBdHZ3kLk9f0e8Yh4QwX2Z1"] * 4)
+    pem = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    token = "ghp_" + "aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5"
+    items = parse_items(
+        [
+            {"role": "user", "content": [{"type": "input_text", "text": f"mail {EMAIL}"}]},
+            {"type": "function_call", "call_id": "c", "name": "send", "arguments": json.dumps({"t": token})},
+            {"type": "function_call_output", "call_id": "c", "output": f"ok\n{pem}\nthanks"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": f"key {AWS_KEY}"}]},
+        ]
+    )
+    before = [json.dumps(i.raw) for i in items]
+    wire, found = redact_items(items)
+    assert [json.dumps(i.raw) for i in items] == before  # inputs untouched
+    text = json.dumps(wire)
+    for secret in (EMAIL, token, body[:64], AWS_KEY):
+        assert secret not in text
+    assert wire[2]["output"] == "ok\n[REDACTED:private_key]\nthanks"
+    assert found.kinds == {"email": 1, "github_token": 1, "private_key": 1, "aws_access_key_id": 1}
+    redacted = parse_items(wire)
+    for clf in (SecretsClassifier(), PiiClassifier()):
+        assert clf.update(clf.initial_state(), redacted).findings == []
+    # Placeholders are not secrets (the validators decide, as in the classifiers).
+    assert find_sensitive("AWS_SECRET_ACCESS_KEY=your-secret-key-here-xxxxxxxx") == []

@@ -1,0 +1,56 @@
+"""The recording store: retention, tenants, transcripts readable as transcript files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from deltaguard.recording.recorder import TranscriptRecorder
+from deltaguard.recording.store import read_recorded
+from deltaguard.state.store import ConversationTracker
+from deltaguard.transcripts import parse_conversation
+from tests.pipeline.recording.conftest import AWS_KEY, EMAIL, flag, user
+
+
+def test_retention_by_count_and_by_age(tmp_path, rules_scorer):
+    now = [1000.0]
+    recorder = TranscriptRecorder(
+        tmp_path / "r.db", rules_scorer, max_conversations=3, max_age_s=60.0, clock=lambda: now[0]
+    )
+    tracker = ConversationTracker(rules_scorer)
+    for i in range(5):
+        rec = tracker.score_turn(f"c{i}", [user(f"mail {EMAIL}")]).record
+        recorder.record(flag(rec, ["pii"], "flag"), rec)
+        now[0] += 10
+    assert [r.conversation_id for r in recorder.read()] == ["c2", "c3", "c4"]  # the 3 most recent
+    # A flag keeps its recording alive; the others age out at the next write.
+    now[0] += 45  # c2 was flagged at 1020, c3 at 1030, c4 at 1040; now 1095
+    rec = tracker.score_turn("c4b", [user("more")], "c4").record
+    recorder.record(flag(rec, ["pii"], "flag"), rec)
+    assert [r.conversation_id for r in recorder.read()] == ["c4"]
+    with sqlite3.connect(tmp_path / "r.db") as db:  # flags went with their recordings
+        assert db.execute("select count(*) from flags").fetchone()[0] == 2
+    recorder.close()
+
+
+def test_tenant_is_kept_and_separates_recordings(tmp_path, rules_scorer):
+    tracker = ConversationTracker(rules_scorer)
+    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer)
+    rec = tracker.score_turn("t1", [user(f"mail {EMAIL}")]).record
+    recorder.record(flag(rec, ["pii"], "flag"), rec)  # no tenant
+    recorder.record(flag(rec, ["pii"], "flag"), rec, tenant="acme")
+    recorder.close()
+    assert [r.tenant for r in read_recorded(tmp_path / "r.db")] == [None, "acme"]
+    assert [r.tenant for r in read_recorded(tmp_path / "r.db", tenant="acme")] == ["acme"]
+
+
+def test_stored_transcripts_replay_as_transcript_files(tmp_path, rules_scorer):
+    tracker = ConversationTracker(rules_scorer)
+    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer, redact=False)
+    rec = tracker.score_turn("x1", [user(f"key {AWS_KEY}")]).record
+    recorder.record(flag(rec, ["secrets"]), rec)
+    recorder.close()
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        (line,) = db.execute("select transcript from transcripts").fetchone()
+    conv = parse_conversation(json.loads(line), "export.jsonl", 1)
+    assert conv.id == "x1" and conv.turns[0].input[0].text == f"key {AWS_KEY}"
