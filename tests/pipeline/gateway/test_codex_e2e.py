@@ -250,7 +250,7 @@ SESSION_FILES = (
     "pipeline/gateway/server.py",
     "pipeline/gateway/wire.py",
     "pipeline/gateway/service.py",
-    "pipeline/tools/bench.py",
+    "pipeline/tools/bench/measure.py",
     "pipeline/tools/rollouts.py",
     "pipeline/kafka/spool.py",
     "classifiers/base.py",
