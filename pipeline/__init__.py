@@ -6,22 +6,29 @@
     await stage.start()
     gate = await stage.check_turn("resp_2", parse_items(new_items), previous_response_id="resp_1")
 
-The package's layers import downward only, bottom to top (`LAYERS`; a test checks every
-import of the package against it):
+The package's layers import downward only, bottom to top (`LAYERS`: every top-level
+module and folder of the package in exactly one layer). Inside a layer, one name may
+import another only where `LAYER_EDGES` says the graph needs it, so the adapters, the
+review page and the tools stay side by side rather than stacked (a test checks every
+import of the package against both):
 
     errors, items, models, defaults,   the exception tree, the hot-path item type, artifacts' home,
       worker                             every default value, the one bounded worker under every
                                          background loop
     parsing, events, artifacts,        wire items to `Item`s, emitted events, hash-checked
-      transcripts, usage                 model files, the transcript file format, token usage
+      transcripts, usage, tenants        model files, the transcript file format, token usage,
+                                         tenant API keys
     classifiers                        the classifier protocol and the classifiers
     state                              snapshots, the hash chain, the conversation store, policy
+    chat_items                         Chat Completions and Responses histories to `Item`s,
+                                         canonically, with a bounded cache of parsed items
     telemetry, sinks                   metrics and tracing; where events go
     lanes                              gate, monitor and post-inference lanes; the safety stage
-    recording                          flagged conversations to SQLite (wraps the lanes' flags)
+    recording                          flagged conversations to SQLite, and their review labels
     kafka                              distributed mode: publisher, subscriber, faust worker
-    gateway, integrations              the Responses API gateway; LiteLLM
-    tools, review, cli                 replay, bench, demo, eval; the review page; the `deltaguard` command
+    gateway, integrations, review,     the Responses API gateway; LiteLLM; the review page;
+      tools                              replay, bench, demo, eval (the demo runs the gateway)
+    cli                                the `deltaguard` command
 
 Nothing heavy happens at import: models load when a scorer is built.
 """
@@ -94,17 +101,32 @@ __all__ = [
     "parse_items",
 ]
 
-# The layering rule, bottom to top: a module may import its own layer and those below it.
-# Keys are the first name under `deltaguard` (`deltaguard.state.store` -> "state").
+# The layering rule, bottom to top: a module may import the layers below its own, and
+# another name of its own layer only along an edge of `LAYER_EDGES`. Keys are the first
+# name under `deltaguard` (`deltaguard.state.store` -> "state").
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "items", "models", "defaults", "worker"}),
-    frozenset({"parsing", "events", "artifacts", "transcripts", "usage"}),
+    frozenset({"parsing", "events", "artifacts", "transcripts", "usage", "tenants"}),
     frozenset({"classifiers"}),
     frozenset({"state"}),
+    frozenset({"chat_items"}),
     frozenset({"telemetry", "sinks"}),
     frozenset({"lanes"}),
     frozenset({"recording"}),
     frozenset({"kafka"}),
-    frozenset({"gateway", "integrations"}),
-    frozenset({"tools", "review", "cli", "__main__"}),
+    frozenset({"gateway", "integrations", "review", "tools"}),
+    frozenset({"cli", "__main__"}),
+)
+
+# The same-layer imports the graph needs, (importer, imported); every other one is refused
+# (the review page, the tools and LiteLLM never reach into the gateway's modules, nor the
+# gateway into theirs; the demo is the one tool that runs the gateway).
+LAYER_EDGES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("worker", "errors"),
+        ("transcripts", "parsing"),
+        ("tenants", "events"),
+        ("tools", "gateway"),
+        ("__main__", "cli"),
+    }
 )

@@ -23,7 +23,7 @@ DeltaGuardError
 
 Foreign errors (aiokafka, onnxruntime, httpx, sqlite3) never leave the adapter that calls
 the library: each translates them at one boundary, `raise ... from exc`, so the original
-stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstream`,
+stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstreams.transport`,
 `deltaguard.classifiers.encoder`, `deltaguard.recording`).
 """
 

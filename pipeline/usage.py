@@ -4,7 +4,8 @@ The Responses API reports `input_tokens`, `output_tokens` and their `*_details`;
 Completions (and the providers that copy it) report `prompt_tokens`,
 `completion_tokens` and theirs. Every adapter (the Responses, chat and guard endpoints,
 LiteLLM) bills a turn with the `Usage` that `usage_from` reads, so that a count means
-the same whichever route it came by.
+the same whichever route it came by; `usage_object` writes a `Usage` back in either shape
+(the simulated upstreams report their usage with it).
 
 >>> usage_from({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}})
 Usage(input_tokens=12, cached_input_tokens=4, output_tokens=3, reasoning_tokens=0)
@@ -12,6 +13,8 @@ Usage(input_tokens=12, cached_input_tokens=4, output_tokens=3, reasoning_tokens=
 Usage(input_tokens=5, cached_input_tokens=0, output_tokens=1, reasoning_tokens=1)
 >>> usage_from(None)
 Usage(input_tokens=0, cached_input_tokens=0, output_tokens=0, reasoning_tokens=0)
+>>> usage_from(usage_object(Usage(7, 2, 3), "chat")) == Usage(7, 2, 3)
+True
 """
 
 from __future__ import annotations
@@ -57,6 +60,27 @@ def usage_from(usage: Any, shape: Shape | None = None) -> Usage:
         _count(usage.get(tokens_out)),
         _count(_detail(usage, details_out, "reasoning_tokens")),
     )
+
+
+def usage_object(usage: Usage, shape: Shape = "responses") -> dict[str, Any]:
+    """`usage` as the Responses API (`shape="responses"`) or Chat Completions reports it,
+    `total_tokens` included: what `usage_from` reads back."""
+    tokens_in, details_in, tokens_out, details_out = _FIELDS[shape]
+    counts = {tokens_in: usage.input_tokens, tokens_out: usage.output_tokens}
+    details = {
+        details_in: {"cached_tokens": usage.cached_input_tokens},
+        details_out: {"reasoning_tokens": usage.reasoning_tokens},
+    }
+    total = {"total_tokens": usage.input_tokens + usage.output_tokens}
+    if shape == "chat":  # each API's own field order
+        return {**counts, **total, **details}
+    return {
+        tokens_in: usage.input_tokens,
+        details_in: details[details_in],
+        tokens_out: usage.output_tokens,
+        details_out: details[details_out],
+        **total,
+    }
 
 
 def _detail(usage: Mapping[str, Any], details: str, name: str) -> Any:

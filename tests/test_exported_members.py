@@ -7,7 +7,7 @@ import deltaguard
 
 def test_all_exports():
     exported = {name for name in dir(deltaguard) if not name.startswith("_") or name == "__version__"}
-    exported -= {"annotations", "LAYERS"}
+    exported -= {"annotations", "LAYERS", "LAYER_EDGES"}
     modules = {name for name in exported if type(getattr(deltaguard, name)).__name__ == "module"}
     assert set(deltaguard.__all__) == exported - modules
 

@@ -12,16 +12,23 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCES = {"": REPO / "pipeline", "classifiers": REPO / "classifiers", "models": REPO / "models"}
 
 
-def layer_of(module: str) -> int:
-    """The layer of a `deltaguard...` module name (`deltaguard.state.store` -> state's)."""
+def name_of(module: str) -> str:
+    """The first name under `deltaguard` (`deltaguard.state.store` -> "state"); "" for the
+    package's own __init__."""
     parts = module.split(".")
     assert parts[0] == "deltaguard", module
-    if len(parts) == 1:
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_of(module: str) -> int:
+    """The layer of a `deltaguard...` module name (`deltaguard.state.store` -> state's)."""
+    name = name_of(module)
+    if not name:
         return len(deltaguard.LAYERS)  # the package's own __init__: the public surface, on top
     for index, names in enumerate(deltaguard.LAYERS):
-        if parts[1] in names:
+        if name in names:
             return index
-    raise AssertionError(f"{module}: {parts[1]!r} is in no layer of deltaguard.LAYERS")
+    raise AssertionError(f"{module}: {name!r} is in no layer of deltaguard.LAYERS")
 
 
 def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
@@ -44,12 +51,19 @@ def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, st
 
 
 def violations(source: str, module: str, is_package: bool = False) -> list[str]:
-    mine = layer_of(module)
-    return [
-        f"{module}:{line} imports {target} (layer {layer_of(target)} > {mine})"
-        for line, target in imports_of(source, module, is_package)
-        if target != "deltaguard" and layer_of(target) > mine
-    ]
+    """Every import of `source` that points up a layer, or sideways to another name of its
+    own layer along no edge of `deltaguard.LAYER_EDGES`."""
+    mine, me = layer_of(module), name_of(module)
+    found = []
+    for line, target in imports_of(source, module, is_package):
+        if target == "deltaguard":
+            continue
+        theirs, them = layer_of(target), name_of(target)
+        if theirs > mine:
+            found.append(f"{module}:{line} imports {target} (layer {theirs} > {mine})")
+        elif theirs == mine and them != me and (me, them) not in deltaguard.LAYER_EDGES:
+            found.append(f"{module}:{line} imports {target} (same layer {mine}, not in LAYER_EDGES)")
+    return found
 
 
 def package_modules() -> list[tuple[str, Path]]:
@@ -80,9 +94,33 @@ def test_an_upward_import_is_caught():
     assert not violations("from deltaguard.items import Item\n", "deltaguard.classifiers.lexical")
 
 
+def test_a_same_layer_import_the_graph_does_not_need_is_caught():
+    # The review page, the tools and the gateway sit side by side: none reaches into another.
+    assert violations("from deltaguard.gateway.config import GatewayConfig\n", "deltaguard.review.api")
+    assert violations("from deltaguard.review.labels import x\n", "deltaguard.tools.calibrate")
+    assert violations("from deltaguard.integrations.litellm import x\n", "deltaguard.gateway.chat")
+    assert violations("def f():\n    from ..recording import store\n", "deltaguard.kafka.sink") == []
+    # The edges the graph needs, and a name's own modules, pass.
+    assert not violations("from deltaguard.gateway.server import serve\n", "deltaguard.tools.demo")
+    assert not violations("from deltaguard.parsing import parse_item\n", "deltaguard.transcripts")
+    assert not violations("from deltaguard.gateway.wire import new_id\n", "deltaguard.gateway.chat")
+
+
 def test_every_module_is_in_a_layer():
     for module, _ in package_modules():
         layer_of(module)
+
+
+def test_the_layers_name_exactly_the_package_top_level_modules_and_folders():
+    # One to one: every top-level module and folder in exactly one layer, and no stale names.
+    names = [n for layer in deltaguard.LAYERS for n in layer]
+    assert len(names) == len(set(names)), names
+    present = {name_of(module) for module, _ in package_modules()} - {""}
+    assert set(names) == present, (set(names) - present, present - set(names))
+    edges = {n for edge in deltaguard.LAYER_EDGES for n in edge}
+    assert edges <= present, edges - present
+    for importer, imported in deltaguard.LAYER_EDGES:
+        assert layer_of(f"deltaguard.{importer}") == layer_of(f"deltaguard.{imported}")
 
 
 def test_classifier_protocol_imports_nothing_above_items():

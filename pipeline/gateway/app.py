@@ -24,14 +24,18 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from deltaguard.errors import ItemError, KafkaPathError, RequestError
-from deltaguard.gateway.auth import tenant_for
 from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstream
-from deltaguard.gateway.chat_upstream import ChatUpstream
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard import GuardEndpoints, GuardService, routes_of
 from deltaguard.gateway.http_errors import error_response, unauthorized
 from deltaguard.gateway.service import ResponsesService
-from deltaguard.gateway.upstream import HttpUpstream, SimulatedModel, Upstream, WebSocketUpstream
+from deltaguard.gateway.upstreams import (
+    ChatUpstream,
+    HttpUpstream,
+    SimulatedModel,
+    Upstream,
+    WebSocketUpstream,
+)
 from deltaguard.gateway.wire import error_event, parse_body, parse_create
 from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.parsing import parse_items
@@ -39,6 +43,7 @@ from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.scoring import Scorer
 from deltaguard.telemetry.metrics import PrometheusMetrics
+from deltaguard.tenants import tenant_for
 
 log = logging.getLogger("deltaguard.gateway")
 

@@ -26,19 +26,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from deltaguard.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
-from deltaguard.gateway.chat_upstream import (
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.http_errors import error_response, unauthorized
+from deltaguard.gateway.service import _with_stall_timeout, safety_summary
+from deltaguard.gateway.upstreams import (
     ChatUpstream,
     HttpChatUpstream,
     SimulatedChatModel,
     UpstreamRefused,
 )
-from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.http_errors import error_response, unauthorized
-from deltaguard.gateway.service import _with_stall_timeout, safety_summary
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
-from deltaguard.integrations.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.items import TOOL_DEFINITIONS, Item
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
 from deltaguard.lanes.stage import GateResult, SafetyStage

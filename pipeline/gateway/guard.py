@@ -26,19 +26,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from deltaguard.errors import ItemError, PreviousResponseNotFound, RequestError
-from deltaguard.events import DEFAULT_TENANT
-from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.guard_openapi import OPENAPI
-from deltaguard.gateway.http_errors import error_response, unauthorized
-from deltaguard.gateway.wire import check_sizes, new_id, optional_instructions, optional_tools, parse_body
-from deltaguard.integrations.chat_items import (
+from deltaguard.chat_items import (
     ItemCache,
     chat_history_items,
     chat_output_items,
     responses_history_items,
     responses_output_items,
 )
+from deltaguard.errors import ItemError, PreviousResponseNotFound, RequestError
+from deltaguard.events import DEFAULT_TENANT
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.guard_openapi import OPENAPI
+from deltaguard.gateway.http_errors import error_response, unauthorized
+from deltaguard.gateway.wire import check_sizes, new_id, optional_instructions, optional_tools, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.stage import GateResult, SafetyStage
 from deltaguard.parsing import parse_item

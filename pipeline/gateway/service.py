@@ -26,7 +26,7 @@ from typing import Any
 from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.upstream import TERMINAL_EVENTS, Upstream, UpstreamCall
+from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories

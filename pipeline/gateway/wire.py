@@ -196,18 +196,6 @@ def response_object(
     }
 
 
-def usage_object(
-    input_tokens: int, cached_tokens: int, output_tokens: int, reasoning_tokens: int = 0
-) -> dict[str, Any]:
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": input_tokens + output_tokens,
-    }
-
-
 def error_event(err: RequestError, sequence_number: int | None = None) -> dict[str, Any]:
     event: dict[str, Any] = {"type": "error", "error": err.to_error(), "status": err.status}
     if sequence_number is not None:

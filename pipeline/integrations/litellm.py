@@ -25,7 +25,7 @@ proxy calls them directly):
   output scoring and billing; the client's echo of the answer is then known history.
 
 Chat Completions (`messages`) and Responses (`input`, `instructions`) requests are
-converted canonically (`deltaguard.integrations.chat_items`), so a client that resends
+converted canonically (`deltaguard.chat_items`), so a client that resends
 its whole history has only its new messages scored, with no session id. Other call
 types (embeddings, images, Anthropic `/v1/messages`, ...) pass unscored.
 
@@ -43,43 +43,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import signal
 import threading
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import litellm
 from fastapi import HTTPException
 from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.responses.utils import ResponsesAPIRequestUtils
 from litellm.types.guardrails import GuardrailEventHooks
-from pydantic import BaseModel, ConfigDict, Field
 
-from deltaguard import defaults
-from deltaguard.classifiers.registry import DEFAULT_NAMES
-from deltaguard.errors import DeltaGuardError, ItemError, LaneClosed, PreviousResponseNotFound
-from deltaguard.events import DEFAULT_TENANT
-from deltaguard.integrations.chat_items import (
+from deltaguard.chat_items import (
     ItemCache,
     chat_history_items,
-    chat_output_items,
     responses_history_items,
-    responses_output_items,
 )
+from deltaguard.errors import DeltaGuardError, ItemError, LaneClosed, PreviousResponseNotFound
+from deltaguard.events import DEFAULT_TENANT
 from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
-from deltaguard.items import Item
-from deltaguard.lanes.stage import StageConfig
+from deltaguard.integrations.litellm_answers import answer_of
+from deltaguard.integrations.litellm_settings import DeltaGuardSettings
 from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.scoring import TurnVerdict
-from deltaguard.state.store import LruTtlMap, StoreLimits
+from deltaguard.state.store import LruTtlMap
 from deltaguard.telemetry.metrics import PrometheusMetrics
-from deltaguard.usage import Shape, Usage, usage_from
 
 log = logging.getLogger("deltaguard.litellm")
 
@@ -90,38 +83,6 @@ SUPPORTED_HOOKS = [
 ]
 _CHAT_CALLS = frozenset({"completion", "acompletion"})
 _RESPONSES_CALLS = frozenset({"responses", "aresponses"})
-
-
-class DeltaGuardSettings(BaseModel):
-    """DeltaGuard's keys in the guardrail's `litellm_params` (LiteLLM's own are ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    flags_path: Path | None = None  # JSONL of flag events; in memory only when unset
-    billing_path: Path | None = None  # JSONL of billing events; in memory only when unset
-    spool_path: Path | None = None  # events still undelivered at shutdown are appended here
-    # Flagged conversations recorded to this SQLite file (as `deltaguard serve --record`),
-    # secrets and PII redacted; replayable with `deltaguard replay --from-store`.
-    record_path: Path | None = None
-    classifiers: list[str] = Field(default_factory=lambda: list(DEFAULT_NAMES))
-    monitor: list[str] = Field(default_factory=list)  # classifiers run during the call
-    thresholds: dict[str, float] = Field(default_factory=dict)  # category -> threshold
-    tenant_by: Literal["key", "team", "none"] = "key"  # whose conversations are kept apart
-    inference_threads: int = Field(defaults.INFERENCE_THREADS, ge=1)
-    max_responses: int = Field(defaults.MAX_RESPONSES, ge=1)
-    max_snapshots: int = Field(defaults.MAX_SNAPSHOTS, ge=1)
-    ttl_s: float = Field(defaults.STATE_TTL_S, gt=0)
-    item_cache_size: int = Field(200_000, ge=1)  # parsed history items kept for resent histories
-    drain_timeout_s: float = Field(defaults.DRAIN_TIMEOUT_S, ge=0)
-    fsync: bool = True
-    response_headers: bool = True
-
-    def stage_config(self) -> StageConfig:
-        return StageConfig(
-            inference_threads=self.inference_threads,
-            drain_timeout_s=self.drain_timeout_s,
-            store=StoreLimits(self.max_responses, self.max_snapshots, self.ttl_s),
-        )
 
 
 def safety_error(
@@ -148,50 +109,6 @@ def unavailable(exc: Exception) -> HTTPException:
 
 def invalid_request(message: str, code: str, param: str | None = None) -> HTTPException:
     return HTTPException(status_code=400, detail={"error": message, "code": code, "param": param})
-
-
-def _body(obj: Any) -> dict[str, Any] | None:
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    dump = getattr(obj, "model_dump", None)
-    if dump is None:
-        return None
-    with contextlib.suppress(Exception):
-        out = dump()
-        return out if isinstance(out, dict) else None
-    return None
-
-
-def _usage(usage: Any, shape: Shape) -> Usage:
-    # Turns through LiteLLM have been billed without their reasoning tokens; counting
-    # them, as the gateway does, would change what these billing events say.
-    return dataclasses.replace(usage_from(usage, shape), reasoning_tokens=0)
-
-
-def answer_of(response: Any, cache: ItemCache | None = None) -> tuple[list[Item], Usage, str | None] | None:
-    """The items, usage and id of a chat or Responses answer; None for other shapes."""
-    body = _body(response)
-    if body is None:
-        return None
-    usage = body.get("usage") or {}
-    if isinstance(body.get("choices"), list):
-        if not body["choices"]:
-            return [], Usage(0, 0, 0), None
-        message = (_body(body["choices"][0]) or {}).get("message")
-        message = _body(message) or {}
-        return (
-            chat_output_items(message, cache),
-            _usage(usage, "chat"),
-            None,
-        )
-    if isinstance(body.get("output"), list):
-        output = [_body(o) or o for o in body["output"]]
-        return (
-            responses_output_items(output, cache),
-            _usage(usage, "responses"),
-            body.get("id") if isinstance(body.get("id"), str) else None,
-        )
-    return None
 
 
 async def _requests_drained() -> None:

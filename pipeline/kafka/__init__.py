@@ -7,8 +7,11 @@
 - `subscriber.FlagSubscriber`: monitor-lane flags back to the gateway (`mark_flagged`).
 - `worker`: the faust-streaming worker (`deltaguard worker`); `monitor`: its scoring,
   pure and broker-free; `records`: wire values and the `TurnError` dead letters.
-- `transcripts`: transcripts as turn events; `testing`: tansu and worker processes on
-  127.0.0.1 for tests and benchmarks.
+- `boundary`: the one place aiokafka's errors become DeltaGuard's; `command`: the
+  `deltaguard worker` command's arguments and body.
+
+Transcripts as turn events, and tansu and worker processes on 127.0.0.1, are test
+support (`tests/support/turn_events.py`, `tests/support/kafka.py`), not shipped.
 
 Nothing is imported here, and only `worker` imports faust (heavy, and with import-time
 state of its own).

@@ -8,8 +8,8 @@ transcript file that `deltaguard eval` reads and `deltaguard calibrate` uses dir
 
 from __future__ import annotations
 
+from deltaguard.recording.labels import export_reviewed, reviewed_lines
 from deltaguard.review.api import ReviewApi, review_routes
-from deltaguard.review.labels import export_reviewed, reviewed_lines
 from deltaguard.review.server import review_app, serve_review
 
 __all__ = ["ReviewApi", "export_reviewed", "review_app", "review_routes", "reviewed_lines", "serve_review"]

@@ -34,12 +34,12 @@ from starlette.routing import Route
 
 from deltaguard.classifiers.base import CATEGORIES
 from deltaguard.errors import RecordingStoreError
-from deltaguard.gateway.auth import tenant_for
 from deltaguard.recording import REVIEW_VERDICTS, RecordedTranscript, TranscriptStore
+from deltaguard.recording.labels import flag_turns, reviewed_lines, to_jsonl
 from deltaguard.review.highlight import highlights
-from deltaguard.review.labels import flag_turns, reviewed_lines, to_jsonl
 from deltaguard.state.policy import Policy
 from deltaguard.state.scoring import Scorer
+from deltaguard.tenants import tenant_for
 
 PREFIX = "/review"
 _STATIC = {"review.js": "text/javascript", "review.css": "text/css", "index.html": "text/html"}

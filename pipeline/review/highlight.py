@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from deltaguard.recording import RecordedTranscript
-from deltaguard.review.labels import flag_turns
+from deltaguard.recording.labels import flag_turns
 from deltaguard.state.policy import Policy
 from deltaguard.state.scoring import Scorer
 

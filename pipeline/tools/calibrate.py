@@ -1,7 +1,7 @@
 """`deltaguard calibrate STORE`: `deltaguard eval` on recorded traffic and its review labels.
 
 The reviewed recordings of the store (every flagged category marked confirmed or false
-positive on the review page) become labelled conversations (`deltaguard.review.labels`)
+positive on the review page) become labelled conversations (`deltaguard.recording.labels`)
 and go through the same path as a labelled file (`evaluate_conversations`): the same
 report, curves and policy file. Recordings with a flag left unmarked are left out and
 counted (`unlabelled` in the report).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from deltaguard.errors import TranscriptError
 from deltaguard.recording import TranscriptStore
-from deltaguard.review.labels import reviewed_lines
+from deltaguard.recording.labels import reviewed_lines
 from deltaguard.state.scoring import Scorer
 from deltaguard.tools.evaluate import EvalResult, evaluate_conversations
 from deltaguard.transcripts import Conversation, parse_conversation

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from deltaguard.errors import UpstreamError
-from deltaguard.gateway.upstream import UpstreamCall
-from deltaguard.gateway.wire import new_id, response_object, usage_object
+from deltaguard.gateway.upstreams import UpstreamCall
+from deltaguard.gateway.wire import new_id, response_object
+from deltaguard.usage import Usage, usage_object
 
 
 def _event(kind: str, seq: int, **fields: Any) -> dict[str, Any]:
@@ -44,7 +45,7 @@ async def message_events(
         "content": [{"type": "output_text", "text": text, "annotations": []}],
     }
     yield _event("response.output_item.done", seq, output_index=0, item=item)
-    usage = usage_object(5, 0, len(deltas))
+    usage = usage_object(Usage(5, 0, len(deltas)))
     done = response_object(response_id, call.body, status="completed", output=[item], usage=usage)
     yield _event("response.completed", seq + 1, response=done)
 
@@ -100,7 +101,7 @@ class RecordingUpstream:
     """The simulated model, recording every call the gateway makes to it."""
 
     def __init__(self, **sim: Any) -> None:
-        from deltaguard.gateway.upstream import SimulatedModel
+        from deltaguard.gateway.upstreams import SimulatedModel
 
         self.model = SimulatedModel(**sim)
         self.calls: list[UpstreamCall] = []

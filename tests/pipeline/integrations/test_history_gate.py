@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from deltaguard.chat_items import chat_history_items, chat_output_items
 from deltaguard.classifiers.base import count_tokens
 from deltaguard.errors import PreviousResponseNotFound
 from deltaguard.events import BillingEvent, FlagEvent
-from deltaguard.integrations.chat_items import chat_history_items, chat_output_items
 from deltaguard.integrations.history_gate import HistoryGate
 from deltaguard.lanes.stage import StageConfig, Usage
 from deltaguard.sinks import MemorySink

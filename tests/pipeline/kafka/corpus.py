@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.events import FlagEvent
-from deltaguard.kafka.turn_events import interleaved_turn_events, response_id
 from deltaguard.state.scoring import Scorer
 from deltaguard.state.store import ConversationTracker
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import Conversation, parse_conversation, read_transcripts
+from tests.support.turn_events import interleaved_turn_events, response_id
 
 DEMO = Path(__file__).resolve().parents[3] / "eval" / "samples" / "demo.jsonl"
 

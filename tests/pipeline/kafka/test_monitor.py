@@ -10,10 +10,10 @@ import pytest
 from deltaguard.events import TurnEvent
 from deltaguard.kafka.monitor import ConversationEntry, IncomingTurn, MonitorLane, expired
 from deltaguard.kafka.records import encode_json, encode_key
-from deltaguard.kafka.turn_events import interleaved_turn_events
 from deltaguard.state.scoring import Scorer
 from tests.pipeline.kafka.corpus import assert_flags_match, conversations, expected_flags
 from tests.support.toy import BatchingCounter, ItemCounter
+from tests.support.turn_events import interleaved_turn_events
 
 
 class Table:

@@ -6,14 +6,14 @@ import copy
 
 import pytest
 
-from deltaguard.errors import ItemError
-from deltaguard.integrations.chat_items import (
+from deltaguard.chat_items import (
     ItemCache,
     chat_history_items,
     chat_output_items,
     responses_history_items,
     responses_output_items,
 )
+from deltaguard.errors import ItemError
 
 TOOL_CALL = {
     "id": "call_1",

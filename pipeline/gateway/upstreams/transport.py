@@ -1,0 +1,50 @@
+"""What both protocols' HTTP upstreams share: the httpx error boundary, server-sent events."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from deltaguard.errors import UpstreamError
+
+
+def http_errors(what: str) -> contextlib.AbstractContextManager[None]:
+    """httpx's errors become `UpstreamError` here, and only here."""
+
+    @contextlib.contextmanager
+    def boundary() -> Any:
+        try:
+            yield
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"{what} failed: {exc}") from exc
+
+    return boundary()
+
+
+async def sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON payloads of an SSE response, up to `[DONE]`."""
+    data: list[str] = []
+    async for line in resp.aiter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip())
+        elif not line and data:
+            payload = "\n".join(data)
+            data = []
+            if payload.strip() == "[DONE]":
+                return
+            try:
+                yield json.loads(payload)
+            except ValueError as exc:
+                raise UpstreamError(f"upstream sent invalid JSON: {payload[:200]}") from exc
+
+
+def error_body(raw: bytes) -> Any:
+    """An error answer's body: its JSON, or the start of its text."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")[:500]
