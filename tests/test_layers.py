@@ -83,7 +83,7 @@ def test_every_import_points_down():
         if module == "deltaguard":
             continue
         found += violations(path.read_text(encoding="utf-8"), module, path.name == "__init__.py")
-    assert not found, "upward imports:\n" + "\n".join(found)
+    assert not found, "imports the layering forbids:\n" + "\n".join(found)
 
 
 def test_an_upward_import_is_caught():

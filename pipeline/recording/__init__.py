@@ -13,11 +13,12 @@ response path (a bounded queue and one writer thread, like the sinks) and stores
   the pipeline decided, and what `deltaguard replay --from-store --diff` compares with;
 - the flag events themselves, the classifier versions and the policy in force.
 
-Three modules, bottom to top:
+Its modules, bottom to top:
 
     redaction   secret and PII values found in items and replaced by a marker
     store       the SQLite file (`TranscriptStore`), its schema, retention and review labels
     recorder    `TranscriptRecorder`: one recording per flagged branch, off the response path
+    labels      reviewed recordings as labelled transcript lines (`deltaguard eval`, `calibrate`)
 """
 
 from __future__ import annotations
