@@ -133,6 +133,7 @@ class Gateway:
             config=stage_config or StageConfig(block_limit=config.block_limit),
             metrics=self.metrics,
             recorder=_recorder(config, scorer),
+            stream_classifiers=config.output_stream_classifiers,
         )
         self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
         self.upstream = upstream or build_upstream(config)
