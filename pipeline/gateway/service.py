@@ -1,12 +1,13 @@
 """One response, end to end: gate, upstream stream, events, post-inference work.
 
-`ResponsesService.create` is shared by the HTTP, SSE and WebSocket transports: it
+`ResponsesService.events` is shared by the HTTP, SSE and WebSocket transports (one
+request in, one stream of events out; `create` runs it to the end for JSON clients): it
 resolves the history (by `previous_response_id`, by `conversation`, or from the full
 history a stateless client resent), runs the gate lane before calling the upstream
 model, forwards the model's stream events to the client as the model produced them
 (only the response id is the gateway's, so continuations resolve here, and the final
-response carries the `safety` object), and queues the post-inference work (output
-scoring, billing with the model's usage) after `response.completed` without waiting.
+response carries the `safety` object), and, as the response completes, queues the
+post-inference work (output scoring, billing with the model's usage) without waiting.
 
 State is per tenant, whatever the transport: a WebSocket turn may continue a response
 created over HTTP or on another socket. A stateless client's resent history keeps one
@@ -17,9 +18,10 @@ prefix), so billing, flags and the repeated-block lock-out apply per conversatio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +35,6 @@ from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import instructions_item, parse_item, parse_items
 from deltaguard.state.store import LruTtlMap
 from deltaguard.usage import usage_from
-
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
 
@@ -171,11 +171,31 @@ class ResponsesService:
 
     # -- one response ----------------------------------------------------------------------
 
-    async def create(
-        self, req: CreateRequest, emit: Emit | None = None, tenant: str = DEFAULT_TENANT
-    ) -> dict[str, Any]:
-        """Run one response for `tenant`. Raises `RequestError` (incl. `SafetyBlocked`)
-        before any event; previous responses are looked up in the tenant's own state."""
+    async def create(self, req: CreateRequest, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+        """Run one response to its end and return it (a JSON client). Raises `RequestError`
+        (incl. `SafetyBlocked`, and the upstream's failure as HTTP 502)."""
+        async with contextlib.aclosing(self.events(req, tenant)) as events:
+            async for event in events:
+                if event["type"] == "response.failed":
+                    error = event["response"].get("error") or {}
+                    message = error.get("message", "the model failed")
+                    raise RequestError(str(message), code="upstream_error", status=502, type="server_error")
+                if event["type"] in ("response.completed", "response.incomplete"):
+                    return dict(event["response"])
+        raise RequestError(
+            "the response ended without a terminal event",
+            code="upstream_error",
+            status=502,
+            type="server_error",
+        )
+
+    async def events(
+        self, req: CreateRequest, tenant: str = DEFAULT_TENANT
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Run one response for `tenant`: its stream events, numbered, the last of them
+        terminal (completed, incomplete or failed). Raises `RequestError` (incl.
+        `SafetyBlocked`) before any event; previous responses are looked up in the
+        tenant's own state."""
         if self.inflight >= self.config.max_inflight_responses:
             raise RequestError(
                 f"the gateway has {self.inflight} responses in flight, its limit; retry later",
@@ -185,7 +205,11 @@ class ResponsesService:
             )
         self.inflight += 1
         try:
-            return await self._create(req, emit, tenant)
+            seq = 0
+            async for event in self._events(req, tenant):
+                event.setdefault("sequence_number", seq)
+                seq = int(event["sequence_number"]) + 1
+                yield event
         finally:
             self.inflight -= 1
 
@@ -197,7 +221,7 @@ class ResponsesService:
             out["conversation"] = {"id": req.conversation}
         return out
 
-    async def _create(self, req: CreateRequest, emit: Emit | None, tenant: str) -> dict[str, Any]:
+    async def _events(self, req: CreateRequest, tenant: str) -> AsyncIterator[dict[str, Any]]:
         turn, tools = await self._begin(req, tenant)
         gate = turn.gate
         response_id = gate.response_id
@@ -213,15 +237,6 @@ class ResponsesService:
             generate=req.generate,
             tools=tools,
         )
-        seq = 0
-
-        async def send(event: dict[str, Any]) -> None:
-            nonlocal seq
-            if emit is not None:
-                event.setdefault("sequence_number", seq)
-                seq = int(event["sequence_number"]) + 1
-                await emit(event)
-
         last: dict[str, Any] | None = None  # the newest response object seen
         try:
             async for event in _with_stall_timeout(
@@ -232,34 +247,25 @@ class ResponsesService:
                     upstream_response = event["response"]
                     last = self._rewrite(upstream_response, response_id, req)
                     if kind in ("response.completed", "response.incomplete"):
-                        return await self._complete(req, turn, tools, event, upstream_response, last, send)
-                    event = {**event, "response": last}
-                    await send(event)
+                        yield await self._complete(req, turn, tools, event, upstream_response, last)
+                        return
+                    yield {**event, "response": last}
                     if kind == "response.failed":
-                        if emit is None:
-                            error = (last.get("error") or {}).get("message", "the model failed")
-                            raise RequestError(
-                                str(error), code="upstream_error", status=502, type="server_error"
-                            )
-                        return last
+                        return
                     continue
                 if kind == "response.output_text.delta":
                     await turn.watch(str(event.get("delta", "")))
-                await send(event)
+                yield event
             raise UpstreamError("upstream stream ended before response.completed")
         except UpstreamError as exc:
             # The turn's input is already part of the conversation's history (a retry
             # continues from the same previous response); nothing of the output is.
-            err = RequestError(str(exc), code="upstream_error", status=502, type="server_error")
             failed = {
                 **(last or response_object(response_id, req, status="failed", output=[])),
                 "status": "failed",
                 "error": {"code": "upstream_error", "message": str(exc)},
             }
-            await send({"type": "response.failed", "response": failed})
-            if emit is None:
-                raise err from exc
-            return failed
+            yield {"type": "response.failed", "response": failed}
 
     async def _complete(
         self,
@@ -269,8 +275,8 @@ class ResponsesService:
         event: dict[str, Any],
         upstream_response: dict[str, Any],
         final: dict[str, Any],
-        send: Emit,
     ) -> dict[str, Any]:
+        """The terminal event, once the turn is finished (its output, notes, billing)."""
         final["safety"] = safety_summary(turn.gate)
         output = [o for o in upstream_response.get("output") or [] if isinstance(o, dict)]
         output_items = parse_items(output, "output")
@@ -289,8 +295,7 @@ class ResponsesService:
             entry = self.conversations.get((turn.gate.tenant, req.conversation))
             if entry is not None:
                 entry.last_response_id = turn.gate.response_id
-        await send({**event, "response": final})
-        return final
+        return {**event, "response": final}
 
 
 async def _with_stall_timeout(

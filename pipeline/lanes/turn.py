@@ -70,6 +70,7 @@ class Turn:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
         history a stateless client resent (else the items after its parent's)."""
         self._lanes = lanes
+        self._tracker = lanes.tracker(gate.tenant)
         self.gate = gate
         self._begun = record
         self._resent = resent
@@ -103,7 +104,7 @@ class Turn:
     @property
     def record(self) -> ResponseRecord:
         """The turn's record in the store, as of now (its output once appended)."""
-        return self._lanes.tracker(self.gate.tenant).record(self.gate.response_id)
+        return self._tracker.record(self.gate.response_id)
 
     def forward(self) -> tuple[str | None, list[Item]]:
         """What the upstream needs to continue this turn: the upstream's id of the response
@@ -114,7 +115,7 @@ class Turn:
             upstream = parent.notes.get("upstream_id") if parent is not None else None
             new = list(self._begun.items)
         else:
-            rec, k = self._lanes.tracker(self.gate.tenant).ended_at(self.history)
+            rec, k = self._tracker.ended_at(self.history)
             upstream = rec.notes.get("upstream_id") if rec is not None else None
             new = list(self.history[k:] if upstream is not None else self.history)
         self._lanes.metrics.observe_items("input", new)
@@ -141,9 +142,7 @@ class Turn:
         must judge the answer before it is returned (a guard API). The verdict covers the
         whole conversation; `finish` then finds the output scored (cached)."""
         await self._append(output)
-        tracked = await self._lanes.run(
-            self._lanes.tracker(self.gate.tenant).score_pending, self.gate.response_id
-        )
+        tracked = await self._lanes.run(self._tracker.score_pending, self.gate.response_id)
         return self._lanes.scorer.verdict(tracked.fold)
 
     async def finish(self, output: Sequence[Item], usage: Usage | None, **notes: Any) -> None:
@@ -166,9 +165,9 @@ class Turn:
     def annotate(self, *, index: bool = False, **notes: Any) -> None:
         """Keep `notes` on the turn's record, for its continuations; `index`: a resent
         history that ends where the record does finds it (`ConversationTracker.ended_at`)."""
-        self._lanes.tracker(self.gate.tenant).annotate(self.gate.response_id, notes, index=index)
+        self._tracker.annotate(self.gate.response_id, notes, index=index)
 
     async def _append(self, output: Sequence[Item]) -> None:
         """The output joins the history, unscored (cheap), and goes to the monitor lane."""
-        self._lanes.tracker(self.gate.tenant).append_output(self.gate.response_id, output)
+        self._tracker.append_output(self.gate.response_id, output)
         await self._lanes.watcher.submit_output(self.gate, output)
