@@ -206,10 +206,11 @@ class ResponsesService:
         self.inflight += 1
         try:
             seq = 0
-            async for event in self._events(req, tenant):
-                event.setdefault("sequence_number", seq)
-                seq = int(event["sequence_number"]) + 1
-                yield event
+            async with contextlib.aclosing(self._events(req, tenant)) as events:
+                async for event in events:
+                    event.setdefault("sequence_number", seq)
+                    seq = int(event["sequence_number"]) + 1
+                    yield event
         finally:
             self.inflight -= 1
 
@@ -221,7 +222,7 @@ class ResponsesService:
             out["conversation"] = {"id": req.conversation}
         return out
 
-    async def _events(self, req: CreateRequest, tenant: str) -> AsyncIterator[dict[str, Any]]:
+    async def _events(self, req: CreateRequest, tenant: str) -> AsyncGenerator[dict[str, Any], None]:
         turn, tools = await self._begin(req, tenant)
         gate = turn.gate
         response_id = gate.response_id
