@@ -4,7 +4,9 @@
 
     stage = SafetyStage(build_scorer(), monitor=("encoder",))
     await stage.start()
-    gate = await stage.check_turn("resp_2", parse_items(new_items), previous_response_id="resp_1")
+    turn = await stage.begin("acme", new_items=parse_items(new_items), previous_response_id="resp_1")
+    if turn.blocked: ...
+    await turn.finish(parse_items(output_items), usage)
 
 The package's layers import downward only, bottom to top (`LAYERS`: every top-level
 module and folder of the package in exactly one layer). Inside a layer, one name may
@@ -49,7 +51,7 @@ from deltaguard.errors import (
 from deltaguard.events import BillingEvent, FlagEvent, TurnEvent
 from deltaguard.items import Item, count_tokens
 from deltaguard.lanes.monitor import MonitorStep
-from deltaguard.lanes.stage import GateResult, SafetyStage, StageConfig
+from deltaguard.lanes.stage import GateResult, SafetyStage, StageConfig, Turn
 from deltaguard.parsing import parse_item, parse_items
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.loading import build_scorer
@@ -89,6 +91,7 @@ __all__ = [
     "StageConfig",
     "StoreLimits",
     "TranscriptError",
+    "Turn",
     "TurnEvent",
     "TurnVerdict",
     "Update",

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,7 @@ class Gateway:
             config=stage_config or StageConfig(block_limit=config.block_limit),
             metrics=self.metrics,
             recorder=_recorder(config, scorer),
+            stream_classifiers=config.output_stream_classifiers,
         )
         self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
         self.upstream = upstream or build_upstream(config)
@@ -184,9 +185,9 @@ class Gateway:
 
     # -- HTTP --------------------------------------------------------------------------
 
-    def _parse(self, raw: bytes | str) -> Any:
+    def _parse(self, body: dict[str, Any]) -> Any:
+        """A `response.create` body, already read as JSON (each frame is read once)."""
         c = self.config
-        body = parse_body(raw, c.max_request_bytes)
         return parse_create(
             body,
             max_item_bytes=c.max_item_bytes,
@@ -200,30 +201,20 @@ class Gateway:
             self.metrics.requests.labels("http", "invalid_api_key").inc()
             return error_response(unauthorized())
         try:
-            req = self._parse(await request.body())
+            req = self._parse(parse_body(await request.body(), self.config.max_request_bytes))
             if not req.stream:
-                final = await self.service.create(req, tenant=tenant)
+                final = await self.service.create(req, tenant)
                 self.metrics.requests.labels("http", "ok").inc()
                 return JSONResponse(final)
             # Run until the first event so that a refusal is a plain HTTP error.
-            queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=256)
-
-            async def emit(event: dict[str, Any]) -> None:
-                await queue.put(event)
-
-            async def run() -> None:
-                try:
-                    await self.service.create(req, emit, tenant)
-                finally:
-                    await queue.put(None)
-
-            task = asyncio.create_task(run())
-            first = await queue.get()
-            if first is None:
-                await task  # raises the RequestError
-                raise RuntimeError("response ended without events")
+            events = self.service.events(req, tenant)
+            try:
+                first = await anext(events)
+            except BaseException:
+                await events.aclose()
+                raise
             self.metrics.requests.labels("sse", "ok").inc()
-            return StreamingResponse(_sse(first, queue, task), media_type="text/event-stream")
+            return StreamingResponse(_sse(first, events), media_type="text/event-stream")
         except RequestError as err:
             self.metrics.requests.labels("http", err.code).inc()
             return error_response(err)
@@ -322,10 +313,6 @@ class Gateway:
     async def _ws_turn(self, ws: WebSocket, message: dict[str, Any], tenant: str) -> None:
         """One `response.create` on a socket. Any response of the tenant can be continued,
         whichever transport or socket created it: state lives in the safety stage."""
-
-        async def emit(event: dict[str, Any]) -> None:
-            await ws.send_text(json.dumps(event))
-
         try:
             raw = message.get("text")
             if raw is None:
@@ -338,30 +325,27 @@ class Gateway:
                     code="unknown_event",
                     param="type",
                 )
-            body = {k: v for k, v in body.items() if k != "type"}
-            body.pop("stream", None)
-            req = self._parse(json.dumps(body))
-            final = await self.service.create(req, emit, tenant)
-            self.metrics.requests.labels("websocket", final.get("status", "ok")).inc()
+            req = self._parse({k: v for k, v in body.items() if k not in ("type", "stream")})
+            status = "ok"
+            async with contextlib.aclosing(self.service.events(req, tenant)) as events:
+                async for event in events:
+                    await ws.send_text(json.dumps(event))
+                    status = event.get("response", {}).get("status", status)
+            self.metrics.requests.labels("websocket", status).inc()
         except RequestError as err:
             self.metrics.requests.labels("websocket", err.code).inc()
             await ws.send_text(json.dumps(error_event(err)))
 
 
-async def _sse(
-    first: dict[str, Any], queue: asyncio.Queue[dict[str, Any] | None], task: asyncio.Task[None]
-) -> AsyncIterator[bytes]:
-    event: dict[str, Any] | None = first
+async def _sse(first: dict[str, Any], events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
     try:
-        while event is not None:
+        yield f"event: {first['type']}\ndata: {json.dumps(first)}\n\n".encode()
+        async for event in events:
             yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-            event = await queue.get()
-        await task
     except RequestError as err:
         yield f"event: error\ndata: {json.dumps(error_event(err))}\n\n".encode()
     finally:
-        if not task.done():
-            task.cancel()
+        await events.aclose()
 
 
 def create_app(

@@ -1,7 +1,7 @@
 """`POST /v1/chat/completions` on the gateway: JSON or SSE, forwarded to a chat upstream.
 
 Chat clients resend the whole conversation with every request and hold no id, so each
-request is gated with `SafetyStage.check_history`: the hash chain finds the longest
+request is gated with `SafetyStage.begin(history=...)`: the hash chain finds the longest
 prefix already scored, only the rest is folded, and the store gives the request the
 conversation identity of that prefix (billing, flags and the repeated-block lock-out
 apply per conversation). Messages map to items canonically (`chat_items`), and the
@@ -40,8 +40,7 @@ from deltaguard.gateway.upstreams import (
 )
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item
-from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
-from deltaguard.lanes.stage import GateResult, SafetyStage
+from deltaguard.lanes.stage import SafetyStage, Turn
 from deltaguard.parsing import parse_item
 from deltaguard.usage import usage_from
 
@@ -179,7 +178,7 @@ class ChatService:
             body, max_item_bytes=c.max_item_bytes, max_items=c.max_items_per_request, cache=self.items
         )
 
-    async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> GateResult:
+    async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> Turn:
         """The gate lane on the request's whole history; raises `SafetyBlocked`."""
         if self.inflight >= self.config.max_inflight_responses:
             raise RequestError(
@@ -188,23 +187,21 @@ class ChatService:
                 status=503,
                 type="server_error",
             )
-        gate = await self.stage.check_history(new_id("chatcmpl"), req.items, tenant=tenant)
-        if gate.blocked:
-            raise SafetyBlocked(gate.blocked_categories)
-        return gate
+        turn = await self.stage.begin(tenant, history=req.items, response_id=new_id("chatcmpl"))
+        if turn.blocked:
+            raise SafetyBlocked(turn.gate.blocked_categories)
+        return turn
 
-    async def _finish(self, gate: GateResult, message: Any, usage: Any) -> None:
+    async def _finish(self, turn: Turn, message: Any, usage: Any) -> None:
         """The answer joins the history (before the client can resend it); scoring and
         billing are queued."""
         try:
             output = chat_output_items(message, self.items) if isinstance(message, dict) else []
         except ItemError:
             output = []  # an answer of a shape no client can echo: billed, not history
-        await self.stage.append_output(gate, output)
-        self.stage.metrics.observe_items("output", output)
-        await self.stage.complete_turn(gate, output, usage_from(usage, "chat"))
+        await turn.finish(output, usage_from(usage, "chat"))
 
-    async def complete(self, req: ChatRequest, gate: GateResult) -> dict[str, Any]:
+    async def complete(self, req: ChatRequest, turn: Turn) -> dict[str, Any]:
         """A JSON chat completion: the upstream's object, plus `safety`."""
         self.inflight += 1
         try:
@@ -217,17 +214,14 @@ class ChatService:
             self.inflight -= 1
         choices = response.get("choices") or []
         first = choices[0] if choices and isinstance(choices[0], dict) else {}
-        await self._finish(gate, first.get("message"), response.get("usage"))
-        return {**response, "safety": safety_summary(gate)}
+        await self._finish(turn, first.get("message"), response.get("usage"))
+        return {**response, "safety": safety_summary(turn.gate)}
 
-    async def stream(self, req: ChatRequest, gate: GateResult) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, req: ChatRequest, turn: Turn) -> AsyncIterator[dict[str, Any]]:
         """The upstream's chunks, as it sent them (the first with `safety` added)."""
         body = req.body
         if not req.include_usage:
             body = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
-        watch = OutputStreamScorer(
-            [c for c in self.stage.gate_scorer.classifiers if c.name in self.config.output_stream_classifiers]
-        )
         answer = _Answer()
         first = True
         self.inflight += 1
@@ -235,24 +229,21 @@ class ChatService:
             async for chunk in _with_stall_timeout(
                 self.upstream.stream(body), self.config.upstream_stall_timeout_s
             ):
-                found = watch.feed(answer.feed(chunk))
-                flagged = new_categories(found, gate.verdict.flagged_categories)
-                if flagged:
-                    await self.stage.flag_output(gate, flagged, dict(watch.scores))
+                await turn.watch(answer.feed(chunk))
                 if not req.include_usage:
                     if chunk.get("usage") and not chunk.get("choices"):
                         continue  # the usage chunk only the gateway asked for
                     if "usage" in chunk and chunk["usage"] is None:
                         chunk = {k: v for k, v in chunk.items() if k != "usage"}
                 if first:
-                    chunk = {**chunk, "safety": safety_summary(gate)}
+                    chunk = {**chunk, "safety": safety_summary(turn.gate)}
                     first = False
                 yield chunk
         finally:
             self.inflight -= 1
         if not answer.finished:
             raise UpstreamError("upstream stream ended before a finish_reason")
-        await self._finish(gate, answer.message(), answer.usage)
+        await self._finish(turn, answer.message(), answer.usage)
 
 
 class ChatEndpoint:
@@ -273,12 +264,12 @@ class ChatEndpoint:
             return self._error(unauthorized())
         try:
             req = self.service.parse(await request.body())
-            gate = await self.service.gate(req, tenant)
+            turn = await self.service.gate(req, tenant)
             if not req.stream:
-                out = await self.service.complete(req, gate)
+                out = await self.service.complete(req, turn)
                 self.metrics.requests.labels("chat", "ok").inc()
                 return JSONResponse(out)
-            chunks = aiter(self.service.stream(req, gate))
+            chunks = aiter(self.service.stream(req, turn))
             first = await anext(chunks)  # so that a failure before any chunk is a plain HTTP error
         except UpstreamRefused as exc:
             self.metrics.requests.labels("chat", "upstream_refused").inc()

@@ -17,6 +17,7 @@ at once (the caller is about to return it) and queues billing and the output fla
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -40,25 +41,19 @@ from deltaguard.gateway.guard_openapi import OPENAPI
 from deltaguard.gateway.http_errors import error_response, unauthorized
 from deltaguard.gateway.wire import check_sizes, new_id, optional_instructions, optional_tools, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
-from deltaguard.lanes.stage import GateResult, SafetyStage
+from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import parse_item
-from deltaguard.state.scoring import TurnVerdict, chain_of
-from deltaguard.state.store import LruTtlMap
+from deltaguard.state.scoring import TurnVerdict
 from deltaguard.usage import usage_from
-
-
-@dataclass(frozen=True, slots=True)
-class _Checked:
-    """An input check a later call can continue or answer."""
-
-    gate: GateResult
-    context: bytes  # digest of the tools and instructions in effect
 
 
 @dataclass(frozen=True, slots=True)
 class _Conversation:
     items: list[Item]  # what to score: definitions (when new), instructions, messages
     context: bytes
+
+
+_CONTEXT = "guard_context"  # the note: digest of the tools and instructions in effect
 
 
 def _ms(start: float) -> float:
@@ -83,10 +78,8 @@ class GuardService:
         self.config = config
         self.stage = stage
         self.items = ItemCache()
-        limits = stage.config.store
-        self._checked: LruTtlMap[tuple[str, str], _Checked] = LruTtlMap(limits.max_responses, limits.ttl_s)
-        # (tenant, chain of a checked history) -> its check, for output checks without an id
-        self._at: LruTtlMap[tuple[str, bytes], str] = LruTtlMap(limits.max_responses, limits.ttl_s)
+        # An input check keeps the digest of its tools and instructions on its record in the
+        # stage (`guard_context`), and a resent history finds it there (`Turn.annotate`).
 
     # -- parsing -------------------------------------------------------------------------
 
@@ -106,7 +99,7 @@ class GuardService:
             )
         return value
 
-    def _conversation(self, body: dict[str, Any], parent: _Checked | None) -> _Conversation:
+    def _conversation(self, body: dict[str, Any], parent: Turn | None) -> _Conversation:
         """The items a check scores; with a parent, definitions and instructions only when changed."""
         has_messages, has_input = "messages" in body, "input" in body
         if has_messages == has_input:
@@ -123,7 +116,7 @@ class GuardService:
         tools = optional_tools(body)
         instructions = optional_instructions(body)
         context = hashlib.sha256(canonical_json([tools or [], instructions or ""])).digest()
-        changed = parent is None or parent.context != context
+        changed = parent is None or parent.record.notes.get(_CONTEXT) != context
         try:
             if has_messages:
                 items = chat_history_items(raw, cache=self.items)
@@ -135,39 +128,47 @@ class GuardService:
             items.insert(0, parse_item({"type": TOOL_DEFINITIONS, "tools": tools}))
         return _Conversation(items, context)
 
-    def _parent(self, tenant: str, continuation_id: str) -> _Checked:
-        checked = self._checked.get((tenant, continuation_id))
-        if checked is None:
-            raise RequestError(
-                f"Continuation '{continuation_id}' not found (unknown, expired or evicted); "
-                "send the whole conversation instead.",
-                code="continuation_not_found",
-                param="continuation_id",
-                status=404,
-            )
-        return checked
+    def _parent(self, tenant: str, continuation_id: str) -> Turn:
+        with contextlib.suppress(PreviousResponseNotFound):
+            turn = self.stage.resume(tenant, continuation_id)
+            if _CONTEXT in turn.record.notes:
+                return turn
+        raise RequestError(
+            f"Continuation '{continuation_id}' not found (unknown, expired or evicted); "
+            "send the whole conversation instead.",
+            code="continuation_not_found",
+            param="continuation_id",
+            status=404,
+        )
+
+    def _checked_at(self, tenant: str, items: list[Item]) -> Turn | None:
+        """The input check of exactly this history, if one is known."""
+        turn, k = self.stage.resume_at(tenant, items)
+        if turn is None or k != len(items) or _CONTEXT not in turn.record.notes:
+            return None
+        return turn
 
     # -- the checks ----------------------------------------------------------------------
 
-    async def _gate(self, body: dict[str, Any], tenant: str) -> tuple[GateResult, _Conversation]:
+    async def _gate(self, body: dict[str, Any], tenant: str) -> Turn:
         continuation = self._id(body)
         parent = self._parent(tenant, continuation) if continuation else None
         conversation = self._conversation(body, parent)
         response_id = new_id("guard")
         if parent is None:
-            gate = await self.stage.check_history(response_id, conversation.items, tenant=tenant)
-            chains = chain_of(conversation.items)
-            if chains:
-                self._at.put((tenant, chains[-1]), response_id)
+            turn = await self.stage.begin(tenant, history=conversation.items, response_id=response_id)
         else:
             try:
-                gate = await self.stage.check_turn(
-                    response_id, conversation.items, parent.gate.response_id, tenant=tenant
+                turn = await self.stage.begin(
+                    tenant,
+                    new_items=conversation.items,
+                    previous_response_id=parent.gate.response_id,
+                    response_id=response_id,
                 )
             except PreviousResponseNotFound:
                 raise self._not_found(continuation or "") from None
-        self._checked.put((tenant, response_id), _Checked(gate, conversation.context))
-        return gate, conversation
+        turn.annotate(index=parent is None and bool(conversation.items), **{_CONTEXT: conversation.context})
+        return turn
 
     @staticmethod
     def _not_found(continuation_id: str) -> RequestError:
@@ -182,7 +183,7 @@ class GuardService:
     async def check_input(self, body: dict[str, Any], tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
         """The gate lane on the conversation's new items."""
         start = time.perf_counter()
-        gate, _ = await self._gate(body, tenant)
+        gate = (await self._gate(body, tenant)).gate
         decision = "block" if gate.blocked else gate.verdict.decision
         return _answer(gate, gate.verdict, decision, start)
 
@@ -228,36 +229,31 @@ class GuardService:
         if usage is not None and not isinstance(usage, dict):
             raise RequestError("usage must be an object", code="invalid_type", param="usage")
         continuation = self._id(body)
-        gate: GateResult | None = None
+        turn: Turn | None = None
         if continuation is not None and not ("messages" in body or "input" in body):
-            gate = self._parent(tenant, continuation).gate
+            turn = self._parent(tenant, continuation)
         else:
             # The conversation as sent to the model: its input check, found by its chain.
-            conversation = self._conversation(body, None)
-            chains = chain_of(conversation.items)
-            found = self._at.get((tenant, chains[-1])) if chains else None
-            checked = self._checked.get((tenant, found)) if found else None
-            gate = checked.gate if checked is not None else None
-            if gate is None or self._has_output(gate):
-                gate, _ = await self._gate({k: v for k, v in body.items() if k != "continuation_id"}, tenant)
-        if self._has_output(gate):
+            turn = self._checked_at(tenant, self._conversation(body, None).items)
+            if turn is None or self._has_output(turn):
+                turn = await self._gate({k: v for k, v in body.items() if k != "continuation_id"}, tenant)
+        if self._has_output(turn):
             raise RequestError(
-                f"the answer to continuation '{gate.response_id}' was already checked; "
+                f"the answer to continuation '{turn.gate.response_id}' was already checked; "
                 "check the next input first",
                 code="output_already_checked",
                 param="continuation_id",
                 status=409,
             )
-        verdict = await self.stage.check_output(gate, output)
-        self.stage.metrics.observe_items("output", output)
-        await self.stage.complete_turn(gate, output, usage_from(usage))
-        return _answer(gate, verdict, verdict.decision, start)
+        verdict = await turn.check_output(output)
+        await turn.finish(output, usage_from(usage))
+        return _answer(turn.gate, verdict, verdict.decision, start)
 
-    def _has_output(self, gate: GateResult) -> bool:
+    def _has_output(self, turn: Turn) -> bool:
         try:
-            return self.stage.gate_tracker(gate.tenant).record(gate.response_id).outputs > 0
+            return turn.record.outputs > 0
         except PreviousResponseNotFound:
-            raise self._not_found(gate.response_id) from None
+            raise self._not_found(turn.gate.response_id) from None
 
     # -- the Portkey AI gateway's webhook guardrail ------------------------------------
 

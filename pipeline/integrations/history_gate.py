@@ -13,7 +13,7 @@ carries the conversation so far, with no id DeltaGuard issued. `HistoryGate` wra
     await gate.complete(turn, output_items, usage)        # post-call: output + billing, queued
     await gate.aclose()
 
-- Gate lane: `SafetyStage.check_history`, so only the suffix after the longest history
+- Gate lane: `SafetyStage.begin(history=...)`, so only the suffix after the longest history
   prefix already scored is folded (the hash chain over items finds it).
 - Conversations are told apart by that same chain (the conversation store keeps it): a
   turn whose history extends one that ended in a model answer continues that
@@ -23,7 +23,7 @@ carries the conversation so far, with no id DeltaGuard issued. `HistoryGate` wra
   trackers, while the model runs; the caller decides whether a `block` verdict stops
   the answer (LiteLLM's during-call contract) and the stage blocks the next turn anyway.
 - Responses API continuations (`previous_response_id` naming a response this gate
-  completed) are checked with `SafetyStage.check_turn`; an unknown id raises
+  completed) are checked with `SafetyStage.begin(previous_response_id=...)`; an unknown id raises
   `PreviousResponseNotFound`, never a silent pass.
 """
 
@@ -32,13 +32,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from deltaguard.errors import PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT, Event
 from deltaguard.items import Item
-from deltaguard.lanes.stage import GateResult, SafetyStage, StageConfig
+from deltaguard.lanes.stage import SafetyStage, StageConfig, Turn
 from deltaguard.sinks import EventSink, MemorySink
 from deltaguard.state.scoring import Scorer, TurnVerdict
 from deltaguard.state.store import LruTtlMap
@@ -47,25 +46,8 @@ from deltaguard.usage import Usage
 log = logging.getLogger("deltaguard.integrations")
 
 
-@dataclass(frozen=True, slots=True)
-class ProxyTurn:
-    """One request through the proxy: its history and the gate lane's result."""
-
-    tenant: str
-    items: tuple[Item, ...]  # the whole history the model is sent
-    gate: GateResult
-
-    @property
-    def response_id(self) -> str:
-        return self.gate.response_id
-
-    @property
-    def conversation_id(self) -> str:
-        return self.gate.conversation_id
-
-    @property
-    def blocked(self) -> bool:
-        return self.gate.blocked
+# A request through the proxy is a stage `Turn`: its gate verdict and whole history.
+ProxyTurn = Turn
 
 
 class HistoryGate:
@@ -99,6 +81,7 @@ class HistoryGate:
         self.flag_sink = self.stage.flag_sink
         self.billing_sink = self.stage.billing_sink
         self.monitor_scorer = self.stage.monitor_scorer
+        self.gate_classifiers = [c.name for c in self.stage.gate_scorer.classifiers]
         limits = self.config.store
         # (tenant, the proxy's response id) -> DeltaGuard's response id, for continuations
         self._responses: LruTtlMap[tuple[str, str], str] = LruTtlMap(limits.max_responses, limits.ttl_s)
@@ -120,15 +103,13 @@ class HistoryGate:
 
     # -- pre-call: gate lane -----------------------------------------------------------
 
-    async def check(self, items: Sequence[Item], tenant: str = DEFAULT_TENANT) -> ProxyTurn:
+    async def check(self, items: Sequence[Item], tenant: str = DEFAULT_TENANT) -> Turn:
         """Gate a turn from its whole history; only the unseen suffix is scored."""
-        response_id = f"dg_{uuid.uuid4().hex}"
-        gate = await self.stage.check_history(response_id, items, tenant=tenant)
-        return ProxyTurn(tenant, tuple(items), gate)
+        return await self.stage.begin(tenant, history=items, response_id=f"dg_{uuid.uuid4().hex}")
 
     async def check_continuation(
         self, previous_response_id: str, new_items: Sequence[Item], tenant: str = DEFAULT_TENANT
-    ) -> ProxyTurn:
+    ) -> Turn:
         """Gate a Responses API turn continuing a response this gate completed.
 
         `previous_response_id` is the proxy's id (what the client holds). Raises
@@ -137,20 +118,19 @@ class HistoryGate:
         previous = self._responses.get((tenant, previous_response_id))
         if previous is None:
             raise PreviousResponseNotFound(previous_response_id)
-        response_id = f"dg_{uuid.uuid4().hex}"
-        gate = await self.stage.check_turn(response_id, new_items, previous, tenant=tenant)
-        history = self.stage.gate_tracker(tenant).store.record(response_id).history()
-        return ProxyTurn(tenant, tuple(history), gate)
+        return await self.stage.begin(
+            tenant, new_items=new_items, previous_response_id=previous, response_id=f"dg_{uuid.uuid4().hex}"
+        )
 
     # -- during the call: monitor lane -------------------------------------------------
 
-    async def monitor(self, turn: ProxyTurn) -> TurnVerdict | None:
+    async def monitor(self, turn: Turn) -> TurnVerdict | None:
         """Score the turn with the monitor classifiers (None when there are none).
 
         What they flag goes to the flag sink and is enforced on the conversation's next
         turn by the gate; whether a `block` stops this turn's answer is the caller's call.
         """
-        return await self.stage.monitor_turn(turn.gate, turn.items)
+        return await turn.monitor()
 
     def blocking(self, categories: Sequence[str]) -> list[str]:
         """The categories among `categories` whose policy action is `block`."""
@@ -161,13 +141,13 @@ class HistoryGate:
 
     async def complete(
         self,
-        turn: ProxyTurn,
+        turn: Turn,
         output: Sequence[Item],
         usage: Usage,
         upstream_response_id: str | None = None,
     ) -> None:
         """Queue output scoring and billing (returns at once). The answer joins the
         history, so the client's next turn, which echoes it, continues this conversation."""
-        await self.stage.complete_turn(turn.gate, output, usage)
+        await turn.finish(output, usage)
         if upstream_response_id:
-            self._responses.put((turn.tenant, upstream_response_id), turn.response_id)
+            self._responses.put((turn.gate.tenant, upstream_response_id), turn.response_id)

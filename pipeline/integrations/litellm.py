@@ -233,7 +233,7 @@ class DeltaGuardGuardrail(CustomGuardrail):
                 self._gate = gate
                 log.info(
                     "DeltaGuard ready: gate %s, monitor %s",
-                    [c.name for c in gate.stage.gate_scorer.classifiers],
+                    gate.gate_classifiers,
                     s.monitor,
                 )
         return self._gate

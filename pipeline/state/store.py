@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from deltaguard import defaults
 from deltaguard.errors import PreviousResponseNotFound
@@ -91,6 +91,10 @@ class ResponseRecord:
     length: int  # items in the whole history up to and including these
     outputs: int = 0  # how many of `items`, at the end, are the model's output
     answered: bool = False  # the history holds a model item (an answer, a tool call)
+    # What the response's adapters carry to its continuations (its gate verdict, tools,
+    # the upstream's id): kept with the record, evicted with it, and shared by the record
+    # that appends the response's output.
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def output_items(self) -> tuple[Item, ...]:
@@ -154,6 +158,9 @@ class ConversationStore:
         self.conversations: LruTtlMap[bytes, str] = LruTtlMap(
             self.limits.max_responses, self.limits.ttl_s, self.clock
         )
+        # The response each noted history ends (its output included), by the chain value
+        # at that end: what a resent history continues (`ConversationTracker.ended_at`).
+        self.ends: LruTtlMap[bytes, str] = LruTtlMap(self.limits.max_responses, self.limits.ttl_s, self.clock)
         self.stats = StoreStats()
 
     def record(self, response_id: str) -> ResponseRecord:
@@ -207,6 +214,7 @@ class ConversationStore:
             length=rec.length + len(items),
             outputs=rec.outputs + len(items),
             answered=rec.answered or bool(items),
+            notes=rec.notes,
         )
         self.responses.put(response_id, new)
         if items:
@@ -365,6 +373,27 @@ class ConversationTracker:
         """
         with self._lock:
             return self.store.extend_record(response_id, output_items)
+
+    def annotate(self, response_id: str, notes: dict[str, Any], *, index: bool = False) -> ResponseRecord:
+        """Add `notes` to a response's record; `index`: `ended_at` finds it by its history."""
+        with self._lock:
+            rec = self.store.record(response_id)
+            rec.notes.update(notes)
+            if index:
+                self.store.ends.put(rec.chain, response_id)
+        return rec
+
+    def ended_at(self, items: Sequence[Item]) -> tuple[ResponseRecord | None, int]:
+        """The indexed response whose whole history is the longest prefix of `items`, and
+        that prefix's length ((None, 0) when there is none)."""
+        chains = chain_of(items)
+        with self._lock:
+            for k in range(len(chains), 0, -1):
+                response_id = self.store.ends.get(chains[k - 1])
+                rec = self.store.responses.get(response_id) if response_id is not None else None
+                if rec is not None:
+                    return rec, k
+        return None, 0
 
     def score_pending(self, response_id: str) -> TrackedTurn:
         """Score what the response's history has beyond its newest snapshot (its output)."""

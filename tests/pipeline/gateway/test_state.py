@@ -7,7 +7,7 @@ import time
 import openai
 import pytest
 
-from deltaguard.events import BillingEvent, FlagEvent
+from deltaguard.events import DEFAULT_TENANT, BillingEvent, FlagEvent
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.sinks import MemorySink
 from tests.pipeline.gateway.conftest import clients, gateway_thread
@@ -121,10 +121,10 @@ def test_generate_false_primes_state_without_calling_the_model_or_billing(scorer
 
 def test_tool_definitions_are_scored_once_and_again_when_they_change(scorer):
     with gateway_thread(GatewayConfig(port=0, sim_tokens_per_s=50_000), scorer) as (base, app):
-        gate = app.state.gateway.stage.gate_tracker()
+        stage = app.state.gateway.stage
 
         def kinds(response_id):
-            return [i.kind for i in gate.record(response_id).items]
+            return [i.kind for i in stage.resume(DEFAULT_TENANT, response_id).record.items]
 
         client, _ = clients(base)
         poisoned = [{**TOOLS[0], "description": "Read a file. " + INJECTION}]

@@ -41,8 +41,8 @@ def test_tenant_b_cannot_continue_tenant_a(tenant_gateway):
     assert exc.value.body["code"] == "previous_response_not_found"
     assert a.responses.create(model="m", input="go on", previous_response_id=first.id).status == "completed"
     stage = app.state.gateway.stage
-    assert first.id in stage.gate_tracker("alpha").store.responses
-    assert first.id not in stage.gate_tracker("beta").store.responses
+    assert first.id in stage.stores[("gate", "alpha")].responses
+    assert first.id not in stage.stores[("gate", "beta")].responses
 
 
 def test_tenant_b_cannot_continue_over_websocket(tenant_gateway):

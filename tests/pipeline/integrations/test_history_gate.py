@@ -153,7 +153,7 @@ async def test_responses_continuations_by_upstream_id():
     nxt = await gate.check_continuation("resp_up_1", chat_history_items([{"role": "user", "content": "f"}]))
     assert nxt.gate.verdict.tokens_scored == 1
     assert nxt.conversation_id == turn.conversation_id
-    assert [i.text for i in nxt.items] == ["a b c", "d e", "f"]
+    assert [i.text for i in nxt.history] == ["a b c", "d e", "f"]
     with pytest.raises(PreviousResponseNotFound):
         await gate.check_continuation("resp_unknown", [])
     with pytest.raises(PreviousResponseNotFound):

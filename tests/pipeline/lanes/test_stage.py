@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from deltaguard.errors import LaneClosed
-from deltaguard.events import BillingEvent, FlagEvent
+from deltaguard.events import DEFAULT_TENANT, BillingEvent, FlagEvent
 from deltaguard.lanes.stage import SafetyStage, StageConfig, Usage
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
@@ -129,8 +129,10 @@ async def test_billing_is_emitted_after_completion_and_drained_on_close():
     stage, flags, billing = await started()
     prev = None
     for i in range(50):
-        gate = await stage.check_turn(f"r{i}", [user(f"turn {i}")], prev)
-        await stage.complete_turn(gate, reply("a BOOM leak" if i == 3 else "ok"), Usage(10 * i, 5 * i, 3))
+        turn = await stage.begin(
+            new_items=[user(f"turn {i}")], previous_response_id=prev, response_id=f"r{i}"
+        )
+        await turn.finish(reply("a BOOM leak" if i == 3 else "ok"), Usage(10 * i, 5 * i, 3))
         prev = f"r{i}"
     left = await stage.aclose()
     assert left == {"flags": 0, "billing": 0}
@@ -159,8 +161,8 @@ async def test_failing_sink_is_retried_and_loses_nothing():
     stage = SafetyStage(scorer, billing_sink=billing)
     await stage.start()
     for i in range(20):
-        gate = await stage.check_turn(f"r{i}", [user("x")])
-        await stage.complete_turn(gate, reply("ok"), Usage(1, 0, 1))
+        turn = await stage.begin(new_items=[user("x")], response_id=f"r{i}")
+        await turn.finish(reply("ok"), Usage(1, 0, 1))
     await stage.aclose()
     assert len({e.event_id for e in billing.events}) == 20
 
@@ -208,11 +210,9 @@ async def run_held(config: StageConfig, fail_on: str | None = None):
         await stage.check_turn(f"{conv}1", [user(text)])
     hold.set()
     await stage.drain(10)
-    monitor = stage.monitor_tracker()
-    states = {
-        rid: monitor.store.snapshots.get(monitor.record(rid).chain).states for rid in ("a3", "b1", "c1")
-    }
-    stats = monitor.store.stats
+    monitor = stage.stores[("monitor", DEFAULT_TENANT)]
+    states = {rid: monitor.snapshots.get(monitor.record(rid).chain).states for rid in ("a3", "b1", "c1")}
+    stats = monitor.stats
     await stage.aclose()
     return clf, sorted(e.response_id for e in flags.events), states, stats
 

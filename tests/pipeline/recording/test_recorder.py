@@ -20,13 +20,15 @@ from tests.pipeline.recording.conftest import AWS_KEY, EMAIL, call, db_bytes, fl
 async def run_split_secret_agent(stage):
     """An agent reads a .env file in two parts; the AWS key is split between them."""
     await stage.check_turn("r1", [user(f"Why does deploy fail? Mail {EMAIL} if stuck.")])
-    first = await stage.check_turn("r2", [user("check the env")], "r1")
-    await stage.complete_turn(first, [call("c1", ".env.part1")], Usage(10, 0, 5))
+    first = await stage.begin(new_items=[user("check the env")], previous_response_id="r1", response_id="r2")
+    await first.finish([call("c1", ".env.part1")], Usage(10, 0, 5))
     await stage.drain(5)
-    second = await stage.check_turn(
-        "r3", [tool("c1", f"REGION=eu-west-1\nAWS_ACCESS_KEY_ID={AWS_KEY[:8]}")], "r2"
+    second = await stage.begin(
+        new_items=[tool("c1", f"REGION=eu-west-1\nAWS_ACCESS_KEY_ID={AWS_KEY[:8]}")],
+        previous_response_id="r2",
+        response_id="r3",
     )
-    await stage.complete_turn(second, [call("c2", ".env.part2")], Usage(10, 0, 5))
+    await second.finish([call("c2", ".env.part2")], Usage(10, 0, 5))
     await stage.drain(5)
     return await stage.check_turn("r4", [tool("c2", f"{AWS_KEY[8:]}\nTIMEOUT=30\n")], "r3")
 
@@ -81,8 +83,8 @@ async def test_a_monitor_flag_records_with_the_model_outputs(tmp_path, scorer):
     db = tmp_path / "flags.db"
     stage = SafetyStage(scorer, monitor=("pii",), recorder=TranscriptRecorder(db, scorer, redact=False))
     await stage.start()
-    first = await stage.check_turn("m1", [user("hello there")])
-    await stage.complete_turn(first, [parse_item({"role": "assistant", "content": "hi!"})], Usage(1, 0, 1))
+    first = await stage.begin(new_items=[user("hello there")], response_id="m1")
+    await first.finish([parse_item({"role": "assistant", "content": "hi!"})], Usage(1, 0, 1))
     await stage.drain(5)
     second = await stage.check_turn("m2", [user(f"write to {EMAIL}")], "m1")
     assert not second.blocked  # pii runs beside inference
@@ -98,10 +100,10 @@ async def test_an_output_flag_records_the_output_that_raised_it(tmp_path, scorer
     db = tmp_path / "flags.db"
     stage = SafetyStage(scorer, recorder=TranscriptRecorder(db, scorer, redact=False))
     await stage.start()
-    gate = await stage.check_turn("o1", [user("what is in the deploy config?")])
-    assert not gate.verdict.flagged_categories
+    turn = await stage.begin(new_items=[user("what is in the deploy config?")], response_id="o1")
+    assert not turn.verdict.flagged_categories
     leak = parse_item({"role": "assistant", "content": f"It sets AWS_ACCESS_KEY_ID={AWS_KEY}."})
-    await stage.complete_turn(gate, [leak], Usage(5, 0, 9))
+    await turn.finish([leak], Usage(5, 0, 9))
     await stage.drain(5)
     await stage.aclose()
     (rec,) = read_recorded(db)

@@ -23,8 +23,8 @@ async def test_each_lane_emits_a_span_when_enabled():
     try:
         stage = SafetyStage(Scorer([ItemCounter(), ItemCounter("watch", "monitor")]), monitor=("watch",))
         await stage.start()
-        gate = await stage.check_turn("r1", [parse_item({"role": "user", "content": "hi"})])
-        await stage.complete_turn(gate, [parse_item({"role": "assistant", "content": "yo"})], Usage(1, 0, 1))
+        turn = await stage.begin(new_items=[parse_item({"role": "user", "content": "hi"})], response_id="r1")
+        await turn.finish([parse_item({"role": "assistant", "content": "yo"})], Usage(1, 0, 1))
         await stage.aclose()
     finally:
         tracing.disable()

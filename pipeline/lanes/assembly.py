@@ -1,0 +1,146 @@
+"""How a started safety stage's parts fit together: trackers, sink writers, lanes.
+
+`TrackerTable` keeps one conversation tracker (and so one bounded store) per lane and
+tenant: a tenant can never continue, read or evict another tenant's conversations.
+`assemble` builds what `SafetyStage.start` runs: the sink writers, the flag outlet,
+the gate, monitor and post-inference lanes, what watches each turn beside the gate (the
+monitor lane, or a turn publisher in distributed mode), and the `TurnLanes` each
+`Turn` is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from deltaguard.lanes.flags import FlagOutlet
+from deltaguard.lanes.gate import GateLane
+from deltaguard.lanes.lockout import ConversationLockout
+from deltaguard.lanes.monitor_lane import MonitorLane
+from deltaguard.lanes.post import PostLane
+from deltaguard.lanes.publisher import TurnPublisher
+from deltaguard.lanes.turn import TurnLanes
+from deltaguard.sinks import EventSink, FlagRecorder, SinkWriter
+from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.telemetry.metrics import StageMetrics
+
+
+class Stage(Protocol):
+    """What `assemble` reads of the stage (`SafetyStage`'s settings and shared parts)."""
+
+    config: Any  # StageConfig
+    flag_sink: EventSink
+    billing_sink: EventSink
+    turn_sink: EventSink | None
+    recorder: FlagRecorder | None
+    metrics: StageMetrics
+    gate_scorer: Scorer
+    monitor_scorer: Scorer | None
+    lockout: ConversationLockout
+    queue_monitor: bool
+    stream_classifiers: frozenset[str]
+
+    def mark_flagged(self, conversation_id: str, categories: Sequence[str], tenant: str = ...) -> None: ...
+
+
+class TrackerTable:
+    """(lane, tenant) -> tracker, made on first use with the lane's scorer."""
+
+    def __init__(
+        self,
+        scorers: dict[str, Scorer | None],
+        limits: StoreLimits,
+        factory: Callable[[StoreLimits], ConversationStore],
+    ) -> None:
+        self.scorers = scorers
+        self.limits = limits
+        self.factory = factory
+        self.trackers: dict[tuple[str, str], ConversationTracker] = {}
+
+    def get(self, lane: str, tenant: str) -> ConversationTracker:
+        tracker = self.trackers.get((lane, tenant))
+        if tracker is None:
+            scorer = self.scorers[lane]
+            assert scorer is not None, f"the stage has no {lane} classifiers"
+            tracker = self.trackers[(lane, tenant)] = ConversationTracker(scorer, self.factory(self.limits))
+        return tracker
+
+    def gate(self, tenant: str) -> ConversationTracker:
+        return self.get("gate", tenant)
+
+    def monitor(self, tenant: str) -> ConversationTracker | None:
+        return self.get("monitor", tenant) if self.scorers["monitor"] is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSet:
+    """The running parts of a started stage."""
+
+    writers: dict[str, SinkWriter]  # flags, billing and (distributed mode) turns
+    gate: GateLane
+    monitor: MonitorLane
+    watcher: MonitorLane | TurnPublisher  # what each gated turn is handed to
+    post: PostLane
+    turn: TurnLanes
+
+    def start(self) -> None:
+        for worker in (*self.writers.values(), self.monitor.worker, self.post.worker):
+            worker.start()
+
+    async def drain(self) -> None:
+        await self.monitor.worker.drain()
+        await self.post.worker.drain()
+        await self.monitor.worker.drain()  # output-only jobs queued meanwhile
+
+
+def assemble(stage: Stage, trackers: TrackerTable, run: Callable[..., Awaitable[Any]]) -> LaneSet:
+    c, m = stage.config, stage.metrics
+
+    def observer(name: str) -> Callable[[Sequence[Any]], None]:
+        return lambda events: m.observe_events(name, events)
+
+    sinks = {"flags": stage.flag_sink, "billing": stage.billing_sink}
+    writers = {
+        name: SinkWriter(sink, name, c.sink_queue_size, on_delivered=observer(name))
+        for name, sink in sinks.items()
+    }
+    if stage.turn_sink is not None:
+        writers["turns"] = SinkWriter(stage.turn_sink, "turns", c.sink_queue_size)
+    flags = FlagOutlet(writers["flags"], stage.recorder, trackers.gate)
+    gate = GateLane(stage.gate_scorer, trackers.gate, stage.lockout, flags, m, run)
+    monitor = MonitorLane(
+        stage.monitor_scorer,
+        trackers.monitor,
+        flags,
+        stage.mark_flagged,
+        m,
+        run,
+        maxsize=c.monitor_queue_size,
+        batch_size=c.monitor_batch,
+        queued=stage.queue_monitor,
+    )
+    watcher = TurnPublisher(writers["turns"]) if stage.turn_sink is not None else monitor
+    post = PostLane(
+        stage.gate_scorer,
+        trackers.gate,
+        gate.flag_output,
+        flags,
+        writers["billing"],
+        m,
+        run,
+        maxsize=c.post_queue_size,
+    )
+    turn = TurnLanes(
+        stage.gate_scorer,
+        trackers.gate,
+        run,
+        gate.flag_output,
+        watcher,
+        monitor.judge,
+        post.put,
+        m,
+        stage.stream_classifiers,
+    )
+    return LaneSet(writers, gate, monitor, watcher, post, turn)

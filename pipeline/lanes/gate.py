@@ -1,0 +1,132 @@
+"""The gate lane: the cheap classifiers, awaited before the upstream model is called.
+
+A block category over its threshold blocks the turn, and so does a category flagged
+earlier in the conversation (`lockout.ConversationLockout`); what the gate flags goes
+to the flag sink. A conversation that keeps sending blocked turns is refused whole.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+from deltaguard.events import FlagEvent
+from deltaguard.items import Item
+from deltaguard.lanes.flags import FlagOutlet
+from deltaguard.lanes.lockout import ConversationLockout
+from deltaguard.lanes.turn import GateResult
+from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import ConversationTracker, ResponseRecord
+from deltaguard.telemetry.metrics import StageMetrics
+from deltaguard.telemetry.tracing import lane_span
+
+log = logging.getLogger("deltaguard.stage")
+
+
+class GateLane:
+    """Scores a turn's new items (or a resent history) and decides whether it is blocked."""
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        tracker: Callable[[str], ConversationTracker],
+        lockout: ConversationLockout,
+        flags: FlagOutlet,
+        metrics: StageMetrics,
+        run: Callable[..., Awaitable[Any]],
+    ) -> None:
+        self.scorer = scorer
+        self.tracker = tracker
+        self.lockout = lockout
+        self.flags = flags
+        self.metrics = metrics
+        self.run = run
+
+    def blocks(self, category: str) -> bool:
+        cp = self.scorer.policy.categories.get(category)
+        return cp is not None and cp.action == "block"
+
+    async def check(
+        self,
+        tenant: str,
+        response_id: str,
+        new_items: Sequence[Item] | None,
+        history: Sequence[Item] | None,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+    ) -> tuple[GateResult, ResponseRecord]:
+        """Score the turn and record it; (its gate result, its record)."""
+        tracker = self.tracker(tenant)
+        count = len(history if history is not None else new_items or ())
+        with lane_span("gate", response_id=response_id, tenant=tenant, items=count):
+            if history is not None:
+                tracked = await self.run(tracker.score_history, response_id, history, conversation_id)
+            else:
+                tracked = await self.run(
+                    tracker.score_turn, response_id, new_items, previous_response_id, conversation_id
+                )
+        rec = tracked.record
+        verdict = self.scorer.verdict(tracked.fold, prior=tracked.rebuild)
+        self.metrics.observe_turn("gate", verdict)
+        earlier = self.lockout.flagged(tenant, rec.conversation_id)
+        blocked_categories = [c for c in verdict.flagged_categories if self.blocks(c)]
+        blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self.blocks(c))
+        gate = GateResult(
+            tenant=tenant,
+            response_id=rec.response_id,
+            conversation_id=rec.conversation_id,
+            verdict=verdict,
+            blocked=bool(blocked_categories),
+            blocked_categories=blocked_categories,
+        )
+        if verdict.flagged_categories:
+            await self._flag(gate, verdict.flagged_categories, "block" if gate.blocked else "flag")
+        own = [c for c in verdict.flagged_categories if self.blocks(c)]
+        refused = self.lockout.count_blocked_turn(tenant, rec.conversation_id, own) if own else None
+        if refused:
+            log.warning(
+                "conversation %s: %s turns blocked, refusing the rest of it",
+                rec.conversation_id,
+                self.lockout.block_limit,
+            )
+            await self._flag(gate, refused, "block", reason="repeated_blocks")
+        return gate, rec
+
+    async def _flag(
+        self, gate: GateResult, categories: list[str], decision: Literal["flag", "block"], **extra: Any
+    ) -> None:
+        event = FlagEvent.build(
+            conversation_id=gate.conversation_id,
+            response_id=gate.response_id,
+            lane="gate",
+            decision=decision,
+            categories=categories,
+            scores=gate.verdict.category_scores,
+            classifier_versions=self.scorer.versions,
+            tenant=gate.tenant,
+            **extra,
+        )
+        await self.flags.put(event, gate.tenant)
+
+    async def flag_output(
+        self, gate: GateResult, categories: list[str], scores: dict[str, float]
+    ) -> FlagEvent:
+        """A flag on the model's output.
+
+        Raised while the output streams (`Turn.watch`), and again when the post-inference
+        lane scores it whole, which also records it: only then is the output part of the
+        conversation's record. The two share an event id when they name the same
+        categories, so consumers drop the second."""
+        event = FlagEvent.build(
+            conversation_id=gate.conversation_id,
+            response_id=gate.response_id,
+            lane="output",
+            decision="flag",
+            categories=categories,
+            scores=scores,
+            classifier_versions=self.scorer.versions,
+            tenant=gate.tenant,
+        )
+        await self.flags.put(event, gate.tenant, record=False)
+        return event
