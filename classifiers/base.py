@@ -65,12 +65,17 @@ CATEGORIES: tuple[str, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One detection, e.g. an AWS key: where it completed and a redacted preview."""
+    """One detection, e.g. an AWS key: where it completed and a redacted preview; a
+    classifier that locates its evidence (an injected sentence in a long tool output)
+    also gives its character range in the item's text and its score."""
 
     category: str
     kind: str
     item_index: int  # index into the `items` passed to this `update` call
     preview: str  # never the full secret: e.g. "AKIA…MPLE"
+    start: int | None = None
+    end: int | None = None
+    score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,8 +57,18 @@ import numpy as np
 
 from deltaguard.artifacts import verified_path
 from deltaguard.classifiers import lexical_kernels as kernels
-from deltaguard.classifiers import normalize
-from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, running_max, zero_scores
+from deltaguard.classifiers import normalize, segments
+from deltaguard.classifiers.base import (
+    Finding,
+    Lane,
+    Scores,
+    State,
+    Update,
+    count_tokens,
+    running_max,
+    zero_scores,
+)
+from deltaguard.classifiers.scaled import rescale
 from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -69,6 +79,7 @@ CHUNK_CHARS = 2000
 CHUNK_OVERLAP = 200
 SCORED_ROLES = frozenset({"user", "tool"})
 UNTRUSTED = "tool"  # the role of content from outside the conversation
+Span = tuple[int, int]  # (start, end) character range in a scored text
 
 _MAX_CODE_BITS = 12  # char codes take at most 12 bits: alphabets up to 4,095 symbols
 _POLY_INVERSE = np.uint64(pow(int(kernels.POLY_BASE), -1, 1 << 64))  # POLY_BASE is odd
@@ -212,6 +223,9 @@ class LexicalModel:
             raise ValueError(f"normalize version {self.normalizer!r} is not one of {normalize.VERSIONS}")
         if self.normalizer is not None:
             normalize.warm()
+        # Trained on pieces of real text (lexical-v5): untrusted text is read piece by piece
+        # too (`score_located`); older artifacts read it whole, as they were trained.
+        self.by_piece = bool(config.get("pieces", False))
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
         self._is_word, is_space = _unicode_classes()
 
@@ -353,6 +367,32 @@ class LexicalModel:
         firsts = np.cumsum([0] + [len(v.texts()) for v in every[:-1]])
         return np.maximum.reduceat(self._chunk_scores(flat), firsts, axis=0), extra
 
+    def score_located(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int], list[list[Span | None]]]:
+        """`score_views` of untrusted texts, which an artifact trained on pieces also reads
+        piece by piece (classifiers/segments.py), so that one injected sentence weighs as
+        much in a 16 KB file as alone. Per text and head: the max over views, chunks and
+        pieces; per text, the extra tokens (pieces are read on top of the text); per text
+        and head, the piece holding the max, or None when the text read whole holds it."""
+        scores, extra = self.score_views(texts)
+        where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]
+        spans = [segments.pieces(text) for text in texts] if self.by_piece else [[] for _ in texts]
+        flat = [text[a:b] for text, found in zip(texts, spans, strict=True) for a, b in found]
+        if not flat:
+            return scores, extra, where
+        p, p_extra = self.score_views(flat)  # a piece is shorter than a chunk: read whole
+        lo = 0
+        for i, found in enumerate(spans):
+            if not found:
+                continue
+            block = p[lo : lo + len(found)]
+            extra[i] += count_tokens(texts[i]) + sum(p_extra[lo : lo + len(found)])
+            for h, best in enumerate(block.argmax(axis=0).tolist()):
+                if block[best, h] > scores[i, h]:
+                    scores[i, h] = block[best, h]
+                    where[i][h] = found[best]
+            lo += len(found)
+        return scores, extra, where
+
     def score_many(self, texts: Sequence[str]) -> np.ndarray:
         """Per text and head, the max probability over its views and chunks (`score_views`)."""
         return self.score_views(texts)[0]
@@ -438,16 +478,22 @@ class LexicalClassifier:
     def initial_state(self) -> State:
         return {"max": zero_scores(self.categories)}
 
-    def score_text(self, text: str) -> Scores:
-        """Item-level scores for one text as a scored role would get them."""
-        return self.score_text_counted(text)[0]
+    def score_text(self, text: str, *, untrusted: bool = False) -> Scores:
+        """Item-level scores for one text as a user's message gets them, or with
+        `untrusted` as a tool output does (read piece by piece too, on the same scale)."""
+        return self.score_text_counted(text, untrusted=untrusted)[0]
 
-    def score_text_counted(self, text: str) -> tuple[Scores, int]:
-        """`score_text`, and the tokens of the text's extra normalised view (0 if none)."""
+    def score_text_counted(self, text: str, *, untrusted: bool = False) -> tuple[Scores, int]:
+        """`score_text`, and the tokens of the extra work: the text's extra normalised
+        view, and its pieces (0 if none)."""
         model = self._require_model()
         if not text.strip():
             return zero_scores(self.categories), 0
-        rows, extra = model.score_views([text])
+        if untrusted:
+            rows, extra, _where = model.score_located([text])
+            rows = self._on_user_scale(rows)
+        else:
+            rows, extra = model.score_views([text])
         return {head: float(p) for head, p in zip(self.categories, rows[0], strict=True)}, extra[0]
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
@@ -464,14 +510,61 @@ class LexicalClassifier:
         )
         texts += [items[i].attachments for i in attached]
         tokens += sum(count_tokens(items[i].attachments) for i in attached)
-        if texts:  # one featurisation pass for all of this update's items
-            rows, extra = model.score_views(texts)
+        owners = [*with_text, *attached]
+        untrusted = [k for k, i in enumerate(owners) if k >= len(with_text) or items[i].role == UNTRUSTED]
+        trusted = sorted(set(range(len(owners))) - set(untrusted))
+        findings: list[Finding] = []
+        if trusted:  # one featurisation pass per kind of channel
+            rows, extra = model.score_views([texts[k] for k in trusted])
             tokens += sum(extra)  # the normaliser's extra views are work too
-            for i, row in zip([*with_text, *attached], rows, strict=True):
-                own = item_scores[i]
-                item_scores[i] = {
-                    head: max(own[head], float(p)) for head, p in zip(self.categories, row, strict=True)
-                }
+            self._merge(item_scores, [owners[k] for k in trusted], rows)
+        if untrusted:
+            chosen = [texts[k] for k in untrusted]
+            rows, extra, where = model.score_located(chosen)
+            rows = self._on_user_scale(rows)
+            tokens += sum(extra)
+            self._merge(item_scores, [owners[k] for k in untrusted], rows)
+            kinds = [self.name if k < len(with_text) else f"{self.name}/attachment" for k in untrusted]
+            findings = self._findings([owners[k] for k in untrusted], kinds, chosen, rows, where)
         previous = state.get("max") or zero_scores(self.categories)
         scores = running_max(previous, item_scores)
-        return Update(state={"max": dict(scores)}, item_scores=item_scores, scores=scores, tokens=tokens)
+        state = {"max": dict(scores)}
+        return Update(state=state, item_scores=item_scores, scores=scores, tokens=tokens, findings=findings)
+
+    def _on_user_scale(self, rows: np.ndarray) -> np.ndarray:
+        """Untrusted text's scores expressed on the category thresholds' scale: an artifact
+        with `untrusted_thresholds` (lexical-v5) judges tool outputs, which it also reads
+        piece by piece, at thresholds of their own, chosen per conversation."""
+        own = (self._entry or {}).get("untrusted_thresholds")
+        if not own:
+            return rows
+        out = rows.copy()
+        for h, head in enumerate(self.categories):
+            out[:, h] = [rescale(float(p), float(own[head]), self.thresholds[head]) for p in rows[:, h]]
+        return out
+
+    def _merge(self, item_scores: list[Scores], owners: Sequence[int], rows: np.ndarray) -> None:
+        """Each row into its item's scores (an item and its attached files take the max)."""
+        for i, row in zip(owners, rows, strict=True):
+            own = item_scores[i]
+            pairs = zip(self.categories, row, strict=True)
+            item_scores[i] = {head: max(own[head], float(p)) for head, p in pairs}
+
+    def _findings(
+        self,
+        owners: Sequence[int],
+        kinds: Sequence[str],
+        texts: Sequence[str],
+        rows: np.ndarray,
+        where: Sequence[Sequence[Span | None]],
+    ) -> list[Finding]:
+        """Where a piece of untrusted text is over its head's threshold: the piece's range
+        (in the item's text, or in its attached files' text for kind ".../attachment")."""
+        thresholds = self.thresholds
+        out = []
+        for i, kind, text, row, spans in zip(owners, kinds, texts, rows, where, strict=True):
+            for head, p, span in zip(self.categories, row, spans, strict=True):
+                if span is not None and p >= thresholds[head]:
+                    start, end = span
+                    out.append(Finding(head, kind, i, text[start:end][:60], start, end, float(p)))
+        return out

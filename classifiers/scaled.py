@@ -15,8 +15,9 @@ the policy's default threshold is 0.5 for every category.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from deltaguard.classifiers.base import Classifier, Scores, State, Update
+from deltaguard.classifiers.base import Classifier, Finding, Scores, State, Update
 from deltaguard.items import Item
 
 
@@ -24,6 +25,20 @@ def scale(score: float, threshold: float) -> float:
     if score < threshold:
         return 0.5 * score / threshold if threshold > 0 else 0.5
     return 0.5 + 0.5 * (score - threshold) / (1.0 - threshold) if threshold < 1 else 1.0
+
+
+def unscale(value: float, threshold: float) -> float:
+    """The inverse of `scale`: the score that `scale(., threshold)` maps to `value`."""
+    if value < 0.5:
+        return 2.0 * value * threshold
+    return threshold + 2.0 * (value - 0.5) * (1.0 - threshold)
+
+
+def rescale(score: float, source: float, target: float) -> float:
+    """A score judged at threshold `source` expressed on a scale whose threshold is `target`
+    (monotonic; `source` maps to `target`, 0 to 0 and 1 to 1): how a model with a threshold
+    per channel reports one category score."""
+    return unscale(scale(score, source), target)
 
 
 class ThresholdScaled:
@@ -53,5 +68,11 @@ class ThresholdScaled:
             item_scores=[self._scaled(row) for row in upd.item_scores],
             scores=self._scaled(upd.scores),
             tokens=upd.tokens,
-            findings=upd.findings,
+            findings=[self._scaled_finding(f) for f in upd.findings],
         )
+
+    def _scaled_finding(self, finding: Finding) -> Finding:
+        """A located finding's score on the same scale as the category scores."""
+        if finding.score is None or finding.category not in self.thresholds:
+            return finding
+        return replace(finding, score=scale(finding.score, self.thresholds[finding.category]))

@@ -39,10 +39,10 @@ from deltaguard.kafka.settings import KafkaSettings
 from deltaguard.kafka.sink import KafkaEventSink
 from deltaguard.kafka.subscriber import FlagSubscriber
 from deltaguard.kafka.topics import ensure_topics
-from tests.support.turn_events import interleaved_turn_events, response_id
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import Conversation, parse_conversation
 from tests.support.kafka import Broker, WorkerProcess, tansu_binary, tansu_settings
+from tests.support.turn_events import interleaved_turn_events, response_id
 
 OUT = Path(__file__).resolve().parent / "out"
 CLASSIFIERS = "secrets,pii,lexical"

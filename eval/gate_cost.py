@@ -3,7 +3,8 @@
 `python -m eval.gate_cost` folds the same pipeline/tools/rollouts.py tool outputs (about
 1,000 tokens each, one per update, as an agent turn's delta) through every gate-lane
 classifier of the default set, and through the same set with the lexical view on
-lexical-v3 and on lexical-v2, interleaved item by item so that all see the same machine load. CPU time of
+lexical-v4, lexical-v3 and lexical-v2, interleaved item by item so that all see the same machine
+load (lexical-v5 reads each tool output piece by piece as well as whole). CPU time of
 this thread (`time.thread_time`), p50 and p95 per classifier and for the lane. Writes
 eval/out/gate_cost.md.
 """
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     version = next(c for c in default if c.name == "lexical").inner.version
     gates = {
         f"default (lexical view: lexical-v{version})": default,
+        "lexical view on lexical-v4": gate_on(default, "lexical-v4.npz"),
         "lexical view on lexical-v3": gate_on(default, "lexical-v3.npz"),
         "lexical view on lexical-v2": gate_on(default, "lexical-v2.npz"),
     }

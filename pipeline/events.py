@@ -44,6 +44,9 @@ class FlagEvent(_Event):
     # Why, when it is not a score crossing a threshold: "repeated_blocks" when a client kept
     # sending blocked turns and the whole conversation is now refused (SafetyStage).
     reason: Literal["repeated_blocks"] | None = None
+    # Where the evidence is, when a classifier locates it: {"item", "start", "end",
+    # "category", "score"} per span (docs/contract.md section 6; state/scoring.findings_json).
+    findings: list[dict[str, Any]] = Field(default_factory=list)
 
     @classmethod
     def build(
@@ -58,6 +61,7 @@ class FlagEvent(_Event):
         classifier_versions: dict[str, str],
         reason: Literal["repeated_blocks"] | None = None,
         tenant: str = DEFAULT_TENANT,
+        findings: list[dict[str, Any]] | None = None,
     ) -> FlagEvent:
         parts = (conversation_id, response_id, lane, ",".join(categories), *((reason,) if reason else ()))
         return cls(
@@ -71,6 +75,7 @@ class FlagEvent(_Event):
             classifier_versions=classifier_versions,
             reason=reason,
             tenant=tenant,
+            findings=list(findings or ()),
         )
 
 

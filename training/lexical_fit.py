@@ -129,8 +129,9 @@ def fit(train: Sequence[Row], validation: Sequence[Row], settings: FitSettings =
     return union, models
 
 
-def export(union, models, path: Path, heads: Sequence[str] = HEADS) -> None:
-    """train_lexical's artifact format, with the normaliser version in its config."""
+def export(union, models, path: Path, heads: Sequence[str] = HEADS, pieces: bool = False) -> None:
+    """train_lexical's artifact format, with the normaliser version in its config, and
+    `"pieces": true` for a model that reads untrusted text piece by piece too."""
     from training.train_lexical import export as export_v2
 
     export_v2(union, models, path, tuple(heads))
@@ -138,12 +139,14 @@ def export(union, models, path: Path, heads: Sequence[str] = HEADS) -> None:
         arrays = {key: npz[key] for key in npz.files}
     config = json.loads(str(arrays["config"]))
     config["normalize"] = normalize.VERSION
+    if pieces:
+        config["pieces"] = True
     arrays["config"] = np.array(json.dumps(config, sort_keys=True))
     np.savez_compressed(path, **arrays)
 
 
-def to_model(union, models, path: Path, heads: Sequence[str] = HEADS) -> LexicalModel:
-    export(union, models, path, heads)
+def to_model(union, models, path: Path, heads: Sequence[str] = HEADS, pieces: bool = False) -> LexicalModel:
+    export(union, models, path, heads, pieces)
     return LexicalModel.from_npz(path)
 
 

@@ -9,6 +9,10 @@ repository or package of another split):
   (PIECE_CHARS). They arrive as tool outputs; a share of paragraphs and docs also as
   reference material pasted into a user message. Imperative prose (repro steps,
   runbooks, "ignore the warning", "run this command") is what the detector over-weighted.
+- **pieces of real text** (`piece_rows`): the lines and sentences a piece-reading model
+  judges one by one (classifiers/segments.py), some at random and the ones a screening
+  model scores highest (the shapes it over-weights). Only the gate's lexical model reads
+  pieces, so only its recipe asks for them.
 - **injections hidden in real text**: a short direct injection of the corpus, inserted at a
   line boundary of a real piece of the same split, with that piece as its clean twin (same
   group: the training window is the one around the inserted span, with benign text on
@@ -20,8 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from deltaguard.classifiers import segments
 from training.lib.real_text import Document, all_documents
 
 PIECE_CHARS = 3000
@@ -49,6 +57,9 @@ SOURCE_OF_KIND = {
     "paragraph": "real-multilingual",
 }
 EMBEDDED_SOURCE = "real-embedded"
+PIECE_SOURCE = "real-piece"
+RANDOM_PIECES = 6  # per document
+HARD_PIECES = 12  # per document: those the screening model scores highest
 PASTE_TEMPLATES = (
     "Here is the reference material:\n\n{text}\n\nSummarise it for me.",
     "{text}\n\nCan you explain the text above in simpler words?",
@@ -90,6 +101,25 @@ def benign_rows(docs: list[Document]) -> list[dict[str, Any]]:
                     rows.append(
                         _row(text, "benign", "real-pasted", d.kind, "user", group, d.split, "prompts")
                     )
+    return rows
+
+
+def piece_rows(docs: Sequence[Document], score: Callable[[list[str]], np.ndarray]) -> list[dict[str, Any]]:
+    """Benign pieces of each document: RANDOM_PIECES at random and the HARD_PIECES others
+    that `score` (texts -> one score each) ranks highest, as tool outputs."""
+    found = [[d.text[a:b] for a, b in segments.pieces(d.text)] for d in docs]
+    flat = [p for pieces_of in found for p in pieces_of]
+    scores = score(flat) if flat else np.zeros(0)
+    rows, lo = [], 0
+    for d, texts in zip(docs, found, strict=True):
+        s, lo = scores[lo : lo + len(texts)], lo + len(texts)
+        rng = _stable("piece", d.source, d.name)
+        chosen = set(rng.sample(range(len(texts)), min(RANDOM_PIECES, len(texts))))
+        rest = [i for i in np.argsort(-s, kind="stable").tolist() if i not in chosen]
+        chosen.update(rest[:HARD_PIECES])
+        group = f"{d.source}#{d.name}"
+        for i in sorted(chosen):
+            rows.append(_row(texts[i], "benign", PIECE_SOURCE, d.kind, "tool", group, d.split, "real"))
     return rows
 
 

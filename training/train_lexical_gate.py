@@ -1,19 +1,23 @@
-"""Train the gate lane's injection / jailbreak model (lexical-v4): `python -m training.train_lexical_gate`.
+"""Train the gate lane's injection / jailbreak model (lexical-v5): `python -m training.train_lexical_gate`.
 
-One command, deterministic, about ten minutes on 2 busy cores:
+The model reads untrusted text (tool outputs, attached files) piece by piece as well as
+whole (classifiers/segments.py), so that an injected sentence scores inside a 16 KB file
+as it does alone; it learns what ordinary pieces of real text look like from the pieces
+themselves. One command, deterministic, about fifteen minutes on 2 busy cores:
 
 1. build the rows of training/detection_data.py (every allowed source via
    training/corpus, deduplicated, obfuscated copies; standard-library code and
    synthetic tool outputs as benign tool material), split by group, and the real-text
    rows of training/real_rows.py (repository files, history, Debian documents and
    dataset-build text as tool outputs, injections hidden in them, benign requests with
-   the words detectors over-weight), split by whole source;
+   the words detectors over-weight), split by whole source, with pieces of the same
+   documents (random ones and those lexical-v3 scores highest);
 2. fit the normalised TF-IDF + logistic model of training/lexical_fit.py on train,
    calibrate on validation;
-3. export `models/lexical-v3.npz` (plain arrays) and check that the serving code
+3. export `models/lexical-v5.npz` (plain arrays) and check that the serving code
    reproduces sklearn on test texts within 1e-6;
-4. choose each head's threshold on validation only, through the serving path
-   (normaliser views, 2,000-character chunks, max): max F1 subject to a false-positive
+4. choose each head's threshold on validation only, through the serving path (normaliser
+   views, 2,000-character chunks and, for tool outputs, pieces; max): max F1 subject to a false-positive
    budget on each benign validation set (FP_BUDGETS), and no lower than what keeps each
    kind of the validation split's real agent conversations within CONVERSATION_BUDGET
    (the `lexical` view judges their tool outputs);
@@ -42,7 +46,7 @@ from training.detection_data import FP_SETS, SPLITS, Row, all_rows
 from training.lexical_fit import HEADS, POSITIVE, FitSettings, fit, head_rows, log, parity, to_model
 
 NAME = "lexical"  # the entry the lexical view serves
-VERSION = "4"
+VERSION = "5"
 SCREEN_ENTRY = "lexical-v3"  # the detector's screen stays on the model its floor was chosen for
 ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 # Per head, on validation, with room under what the pipeline may flag (chat 1%, tool
@@ -100,7 +104,29 @@ def metrics(y: np.ndarray, p: np.ndarray, t: float) -> dict[str, float | int]:
 
 
 def split_scores(model: LexicalModel, rows: list[Row]) -> np.ndarray:
-    return model.score_many([r.text for r in rows])
+    """Scores as the serving path gives them: tool outputs are also read piece by piece."""
+    out = np.zeros((len(rows), len(model.heads)))
+    tool = [i for i, r in enumerate(rows) if r.channel == "tool"]
+    other = [i for i, r in enumerate(rows) if r.channel != "tool"]
+    if tool:
+        out[tool] = model.score_located([rows[i].text for i in tool])[0]
+    if other:
+        out[other] = model.score_many([rows[i].text for i in other])
+    return out
+
+
+def on_user_scale(
+    rows: list[Row], p: np.ndarray, thresholds: dict[str, float], untrusted: dict[str, float]
+) -> np.ndarray:
+    """Tool rows' scores on the user thresholds' scale, as the serving view reports them."""
+    from deltaguard.classifiers.scaled import rescale
+
+    out = p.copy()
+    for i, row in enumerate(rows):
+        if row.channel == "tool":
+            pairs = zip(p[i], HEADS, strict=True)
+            out[i] = [rescale(float(v), untrusted[h], thresholds[h]) for v, h in pairs]
+    return out
 
 
 def evaluate(rows: list[Row], p: np.ndarray, thresholds: dict[str, float]) -> dict:
@@ -127,7 +153,7 @@ def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
     from deltaguard.tools.rollouts import tool_output
 
     texts = [tool_output(random.Random(i), 1000) for i in range(ROLLOUT_CHECK_TEXTS)]
-    p = model.score_many(texts)
+    p = model.score_located(texts)[0]
     flagged = np.any(p >= np.array([thresholds[h] for h in HEADS]), axis=1)
     return {
         "source": "pipeline/tools/rollouts.py tool_output(random.Random(i), 1000), "
@@ -138,39 +164,85 @@ def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
     }
 
 
-def real_text_rows(corpus_rows: list[Row]) -> list[Row]:
-    """training/real_rows.py's rows (injections of `corpus_rows` hidden in real text)."""
+def real_text_rows(corpus_rows: list[Row], models_dir: Path) -> list[Row]:
+    """training/real_rows.py's rows (injections of `corpus_rows` hidden in real text), and
+    pieces of the same documents, the hard ones as lexical-v3 (a fixed artifact) ranks them."""
     from dataclasses import asdict
 
-    from training.real_rows import real_rows
+    from deltaguard.classifiers.lexical import LexicalClassifier
+    from training.lib.real_text import all_documents
+    from training.real_rows import piece_rows, real_rows
 
     corpus = [asdict(r) | {"fp_set": r.fp_set} for r in corpus_rows]
     fields = ("text", "label", "source", "family", "channel", "group", "split")
-    return [Row(*(r[f] for f in fields)) for r in real_rows(corpus)]
+    screen = LexicalClassifier(models_dir, artifact=SCREEN_ENTRY).load()._require_model()
+    pieces = piece_rows(all_documents(), lambda texts: screen.score_many(texts).max(axis=1))
+    return [Row(*(r[f] for f in fields)) for r in [*real_rows(corpus), *pieces]]
 
 
-def conversation_floors(model: LexicalModel) -> tuple[dict[str, float], list[str], np.ndarray]:
-    """Per head, the lowest threshold within CONVERSATION_BUDGET on each kind of the
-    validation split's real agent conversations (each one's highest tool-output score)."""
+def conversation_floors(model: LexicalModel) -> dict[str, tuple[dict[str, float], list[str], np.ndarray]]:
+    """Per channel ("user": what users say, "tool": tool outputs, read piece by piece) and
+    head, the lowest threshold within CONVERSATION_BUDGET on each kind of the validation
+    split's real agent conversations; with the kinds and each conversation's highest score."""
     from training.lib.agent_traffic import conversation_texts
     from training.lib.thresholds import per_kind_floor
 
-    convs = [(kind, tools) for kind, _user, tools, _said in conversation_texts("validation") if tools]
-    texts = sorted({t for _, tools in convs for t in tools})
-    index = {t: i for i, t in enumerate(texts)}
-    p = model.score_many(texts)
-    kinds = [kind for kind, _ in convs]
-    maxima = np.array([p[[index[t] for t in tools]].max(axis=0) for _, tools in convs])
-    floors = {head: per_kind_floor(kinds, maxima[:, h], CONVERSATION_BUDGET) for h, head in enumerate(HEADS)}
-    return floors, kinds, maxima
+    convs = conversation_texts("validation")
+    out = {}
+    for channel, pick, score in (
+        ("user", lambda c: c[1], lambda texts: model.score_many(texts)),
+        ("tool", lambda c: c[2], lambda texts: model.score_located(texts)[0]),
+    ):
+        chosen = [(c[0], pick(c)) for c in convs if pick(c)]
+        texts = sorted({t for _, said in chosen for t in said})
+        index = {t: i for i, t in enumerate(texts)}
+        p = score(texts)
+        kinds = [kind for kind, _ in chosen]
+        maxima = np.array([p[[index[t] for t in said]].max(axis=0) for _, said in chosen])
+        floors = {h: per_kind_floor(kinds, maxima[:, i], CONVERSATION_BUDGET) for i, h in enumerate(HEADS)}
+        out[channel] = (floors, kinds, maxima)
+    return out
+
+
+def channel_thresholds(
+    model: LexicalModel, val: list[Row], p_val: np.ndarray
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Per channel and head: max F1 on the channel's labelled validation rows within
+    FP_BUDGETS, raised to the channel's conversation floor; and the share of each kind of
+    the validation conversations flagged at those thresholds."""
+    from training.lib.thresholds import flagged_share
+
+    floors = conversation_floors(model)
+    thresholds, flagged = {}, {}
+    for channel, (floor, kinds, maxima) in floors.items():
+        rows = [i for i, r in enumerate(val) if (r.channel == "tool") == (channel == "tool")]
+        chosen = {}
+        for h, head in enumerate(HEADS):
+            idx = [i for i in head_rows(val, head) if i in set(rows)]
+            y = np.array([val[i].label == POSITIVE[head] for i in idx], dtype=int)
+            benign = {s: p_val[[i for i in rows if val[i].fp_set == s], h] for s in FP_BUDGETS}
+            # A head without labelled rows of its own on this channel (jailbreaks in tool
+            # outputs) is bounded by the conversations alone.
+            t = choose_threshold(y, p_val[idx, h], benign) if 0 < y.sum() < len(y) else 0.0
+            chosen[head] = max(round(t, 6), round(floor[head] + 5e-7, 6))
+        thresholds[channel] = chosen
+        over = (maxima >= np.array([chosen[h] for h in HEADS])).any(axis=1)
+        flagged[channel] = flagged_share(kinds, over)
+        log(
+            f"{channel} thresholds {chosen} (conversation floors {floor}); validation conversations "
+            f"{flagged[channel]}"
+        )
+    return thresholds, flagged
 
 
 def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR) -> None:
     path = models_dir / MANIFEST_NAME
     manifest = json.loads(path.read_text(encoding="utf-8"))
     previous = manifest["models"].get(NAME, {})
-    if previous.get("version") == "3":  # kept, under its own name, for the detector's screen
-        manifest["models"][SCREEN_ENTRY] = previous
+    if previous and previous.get("version") != VERSION:
+        # kept under its own name: lexical-v3 is the detector's screen, and eval/gate_cost.py
+        # measures the gate on the model it replaced beside today's
+        manifest["models"][f"lexical-v{previous['version']}"] = previous
     screen = manifest["models"].get("detector", {}).get("screen")
     if screen and screen.get("artifact") == NAME:
         screen["artifact"] = SCREEN_ENTRY
@@ -190,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     rows = all_rows(args.cache)
     known = {r.text for r in rows}
-    rows += [r for r in real_text_rows(rows) if r.text not in known and not known.add(r.text)]
+    real = real_text_rows(rows, args.models_dir)
+    rows += [r for r in real if r.text not in known and not known.add(r.text)]
     by_split = {s: [r for r in rows if r.split == s] for s in SPLITS}
     log(f"{len(rows)} rows: " + ", ".join(f"{s} {len(v)}" for s, v in by_split.items()))
     union, models = fit(by_split["train"], by_split["validation"], FitSettings())
     path = args.models_dir / ARTIFACT_FILE
-    model = to_model(union, models, path)
+    model = to_model(union, models, path, pieces=True)
     rng = random.Random(7)
     sample = rng.sample([r.text for r in by_split["test"]], min(PARITY_TEXTS, len(by_split["test"])))
     diff = parity(union, models, model, sample)
@@ -205,19 +278,12 @@ def main(argv: list[str] | None = None) -> int:
 
     val, test = by_split["validation"], by_split["test"]
     p_val, p_test = split_scores(model, val), split_scores(model, test)
-    thresholds = {}
-    for h, head in enumerate(HEADS):
-        idx = head_rows(val, head)
-        y = np.array([val[i].label == POSITIVE[head] for i in idx], dtype=int)
-        benign = {s: p_val[[i for i, r in enumerate(val) if r.fp_set == s], h] for s in FP_BUDGETS}
-        thresholds[head] = round(choose_threshold(y, p_val[idx, h], benign), 6)
-    floors, kinds, maxima = conversation_floors(model)
-    thresholds = {h: max(t, round(floors[h] + 5e-7, 6)) for h, t in thresholds.items()}
-    from training.lib.thresholds import flagged_share
-
-    conversations = flagged_share(kinds, (maxima >= np.array([thresholds[h] for h in HEADS])).any(axis=1))
-    log(f"thresholds {thresholds} (conversation floors {floors}); validation conversations {conversations}")
-    results = {"validation": evaluate(val, p_val, thresholds), "test": evaluate(test, p_test, thresholds)}
+    by_channel, conversations = channel_thresholds(model, val, p_val)
+    thresholds, untrusted = by_channel["user"], by_channel["tool"]
+    results = {
+        "validation": evaluate(val, on_user_scale(val, p_val, thresholds, untrusted), thresholds),
+        "test": evaluate(test, on_user_scale(test, p_test, thresholds, untrusted), thresholds),
+    }
     log(json.dumps(results["test"], indent=1)[:3000])
     counts = {
         s: dict(sorted(Counter(f"{r.source}/{r.label}" for r in v).items())) for s, v in by_split.items()
@@ -230,25 +296,30 @@ def main(argv: list[str] | None = None) -> int:
         "normalize": model.normalizer,
         "categories": list(HEADS),
         "thresholds": thresholds,
-        "threshold_rule": "per head, max F1 on its labelled validation rows subject to a flag rate <= "
+        "untrusted_thresholds": untrusted,
+        "threshold_rule": "per channel (thresholds: what users say; untrusted_thresholds: tool outputs "
+        "and attached files, whose scores the view reports on the first's scale) and head, max F1 on "
+        "the channel's labelled validation rows subject to a flag rate <= "
         f"{FP_BUDGETS} on each benign validation set, and no lower than the threshold that flags at most "
         f"{CONVERSATION_BUDGET} of each kind of the validation split's real agent conversations "
-        "(training/lib/agent_traffic.py, their tool outputs); scores from the serving path (normaliser "
-        "views, 2,000-char chunks, max)",
+        "(training/lib/agent_traffic.py, their user messages or tool outputs); scores from the serving "
+        "path (normaliser views, 2,000-char chunks and, for tool outputs, pieces (classifiers/segments.py), "
+        "max)",
         "validation_conversations_flagged": conversations,
         "training_data": {
             "recipe": "training/detection_data.py: training/corpus (every allowed source of docs/data.md, "
             "deduplicated, obfuscated copies) + train_lexical's stdlib code, synthetic tool outputs and "
             "harness notes; corpus rows split by group hash 8:1:1, code material by file; "
             "training/real_rows.py: real text (fetched repositories, Debian documents, dataset-build) "
-            "split by whole source 3:1:1, injections hidden in it, benign over-defence requests",
+            "split by whole source 3:1:1, injections hidden in it, benign over-defence requests, and pieces "
+            "of the same documents (random, and those lexical-v3 scores highest)",
             "rows": counts,
             "fp_sets": list(FP_SETS),
         },
         "classifier": "word 1-2 + char_wb 3-5 TF-IDF, one logistic regression per head (C=4, rows "
         "weighted 1/sqrt(rows of their source and label), classes balanced), Platt scaling on validation",
         "metrics": results,
-        "heldout_checks": {"rollouts_tool_output": rollouts_check(model, thresholds)},
+        "heldout_checks": {"rollouts_tool_output": rollouts_check(model, untrusted)},
         "parity_max_abs_diff": diff,
         "fixtures": [
             {"text": t, "scores": dict(zip(HEADS, map(float, model.score(t)), strict=True))}

@@ -33,6 +33,7 @@ from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import instructions_item, parse_item, parse_items
+from deltaguard.state.scoring import findings_json
 from deltaguard.state.store import LruTtlMap
 from deltaguard.usage import usage_from
 
@@ -328,4 +329,5 @@ def safety_summary(gate: GateResult) -> dict[str, Any]:
         "category_scores": {k: round(s, 6) for k, s in v.category_scores.items()},
         "latency_ms": {k: round(ms, 4) for k, ms in v.latency_ms.items()},
         "tokens_scored": v.tokens_scored,
+        **({"findings": findings_json(v.findings)} if v.findings else {}),
     }

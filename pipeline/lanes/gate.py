@@ -16,7 +16,7 @@ from deltaguard.items import Item
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.turn import GateResult
-from deltaguard.state.scoring import Scorer
+from deltaguard.state.scoring import Scorer, findings_json
 from deltaguard.state.store import ConversationTracker, ResponseRecord
 from deltaguard.telemetry.metrics import StageMetrics
 from deltaguard.telemetry.tracing import lane_span
@@ -105,6 +105,7 @@ class GateLane:
             scores=gate.verdict.category_scores,
             classifier_versions=self.scorer.versions,
             tenant=gate.tenant,
+            findings=findings_json(gate.verdict.findings),
             **extra,
         )
         await self.flags.put(event, gate.tenant)

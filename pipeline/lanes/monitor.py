@@ -22,7 +22,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from deltaguard.events import DEFAULT_TENANT, FlagEvent
-from deltaguard.state.scoring import Fold, Scorer, TurnVerdict
+from deltaguard.state.scoring import Fold, Scorer, TurnVerdict, findings_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,7 @@ class MonitorStep:
             scores=verdict.category_scores,
             classifier_versions=self.scorer.versions,
             tenant=tenant,
+            findings=findings_json(verdict.findings),
         )
         return MonitorOutcome(verdict, flag)
 

@@ -287,7 +287,21 @@ def turn_json(index: int, verdict: TurnVerdict) -> dict[str, Any]:
         "tokens_scored": verdict.tokens_scored,
     }
     if verdict.findings:
-        out["findings"] = [
-            {"category": f.category, "kind": f.kind, "preview": f.preview} for f in verdict.findings
-        ]
+        out["findings"] = findings_json(verdict.findings)
+    return out
+
+
+def findings_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    """Findings as verdicts, the gateway's `safety` object and flag events carry them:
+    the item (index in the scored items), category, kind and preview, and the character
+    range and score of the span when the classifier located it (docs/contract.md section 6)."""
+    out = []
+    for f in findings:
+        row: dict[str, Any] = {"item": f.item_index, "category": f.category, "kind": f.kind}
+        row["preview"] = f.preview
+        if f.start is not None and f.end is not None:
+            row |= {"start": f.start, "end": f.end}
+        if f.score is not None:
+            row["score"] = round(f.score, 6)
+        out.append(row)
     return out

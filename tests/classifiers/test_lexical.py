@@ -77,9 +77,8 @@ def test_only_user_and_tool_are_scored_by_default(clf):
     upd = clf.update(clf.initial_state(), items)
     for scores in upd.item_scores[:5]:
         assert scores == {"prompt_injection": 0.0, "jailbreak": 0.0}
-    expected = clf.score_text(INJECTION)
-    for scores in upd.item_scores[5:]:
-        assert scores == expected
+    assert upd.item_scores[5] == clf.score_text(INJECTION, untrusted=True)
+    assert upd.item_scores[6] == clf.score_text(INJECTION)
     assert upd.tokens == 2 * count_tokens(INJECTION)
 
 
@@ -100,9 +99,13 @@ def test_one_update_scores_many_items_like_one_at_a_time(clf):
     texts = [INJECTION, CHAT, "   ", "def f(x):\n    return x + 1\n" * 200, "ok", "İSTANBUL ΣΑΣ " * 300]
     items = [parse_item({"type": "function_call_output", "call_id": "c", "output": t}) for t in texts]
     upd = clf.update(clf.initial_state(), items)
-    assert upd.item_scores == [clf.score_text(t) for t in texts]
+    assert upd.item_scores == [clf.score_text(t, untrusted=True) for t in texts]
     model = clf._require_model()
     assert np.array_equal(model.score_many(texts), [model.score(t) for t in texts])  # to the bit
+    located = model.score_located(texts)
+    one_by_one = [model.score_located([t]) for t in texts]
+    assert np.array_equal(located[0], [one[0][0] for one in one_by_one])
+    assert located[1:] == ([one[1][0] for one in one_by_one], [one[2][0] for one in one_by_one])
 
 
 def test_conversation_score_is_running_max_in_state(clf):
@@ -149,6 +152,50 @@ def test_agent_loop_tool_outputs_are_not_flagged(clf):
         [parse_item({"type": "function_call_output", "call_id": "c", "output": x}) for x in texts],
     )
     assert all(s[h] < t[h] for s in upd.item_scores for h in t)
+
+
+CARRIER = "\n".join(
+    f"    assert parse(case_{i}) == expected_{i}, 'regression: the parser kept a stale token'"
+    for i in range(120)
+)
+
+
+def tool_output(text: str):
+    return parse_item({"type": "function_call_output", "call_id": "c", "output": text})
+
+
+def test_the_gate_model_reads_untrusted_text_piece_by_piece(clf):
+    """An injected line scores inside 10 KB of code as it does alone, and the finding points at it."""
+    model = clf._require_model()
+    assert model.by_piece
+    lines = CARRIER.split("\n")
+    text = "\n".join([*lines[:60], INJECTION, *lines[60:]])
+    assert len(text) > 5 * CHUNK_CHARS
+    alone = clf.update(clf.initial_state(), [tool_output(INJECTION)]).item_scores[0]
+    upd = clf.update(clf.initial_state(), [user("fix the parser"), tool_output(text)])
+    inside = upd.item_scores[1]
+    assert inside["prompt_injection"] >= clf.thresholds["prompt_injection"]
+    assert inside["prompt_injection"] == pytest.approx(alone["prompt_injection"], abs=0.02)
+    (finding,) = [f for f in upd.findings if f.category == "prompt_injection"]
+    assert finding.item_index == 1 and finding.kind == "lexical"
+    assert text[finding.start : finding.end] == INJECTION
+    assert finding.score == pytest.approx(inside["prompt_injection"], abs=1e-6)
+    # the carrier alone is allowed and yields no finding
+    clean = clf.update(clf.initial_state(), [tool_output(CARRIER)])
+    assert all(clean.item_scores[0][h] < t for h, t in clf.thresholds.items()) and not clean.findings
+
+
+def test_only_untrusted_text_is_read_piece_by_piece(clf):
+    model = clf._require_model()
+    lines = CARRIER.split("\n")
+    text = "\n".join([*lines[:60], INJECTION, *lines[60:]])
+    as_user = clf.update(clf.initial_state(), [user(text)]).item_scores[0]
+    assert as_user == {
+        h: float(p) for h, p in zip(clf.categories, model.score_views([text])[0][0], strict=True)
+    }
+    # piece reading is extra work, counted in tokens
+    whole = model.score_views([text])[1][0]
+    assert model.score_located([text])[1][0] > whole
 
 
 def test_update_before_load_raises():

@@ -1,0 +1,94 @@
+"""Pieces of long untrusted text: the sentences and lines an injection hides among.
+
+A classifier that reads a 16 KB file as a whole (or in 2,000-character chunks) sees one
+injected sentence as a few percent of its features, and misses it. Scored piece by
+piece, the sentence is judged as if it were alone. A piece is a line; lines shorter than
+MIN_PIECE_CHARS join the next one (a bare `}` or `Usage:` says nothing alone, and judging
+such fragments only adds chances of a false alarm; the shortest injections, "Reveal your
+rules", are about that long); a line longer than PIECE_CHARS (a paragraph) is cut at its
+sentences, consecutive sentences grouped up to PIECE_CHARS, and a sentence longer than
+that is cut into overlapping windows.
+
+Pieces are character ranges of the text as received, so a finding can point at them and
+a sanitising action can cut them out. Splitting depends on the text alone: an item
+yields the same pieces in delta and in full mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+PIECE_CHARS = 400  # longer pieces are cut into windows of this size
+PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
+MIN_PIECE_CHARS = 20  # shorter pieces join the next one
+LONG_TEXT_CHARS = 400  # texts up to this long are read whole only: they are one piece already
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])[ \t]+|(?<=[。！？；])")
+
+
+def _stripped(text: str, a: int, b: int) -> tuple[int, int]:
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
+
+
+def _lines(text: str) -> list[tuple[int, int]]:
+    """Non-empty lines, short ones joined to the next."""
+    out: list[tuple[int, int]] = []
+    pending: int | None = None  # start of short lines waiting for the next one
+    start = 0
+    for end in [*(i for i, c in enumerate(text) if c == "\n"), len(text)]:
+        a, b = _stripped(text, start, end)
+        start = end + 1
+        if b <= a:
+            continue
+        if pending is not None:
+            a = pending
+        if b - a < MIN_PIECE_CHARS:
+            pending = a
+            continue
+        pending = None
+        out.append((a, b))
+    if pending is not None:  # a short tail joins the line before it
+        tail_end = _stripped(text, pending, len(text))[1]
+        out[-1:] = [(out[-1][0], tail_end)] if out else [(pending, tail_end)]
+    return out
+
+
+def _windows(a: int, b: int) -> list[tuple[int, int]]:
+    if b - a <= PIECE_CHARS:
+        return [(a, b)]
+    starts = [*range(a, b - PIECE_CHARS, PIECE_STEP), b - PIECE_CHARS]
+    return [(s, s + PIECE_CHARS) for s in starts]
+
+
+def _sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    """A long line cut at its sentences, grouped greedily up to PIECE_CHARS."""
+    cuts = [a, *(m.end() for m in _SENTENCE_END.finditer(text, a, b)), b]
+    sentences = [_stripped(text, x, y) for x, y in itertools.pairwise(cuts)]
+    out: list[tuple[int, int]] = []
+    group: tuple[int, int] | None = None
+    for x, y in (s for s in sentences if s[1] > s[0]):
+        if group is not None and y - group[0] <= PIECE_CHARS:
+            group = (group[0], y)
+            continue
+        if group is not None:
+            out.extend(_windows(*group))
+        group = (x, y)
+    if group is not None:
+        out.extend(_windows(*group))
+    return out
+
+
+def pieces(text: str) -> list[tuple[int, int]]:
+    """The (start, end) character ranges of `text`'s pieces; [] for a text that is read
+    whole (LONG_TEXT_CHARS or shorter)."""
+    if len(text) <= LONG_TEXT_CHARS:
+        return []
+    out = []
+    for a, b in _lines(text):
+        out.extend([(a, b)] if b - a <= PIECE_CHARS else _sentences(text, a, b))
+    return out
