@@ -95,7 +95,7 @@ def _with_located_line(turn_json, tool_text: str):
         if index == 1 and not any("start" in f for f in row.get("findings", [])):
             start = tool_text.index(INJECTED_LINE)
             finding = {
-                "item": 0,
+                "item": 1,
                 "category": "prompt_injection",
                 "kind": "lexical",
                 "preview": INJECTED_LINE[:60],
@@ -109,21 +109,19 @@ def _with_located_line(turn_json, tool_text: str):
 
 
 async def _agent(stage, prefix: str, code: str) -> None:
-    from deltaguard.lanes.stage import Usage
     from deltaguard.parsing import parse_item
 
     ask = parse_item({"role": "user", "content": "Review utils.py and fix the retry bug."})
-    first = await stage.check_turn(f"{prefix}1", [ask])
+    await stage.check_turn(f"{prefix}1", [ask])
     call = {
         "type": "function_call",
         "call_id": "c1",
         "name": "read_file",
         "arguments": '{"path": "utils.py"}',
     }
-    await stage.complete_turn(first, [parse_item(call)], Usage(10, 0, 5))
-    await stage.drain(5)
-    output = parse_item({"type": "function_call_output", "call_id": "c1", "output": code}, from_client=True)
-    second = await stage.check_turn(f"{prefix}2", [output], f"{prefix}1")
+    output = {"type": "function_call_output", "call_id": "c1", "output": code}
+    sent = [parse_item(call, from_client=True), parse_item(output, from_client=True)]
+    second = await stage.check_turn(f"{prefix}2", sent, f"{prefix}1")
     # The email alone flags the turn (so it is recorded); the injected line blocks it where
     # the gate finds it in the long output.
     assert second.verdict.decision != "allow"

@@ -259,6 +259,6 @@ def test_located_findings_pass_through_onto_the_recorded_text(findings_review):
         d = httpx.get(api + f"/conversations/{row['id']}").json()
         (located,) = [(t, f) for t in d["turns"] for f in t["findings"] if "start" in f]
         turn, f = located
-        assert (f["item"], f["category"], f["in"]) == (0, "prompt_injection", "text") and f["score"] >= 0.9
+        assert (f["item"], f["category"], f["in"]) == (1, "prompt_injection", "text") and f["score"] >= 0.9
         assert turn["items"][f["item"]]["text"][f["start"] : f["end"]] == INJECTED_LINE
         assert ("preview" in f) is not d["redacted"]  # dropped at recording when redacting
