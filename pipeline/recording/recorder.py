@@ -14,7 +14,8 @@ because a `ResponseRecord` keeps them in one tuple; the recorded verdicts are co
 on the transcript as written, each turn's scores with its output as `replay` reports
 them, so replaying it with the same policy and models reproduces them exactly.
 Finding previews are dropped from the stored verdicts when redacting, since they show
-a few characters of the value.
+a few characters of the value, and located findings' character ranges are moved onto
+the redacted text, so that they point into the transcript as recorded.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, Literal
 
 from deltaguard.events import FlagEvent
 from deltaguard.items import Item
-from deltaguard.recording.redaction import Redactions, redact_items
+from deltaguard.recording.redaction import Redactions, redact_items, redacted_range
 from deltaguard.recording.store import RecordedTranscript, RelatedRecording, TranscriptStore
 from deltaguard.state.policy import ordered_categories
 from deltaguard.state.scoring import Scorer, turn_json
@@ -195,6 +196,7 @@ class TranscriptRecorder:
         redactions = Redactions()
         if self.redact:
             wire, redactions = redact_items(flat)
+            _move_findings(verdicts, turns, redactions)
         else:
             wire = [copy.deepcopy(i.raw) for i in flat]
         out_turns: list[dict[str, Any]] = []
@@ -285,6 +287,30 @@ class TranscriptRecorder:
             await loop.run_in_executor(self._executor, self.close)
             self._executor.shutdown(wait=True)
         return len(left.queued)
+
+
+def _move_findings(
+    verdicts: list[dict[str, Any]],
+    turns: Sequence[tuple[Sequence[Item], Sequence[Item]]],
+    redactions: Redactions,
+) -> None:
+    """Move located findings onto the redacted text, as the transcript records it; a range
+    in an item whose text changed in a way that cannot be followed is marked `redacted`
+    (it counts in the text before redaction). Attached files are recorded as sent."""
+    at = 0
+    for row, (inputs, outputs) in zip(verdicts, turns, strict=True):
+        for f in row.get("findings", []):
+            n = f.get("item")
+            if f.get("start") is None or not isinstance(n, int) or not 0 <= n < len(inputs):
+                continue
+            if str(f.get("kind", "")).endswith("/attachment") or at + n not in redactions.items:
+                continue
+            cuts = redactions.edits.get(at + n)
+            if cuts is None:
+                f["redacted"] = True
+            else:
+                f["start"], f["end"] = redacted_range(cuts, f["start"], f["end"])
+        at += len(inputs) + len(outputs)
 
 
 def _ordered(categories: Any) -> list[str]:

@@ -91,6 +91,9 @@ class Redactions:
     categories: set[str] = field(default_factory=set)
     items: list[int] = field(default_factory=list)  # indices of the items that changed
     kind_categories: dict[str, str] = field(default_factory=dict)  # kind -> its category
+    # Per scored item redacted in its channel's stream: the (start, end, mask length) of
+    # each cut in its text view, to move character ranges onto the redacted text.
+    edits: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
 
     def add(self, span: Span) -> None:
         self.kinds[span.kind] = self.kinds.get(span.kind, 0) + 1
@@ -211,8 +214,46 @@ def redact_items(items: Sequence[Item]) -> tuple[list[dict[str, Any]], Redaction
                     if s.end > lo and s.start < hi:
                         cut = (max(s.start, lo) - lo, min(s.end, hi) - lo, s.kind)
                         edits.setdefault((id(ref[0]), ref[1]), (ref, []))[1].append(cut)
+                        text_cut = (seg_at + cut[0], seg_at + cut[1], len(_mask(s.kind)))
+                        found.edits.setdefault(n, []).append(text_cut)
         _apply(edits)
         for s in spans:
             found.add(s)
     found.items = [n for n, item in enumerate(items) if out[n] != item.raw]
+    for cuts in found.edits.values():
+        cuts.sort()
     return out, found
+
+
+def mask_text(text: str) -> tuple[str, list[tuple[int, int, int]]]:
+    """`text` with its secret and PII values replaced by `[REDACTED:<kind>]`, and the cuts
+    made, as `Redactions.edits` lists them (for `redacted_range`).
+
+    >>> mask_text("key AKIAQWERTYUIOPASDFGH ok")
+    ('key [REDACTED:aws_access_key_id] ok', [(4, 24, 28)])
+    """
+    spans = find_sensitive(text)
+    for s in reversed(spans):
+        text = text[: s.start] + _mask(s.kind) + text[s.end :]
+    return text, [(s.start, s.end, len(_mask(s.kind))) for s in spans]
+
+
+def redacted_range(cuts: Sequence[tuple[int, int, int]], start: int, end: int) -> tuple[int, int]:
+    """The range [start, end) of a text moved onto the text with `cuts` (sorted, disjoint
+    (start, end, mask length)) replaced: an end inside a cut takes in its whole mask.
+
+    >>> redacted_range([(4, 24, 28)], 0, 10), redacted_range([(4, 24, 28)], 25, 27)
+    ((0, 32), (33, 35))
+    """
+
+    def moved(at: int, inside_to_end: bool) -> int:
+        shift = 0
+        for lo, hi, mask in cuts:
+            if at <= lo:
+                break
+            if at < hi:  # inside a redacted value: the mask's edge
+                return lo + shift + (mask if inside_to_end else 0)
+            shift += mask - (hi - lo)
+        return at + shift
+
+    return moved(start, False), max(moved(start, False), moved(end, True))

@@ -22,7 +22,7 @@ import ipaddress
 import json
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -34,8 +34,10 @@ from starlette.routing import Route
 
 from deltaguard.classifiers.base import CATEGORIES
 from deltaguard.errors import RecordingStoreError
+from deltaguard.items import Item
 from deltaguard.recording import REVIEW_VERDICTS, RecordedTranscript, TranscriptStore
 from deltaguard.recording.labels import flag_turns, reviewed_lines, to_jsonl
+from deltaguard.recording.redaction import mask_text, redacted_range
 from deltaguard.review.highlight import highlights
 from deltaguard.state.policy import Policy
 from deltaguard.state.scoring import Scorer
@@ -134,16 +136,68 @@ def _masks(items: list[dict[str, Any]]) -> list[str]:
     return kinds
 
 
-def _item_view(raw: dict[str, Any], text: str, source: str, mark: dict[str, Any]) -> dict[str, Any]:
+def _item_view(item: Item, source: str, mark: dict[str, Any], redacted: bool) -> dict[str, Any]:
+    raw = item.raw
     kind = raw.get("type", "message")
-    return {
+    view = {
         "kind": kind,
         "role": raw.get("role") or ("tool" if kind.endswith("_output") else None),
         "source": source,  # input: the client sent it; output: the model produced it
-        "text": text or json.dumps(raw, ensure_ascii=False),
+        "text": item.text or json.dumps(raw, ensure_ascii=False),
+        "text_is_raw": not item.text,  # the wire JSON stands in: located ranges do not apply
         "flagged": mark["categories"],
         "scores": mark["scores"],
     }
+    if item.attachments:  # attached files are recorded as sent: masked here when redacting
+        view["attachments"] = mask_text(item.attachments)[0] if redacted else item.attachments
+    return view
+
+
+def _finding_view(f: Mapping[str, Any], inputs: Sequence[Item], redacted: bool) -> dict[str, Any] | None:
+    """A recorded finding as the page shows it, its located range checked against the
+    recorded item and clamped to its text; `start`/`end` are dropped when they name no
+    input item's text (the page then lists the finding without a highlight). `in` says
+    which text the range is in, "text" or "attachments", when the page can highlight it."""
+    if not isinstance(f, Mapping):
+        return None
+    row = {k: f[k] for k in ("item", "category", "kind", "preview", "score", "redacted") if k in f}
+    n, start, end = f.get("item"), f.get("start"), f.get("end")
+    located = all(isinstance(v, int) and not isinstance(v, bool) for v in (n, start, end))
+    if not located or not 0 <= n < len(inputs) or not 0 <= start <= end:
+        return row
+    if f.get("redacted"):  # a range in the text before redaction: listed, not highlighted
+        row["start"], row["end"] = start, end
+        return row
+    item = inputs[n]
+    where, target = "text", item.text
+    if str(f.get("kind", "")).endswith("/attachment"):
+        where, target = "attachments", item.attachments
+        if redacted and target:  # masked for the page: the range moves with the masks
+            target, cuts = mask_text(target)
+            start, end = redacted_range(cuts, start, end)
+    if target:  # clamped to the text as shown (code points; the page converts)
+        row |= {"in": where, "start": min(start, len(target)), "end": min(end, len(target))}
+    return row
+
+
+def _turn_findings(
+    verdict: Mapping[str, Any] | None,
+    inputs: Sequence[Item],
+    raw_turn: Mapping[str, Any],
+    rec: RecordedTranscript,
+) -> list[dict[str, Any]]:
+    """The turn's findings: located ones with their ranges; in a redacted recording the
+    others (their previews dropped at recording) become what redaction left, the masks."""
+    rows = [_finding_view(f, inputs, rec.redacted) for f in (verdict or {}).get("findings", [])]
+    findings = [r for r in rows if r is not None]
+    if rec.redacted:
+        kind_categories = rec.redactions.get("kind_categories", {})
+        findings = [f for f in findings if "start" in f]
+        findings += [
+            {"category": kind_categories.get(k, "-"), "kind": k, "preview": f"[REDACTED:{k}]"}
+            for k in dict.fromkeys(_masks([*raw_turn["input"], *raw_turn.get("output", [])]))
+        ]
+    return findings
 
 
 def detail(rec: RecordedTranscript, marks: Mapping[str, Any], scorer: Scorer | None) -> dict[str, Any]:
@@ -151,21 +205,14 @@ def detail(rec: RecordedTranscript, marks: Mapping[str, Any], scorer: Scorer | N
     conv = rec.conversation()
     rows = highlights(rec, scorer)
     policy = Policy.model_validate(rec.policy) if rec.policy else Policy()
-    kind_categories = rec.redactions.get("kind_categories", {})
     turns = []
     for t, turn in enumerate(conv.turns):
-        raw_turn = rec.transcript["turns"][t]
         items = [
-            _item_view(item.raw, item.text, "input" if n < len(turn.input) else "output", rows[t][n])
+            _item_view(item, "input" if n < len(turn.input) else "output", rows[t][n], rec.redacted)
             for n, item in enumerate((*turn.input, *turn.output))
         ]
         verdict = rec.verdicts[t] if t < len(rec.verdicts) else None
-        findings = list((verdict or {}).get("findings", []))
-        if rec.redacted:  # previews were dropped at recording: show what redaction left instead
-            findings = [
-                {"category": kind_categories.get(k, "-"), "kind": k, "preview": f"[REDACTED:{k}]"}
-                for k in dict.fromkeys(_masks([*raw_turn["input"], *raw_turn.get("output", [])]))
-            ]
+        findings = _turn_findings(verdict, turn.input, rec.transcript["turns"][t], rec)
         turns.append(
             {
                 "index": t,

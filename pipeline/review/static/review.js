@@ -165,24 +165,97 @@ function flagCard(detail, cat) {
   );
 }
 
+// Located findings as marks in a text. Ranges count code points (as the API does), so the
+// text is split into code points, not UTF-16 units; each range is clamped to the text, and
+// overlapping ranges cut the text at every edge: each piece is marked with every finding
+// that covers it. Text goes in as text nodes, never as HTML.
+function highlighted(text, located, turnIndex) {
+  const points = Array.from(text);
+  const ranges = located
+    .map(({ f, i }) => {
+      const start = Math.max(0, Math.min(Number(f.start) || 0, points.length));
+      return { f, i, start, end: Math.max(start, Math.min(Number(f.end) || 0, points.length)) };
+    })
+    .filter((r) => r.end > r.start);
+  const edges = [...new Set([0, points.length, ...ranges.flatMap((r) => [r.start, r.end])])].sort((a, b) => a - b);
+  const nodes = [];
+  for (let k = 0; k + 1 < edges.length; k++) {
+    const [lo, hi] = [edges[k], edges[k + 1]];
+    for (const r of ranges) if (r.start === lo) nodes.push(el("a", { id: `finding-${turnIndex}-${r.i}`, class: "anchor" }));
+    const piece = points.slice(lo, hi).join("");
+    const covering = ranges.filter((r) => r.start <= lo && r.end >= hi);
+    if (!covering.length) {
+      nodes.push(document.createTextNode(piece));
+      continue;
+    }
+    const tip = covering.map((r) => `${r.f.category}${r.f.score != null ? " " + Number(r.f.score).toFixed(3) : ""} (${r.f.kind})`);
+    nodes.push(
+      el(
+        "mark",
+        {
+          class: `finding${covering.length > 1 ? " overlap" : ""}`,
+          title: tip.join("\n"),
+          style: `--finding-color:${COLORS[covering[0].f.category] || "#57606a"}`,
+          "data-testid": "finding-mark",
+          "data-findings": covering.map((r) => r.i).join(","),
+          "data-categories": [...new Set(covering.map((r) => r.f.category))].join(","),
+        },
+        piece,
+      ),
+    );
+  }
+  return nodes;
+}
+
+function showFinding(turnIndex, i) {
+  const turn = document.querySelector(`[data-testid=turn][data-index="${turnIndex}"]`);
+  if (!turn) return;
+  for (const m of turn.querySelectorAll("mark.finding")) m.classList.toggle("current", m.dataset.findings.split(",").includes(String(i)));
+  const first = turn.querySelector(`mark.finding.current`);
+  if (first) first.scrollIntoView({ block: "center" });
+}
+
+function findingEntry(turn, f, i) {
+  const where = f.start != null ? `chars ${f.start}–${f.end}` : "";
+  const label = `${f.category}/${f.kind}${f.score != null ? " " + Number(f.score).toFixed(3) : ""}`;
+  const head = f.in
+    ? el("a", { href: `#finding-${turn.index}-${i}`, "data-testid": "finding-link", "data-finding": i,
+        onclick: (e) => { e.preventDefault(); showFinding(turn.index, i); } }, label)
+    : el("span", {}, label);
+  const notes = [
+    f.item != null ? `item ${f.item}` : "",
+    f.in === "attachments" ? "in attached files" : "",
+    where,
+    f.redacted ? "(in the text before redaction: not shown)" : "",
+  ].filter(Boolean);
+  return el("li", { "data-testid": "finding", "data-finding": i }, head, " ", notes.join(" · "), " ", el("code", {}, f.preview || "-"));
+}
+
 function turnView(turn) {
-  const items = turn.items.map((item) =>
-    el(
+  const located = (n, where) => turn.findings.map((f, i) => ({ f, i })).filter(({ f }) => f.in === where && f.item === n);
+  const items = turn.items.map((item, n) => {
+    const here = item.source === "input" && !item.text_is_raw ? located(n, "text") : [];
+    const files = item.source === "input" ? located(n, "attachments") : [];
+    return el(
       "div",
       { class: `item ${item.source}${item.flagged.length ? " flagged" : ""}`, "data-testid": "item", "data-flagged": item.flagged.join(",") },
       el("span", { class: "meta" }, ...item.flagged.map((c) => el("span", { class: "badge" }, c)),
         `${item.source} · ${item.kind}${item.role ? " · " + item.role : ""}`,
         Object.keys(item.scores).length ? " · " + Object.entries(item.scores).map(([c, v]) => `${c} ${v}`).join(", ") : ""),
-      item.text,
-    ),
-  );
+      ...highlighted(item.text, here, turn.index),
+      item.attachments
+        ? el("div", { class: "attachments", "data-testid": "attachments" }, el("span", { class: "meta" }, "attached files"),
+            ...highlighted(item.attachments, files, turn.index))
+        : "",
+    );
+  });
   const findings = turn.findings.length
-    ? el("div", { class: "findings", "data-testid": "findings" }, "findings: ",
-        ...turn.findings.map((f) => el("span", {}, `${f.category}/${f.kind} `, el("code", {}, f.preview || "-"), " ")))
+    ? el("div", { class: "findings", "data-testid": "findings" }, "findings:",
+        el("ol", {}, ...turn.findings.map((f, i) => findingEntry(turn, f, i))))
     : "";
   return el(
     "div",
-    { class: "turn", "data-testid": "turn" },
+    { class: "turn", "data-testid": "turn", "data-index": turn.index },
     el("h3", {}, `turn ${turn.index} · ${turn.decision ?? "-"}${turn.flagged_categories.length ? " · " + turn.flagged_categories.join(", ") : ""}`),
     ...items,
     findings,

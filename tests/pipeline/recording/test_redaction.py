@@ -6,8 +6,8 @@ import json
 
 from deltaguard.classifiers.pii import PiiClassifier
 from deltaguard.classifiers.secrets import SecretsClassifier
-from deltaguard.parsing import parse_items
-from deltaguard.recording.redaction import find_sensitive, redact_items
+from deltaguard.parsing import parse_item, parse_items
+from deltaguard.recording.redaction import find_sensitive, mask_text, redact_items, redacted_range
 from tests.pipeline.recording.conftest import AWS_KEY, EMAIL
 
 
@@ -36,3 +36,20 @@ def test_redaction_of_every_item_shape_and_pem_blocks():
         assert clf.update(clf.initial_state(), redacted).findings == []
     # Placeholders are not secrets (the validators decide, as in the classifiers).
     assert find_sensitive("AWS_SECRET_ACCESS_KEY=your-secret-key-here-xxxxxxxx") == []
+
+
+def test_cuts_move_a_range_onto_the_redacted_text():
+    text = f"mail {EMAIL} now\nkey {AWS_KEY} then the injected line"
+    item = parse_item({"type": "function_call_output", "call_id": "c", "output": text})
+    (wire,), found = redact_items([item])
+    redacted = parse_item(wire).text
+    start = text.index("the injected line")
+    lo, hi = redacted_range(found.edits[0], start, start + len("the injected line"))
+    assert redacted[lo:hi] == "the injected line"
+    # A range inside a value takes in its mask; one over its edge, the whole mask.
+    at = text.index(EMAIL)
+    lo, hi = redacted_range(found.edits[0], at + 2, at + 5)
+    assert redacted[lo:hi] == "[REDACTED:email]"
+    lo, hi = redacted_range(found.edits[0], 0, at + 3)
+    assert redacted[lo:hi] == "mail [REDACTED:email]"
+    assert mask_text(text) == (redacted, found.edits[0])

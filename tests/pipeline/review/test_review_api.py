@@ -22,7 +22,7 @@ from deltaguard.review import review_app
 from deltaguard.review.server import check_loopback
 from deltaguard.tools.calibrate import calibrate
 from deltaguard.tools.evaluate import evaluate
-from tests.pipeline.review.conftest import AWS_KEY, EMAIL
+from tests.pipeline.review.conftest import AWS_KEY, EMAIL, INJECTED_LINE
 
 A = {"Authorization": "Bearer key-a"}
 B = {"Authorization": "Bearer key-b"}
@@ -250,3 +250,15 @@ def test_the_review_command_serves_the_store(review_gateway, tmp_path):
     assert main(["review", str(db), "--export", str(out)]) == 0
     assert all("labels" in json.loads(x) for x in out.read_text().splitlines())
     assert main(["review", str(tmp_path / "missing.db")]) == 2
+
+
+def test_located_findings_pass_through_onto_the_recorded_text(findings_review):
+    base, _db = findings_review
+    api = base + "/review/api"
+    for row in httpx.get(api + "/conversations").json()["conversations"]:
+        d = httpx.get(api + f"/conversations/{row['id']}").json()
+        (located,) = [(t, f) for t in d["turns"] for f in t["findings"] if "start" in f]
+        turn, f = located
+        assert (f["item"], f["category"], f["in"]) == (1, "prompt_injection", "text") and f["score"] >= 0.9
+        assert turn["items"][f["item"]]["text"][f["start"] : f["end"]] == INJECTED_LINE
+        assert ("preview" in f) is not d["redacted"]  # dropped at recording when redacting

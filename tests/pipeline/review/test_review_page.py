@@ -10,6 +10,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from tests.pipeline.review.conftest import EMAIL, INJECTED_LINE
 from tests.support.browser import BrowserUnavailable, chromium_binary, playwright_core, run_node_script
 
 SCRIPT = Path(__file__).with_name("review_page.cjs")
@@ -69,3 +70,34 @@ def test_review_page_filters_opens_and_marks_a_false_positive(browser_ready, rev
     after = card_color(tmp_path / "after.png", seen["box_after"])
     assert before == AMBER and after == GREEN, (before, after)
     assert json.dumps(seen)  # kept readable in the failure output
+
+
+FINDINGS_SCRIPT = Path(__file__).with_name("review_findings.cjs")
+
+
+def test_located_findings_are_highlighted_and_linked(browser_ready, findings_review, tmp_path):
+    base, _db = findings_review
+    seen = run_node_script(FINDINGS_SCRIPT, {"url": base, "out": str(tmp_path)})
+
+    assert sorted(seen) == ["p1", "r1"]
+    for conversation in ("p1", "r1"):
+        page = seen[conversation]
+        # The injected line, and only it, is marked, in the tool output: as text (its
+        # "<!--" shown, not parsed), though emoji before it count twice in UTF-16.
+        (mark,) = page["marks"]
+        assert mark["text"] == INJECTED_LINE, mark
+        assert mark["categories"] == "prompt_injection" and "function_call_output" in mark["item"]
+        category, score, kind = mark["title"].split(" ")
+        assert (category, kind) == ("prompt_injection", "(lexical)") and float(score) >= 0.9
+        assert mark["background"] == "rgb(255, 209, 204)"
+        # The turn's findings list links to the mark; following the link shows it.
+        assert page["links"] == 1
+        assert any("prompt_injection/lexical" in e and "chars" in e for e in page["entries"])
+        assert page["current"] == {"count": 1, "text": INJECTED_LINE, "visible": True}
+        with Image.open(tmp_path / f"{conversation}.png") as img:
+            assert img.size == (1280, 900)
+    # Redacted: the email before the line is masked and the mark still covers the line.
+    (tool_text,) = [t for t in seen["r1"]["items"] if "handler_0" in t]
+    assert EMAIL not in tool_text and "[REDACTED:email]" in tool_text
+    assert any("[REDACTED:email]" in e for e in seen["r1"]["entries"])
+    assert any(EMAIL in t for t in seen["p1"]["items"])
