@@ -371,21 +371,22 @@ class LexicalModel:
         """`score_views` of untrusted texts, which an artifact trained on pieces also reads
         piece by piece (classifiers/segments.py), so that one injected sentence weighs as
         much in a 16 KB file as alone. Per text and head: the max over views, chunks and
-        pieces; per text, the extra tokens (pieces are read on top of the text); per text
-        and head, the piece holding the max, or None when the text read whole holds it."""
+        pieces; per text, the extra tokens of its normalised view (as `score_views`); per
+        text and head, the piece holding the max, or None when the text read whole holds it."""
         scores, extra = self.score_views(texts)
         where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]
         spans = [segments.pieces(text) for text in texts] if self.by_piece else [[] for _ in texts]
         flat = [text[a:b] for text, found in zip(texts, spans, strict=True) for a, b in found]
         if not flat:
             return scores, extra, where
-        p, p_extra = self.score_views(flat)  # a piece is shorter than a chunk: read whole
+        # A piece is shorter than a chunk: read whole. Its tokens are the text's own, read
+        # again: not counted twice (`tokens_scored` counts the delta, docs/contract.md).
+        p = self.score_views(flat)[0]
         lo = 0
         for i, found in enumerate(spans):
             if not found:
                 continue
             block = p[lo : lo + len(found)]
-            extra[i] += count_tokens(texts[i]) + sum(p_extra[lo : lo + len(found)])
             for h, best in enumerate(block.argmax(axis=0).tolist()):
                 if block[best, h] > scores[i, h]:
                     scores[i, h] = block[best, h]
@@ -484,8 +485,7 @@ class LexicalClassifier:
         return self.score_text_counted(text, untrusted=untrusted)[0]
 
     def score_text_counted(self, text: str, *, untrusted: bool = False) -> tuple[Scores, int]:
-        """`score_text`, and the tokens of the extra work: the text's extra normalised
-        view, and its pieces (0 if none)."""
+        """`score_text`, and the tokens of the text's extra normalised view (0 if none)."""
         model = self._require_model()
         if not text.strip():
             return zero_scores(self.categories), 0

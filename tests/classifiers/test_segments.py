@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +47,7 @@ def test_a_long_sentence_is_cut_into_overlapping_windows() -> None:
     text = "a" * (3 * PIECE_CHARS)
     found = pieces(text)
     assert found[0] == (0, PIECE_CHARS) and found[-1] == (len(text) - PIECE_CHARS, len(text))
-    assert all(b2 > a2 and a2 < b1 for (_a1, b1), (a2, b2) in zip(found, found[1:], strict=False))
+    assert all(b2 > a2 and a2 < b1 for (_a1, b1), (a2, b2) in itertools.pairwise(found))
 
 
 @settings(max_examples=200, deadline=None)
