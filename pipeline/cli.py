@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--record-no-redact", action="store_true", help="keep secret and PII values in the recordings"
     )
     sp.add_argument("--spool", default="deltaguard-undelivered.jsonl", help="where undeliverable events go")
+    sp.add_argument(
+        "--state",
+        default=defaults.STATE_URL,
+        metavar="URL",
+        help="where conversation state lives: memory:// (default, this process), sqlite:///PATH "
+        "(survives restarts), redis://HOST:PORT/DB (shared by replicas)",
+    )
     sp.add_argument("--log-level", default="info")
     sp.add_argument(
         "--broker", help="kafka://HOST:PORT: publish turns and events to Kafka (distributed mode)"
@@ -163,6 +170,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         record_path=args.record,
         record_redact=not args.record_no_redact,
         spool_path=args.spool,
+        state=args.state,
         broker=args.broker,
         kafka_config=args.kafka_config,
     )

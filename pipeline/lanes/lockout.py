@@ -18,15 +18,21 @@ True
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from deltaguard import defaults
-from deltaguard.state.store import LruTtlMap
+from deltaguard.state.backends import StateBackend
+from deltaguard.state.tiers import StateMap
+
+_ENTRY_BYTES = 200  # a conversation's key and its categories
 
 
 class ConversationLockout:
     """Per (tenant, conversation): the categories that refuse its next turns, and how many
-    of its turns were blocked on their own content. Bounded like the conversation store."""
+    of its turns were blocked on their own content. Bounded like the conversation store,
+    and kept in its backend (read from it first when replicas share it)."""
 
     def __init__(
         self,
@@ -34,12 +40,29 @@ class ConversationLockout:
         probe_categories: frozenset[str] = defaults.PROBE_CATEGORIES,
         max_conversations: int = defaults.MAX_RESPONSES,
         ttl_s: float = defaults.STATE_TTL_S,
+        backend: StateBackend | None = None,
     ) -> None:
         self.block_limit = block_limit
         self.probe_categories = probe_categories
-        self._flags: LruTtlMap[tuple[str, str], frozenset[str]] = LruTtlMap(max_conversations, ttl_s)
-        self._blocked: LruTtlMap[tuple[str, str], tuple[int, frozenset[str]]] = LruTtlMap(
-            max_conversations, ttl_s
+        bounds: dict[str, Any] = {
+            "max_entries": max_conversations,
+            "max_bytes": max_conversations * _ENTRY_BYTES,
+            "ttl_s": ttl_s,
+            "size": lambda _: _ENTRY_BYTES,
+            "backend": backend,
+            "fresh": True,
+        }
+        self._flags: StateMap[tuple[str, str], frozenset[str]] = StateMap(
+            "lockout/flags",
+            encode=lambda v: json.dumps(sorted(v)),
+            decode=lambda text: frozenset(json.loads(text)),
+            **bounds,
+        )
+        self._blocked: StateMap[tuple[str, str], tuple[int, frozenset[str]]] = StateMap(
+            "lockout/blocked",
+            encode=lambda v: json.dumps([v[0], sorted(v[1])]),
+            decode=_decode_blocked,
+            **bounds,
         )
 
     def flagged(self, tenant: str, conversation_id: str) -> frozenset[str]:
@@ -69,3 +92,8 @@ class ConversationLockout:
             return None
         self.mark(tenant, conversation_id, sorted(seen))
         return sorted(seen)
+
+
+def _decode_blocked(text: str) -> tuple[int, frozenset[str]]:
+    count, seen = json.loads(text)
+    return int(count), frozenset(seen)
