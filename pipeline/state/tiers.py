@@ -94,6 +94,8 @@ class StateMap(Generic[K, V]):
         tier_ttl = min(ttl_s, cache_ttl_s) if backend is not None and cache_ttl_s else ttl_s
         self._tier = _Tier(max_entries, max_bytes, tier_ttl, clock)
         self._lock = threading.RLock()
+        self._peak = 0  # most entries held since the tier's tables were last rebuilt
+        self._writes = 0
 
     @property
     def evictions(self) -> int:
@@ -111,7 +113,24 @@ class StateMap(Generic[K, V]):
     def __len__(self) -> int:
         with self._lock:
             self._tier.expire()
+            self._compact()
             return len(self._tier)
+
+    def _compact(self) -> None:
+        """Rebuild the tier's tables once they hold a quarter of their peak: a dict keeps
+        its size after deletions, and idle conversations should cost nothing."""
+        held = len(self._tier)
+        self._peak = max(self._peak, held)
+        if self._peak < 256 or held * 4 > self._peak:
+            return
+        old = self._tier
+        new = _Tier(old.max_entries, int(old.maxsize), old.ttl, old.timer)
+        new.evictions, new.expirations = old.evictions, old.expirations
+        for key in list(old.keys()):  # oldest first: the order of use is kept
+            entry = old.get(key)
+            if entry is not None:
+                new[key] = entry
+        self._tier, self._peak = new, len(new)
 
     def __contains__(self, key: K) -> bool:
         return self.get(key) is not None
@@ -126,6 +145,10 @@ class StateMap(Generic[K, V]):
             except ValueError:  # larger than the whole tier: only the backend keeps it
                 self._tier.pop(key, None)
                 self._tier.evictions += 1
+            self._peak = max(self._peak, len(self._tier))
+            self._writes += 1
+            if self._writes % 4096 == 0:
+                self._compact()
 
     def cached(self, key: K) -> V | None:
         """The value if the process holds it (never the backend)."""

@@ -4,6 +4,7 @@ tenants, expiry, the lock-out; Redis is a real redis-server on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -141,9 +142,12 @@ def test_a_conversations_records_expire_together(tmp_path):
 
 def test_redis_groups_renew_every_member(redis_url):
     backend = open_backend(redis_url)
-    backend.put("x1", "1", ttl_s=60, group="g")
-    backend.put("x2", "2", ttl_s=600, group="g")
+    backend.put("x1", "1", ttl_s=1, group="g")
+    time.sleep(0.6)  # past the half ttl: the next write renews the whole group
+    backend.put("x2", "2", ttl_s=60, group="g")
     assert backend._client.pttl("deltaguard:x1") > 60_000
+    backend.put("x3", "3", ttl_s=60, group="g")  # within the half ttl: no renewal, same horizon
+    assert backend._client.pttl("deltaguard:x3") > 60_000
     backend.close()
 
 
