@@ -42,6 +42,7 @@ from deltaguard.state.store import ConversationStore, ConversationTracker, Store
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import parse_conversation
 from deltaguard.usage import Usage
+from eval.state_memory import drive
 from tests.support.state_servers import redis_server
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -119,14 +120,11 @@ def memory(
     before = tracemalloc.get_traced_memory()[0]
     store = ConversationStore(limits, clock, backend=backend, namespace="gate/bench")
     tracker = ConversationTracker(scorer, store)
-    for conv in convs:
-        prev = None
-        for t, turn in enumerate(conv.turns):
-            rid = f"{conv.id}#{t}"
-            tracker.score_turn(rid, turn.input, prev)
-            tracker.score_output(rid, turn.output)
-            prev = rid
-            clock.now += 0.001
+
+    def tick() -> None:
+        clock.now += 0.001
+
+    drive(tracker, convs, tick)
     gc.collect()
     live = tracemalloc.get_traced_memory()[0] - before
     clock.now += limits.cache_ttl_s + 1  # every conversation idle past the process tier's time

@@ -155,6 +155,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from deltaguard.gateway.server import scorer_for, serve
     from deltaguard.review import review_routes
 
+    from deltaguard.errors import StateBackendError
+    from deltaguard.state.backends import parse_state_url
+
+    try:
+        parse_state_url(args.state)
+    except StateBackendError as exc:
+        print(f"deltaguard serve: --state: {exc}", file=sys.stderr)
+        return 2
     config = GatewayConfig(
         host=args.host,
         port=args.port,

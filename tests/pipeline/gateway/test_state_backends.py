@@ -4,6 +4,9 @@ behind a real round-robin proxy (redis) give the verdicts of one uninterrupted g
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import httpx
 import openai
 import pytest
@@ -171,3 +174,13 @@ def test_two_replicas_on_redis_behind_a_round_robin_proxy_give_one_gateways_verd
     assert last is not None
     # Both replicas served the loop (round robin: every other request).
     assert a.requests_served() >= 5 and b.requests_served() >= 5
+
+
+def test_serve_refuses_a_state_url_it_cannot_use():
+    done = subprocess.run(
+        [sys.executable, "-m", "deltaguard", "serve", "--state", "postgres://db/0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "sqlite:///PATH" in done.stderr
