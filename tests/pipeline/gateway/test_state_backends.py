@@ -126,13 +126,13 @@ def test_tenants_stay_apart_on_a_shared_store(scorer, redis_url):
 @pytest.fixture(scope="module")
 def uninterrupted():
     """The agent loop's verdicts from one gateway that keeps its state in memory."""
-    with served(["--block-limit", "0"]) as gw:
+    with served(["--block-limit", "2"]) as gw:
         return agent_loop(openai.OpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=0), TURNS)[:-1]
 
 
 @pytest.mark.slow
 def test_a_gateway_killed_mid_loop_continues_on_sqlite_with_the_same_verdicts(tmp_path, uninterrupted):
-    args = ["--state", f"sqlite://{tmp_path}/state.db", "--block-limit", "0"]
+    args = ["--state", f"sqlite://{tmp_path}/state.db", "--block-limit", "2"]
     gw = start(args)
     try:
         client = openai.OpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=0)
@@ -157,7 +157,7 @@ def test_two_replicas_on_redis_behind_a_round_robin_proxy_give_one_gateways_verd
     redis_url, uninterrupted
 ):
     open_backend(redis_url)._client.flushdb()
-    args = ["--state", redis_url, "--block-limit", "0"]
+    args = ["--state", redis_url, "--block-limit", "2"]
     a, b = start(args), start(args)
     try:
         with round_robin_proxy([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]) as base:
@@ -167,6 +167,15 @@ def test_two_replicas_on_redis_behind_a_round_robin_proxy_give_one_gateways_verd
             for text in ("hello", "again", "once more"):
                 client.responses.create(model="sim", input=text, conversation=conversation.id)
             assert len(client.conversations.items.list(conversation.id).data) == 6
+            # Two blocked turns, one on each replica, lock the conversation on both.
+            probe = client.responses.create(model="sim", input="hi")
+            for _ in range(2):
+                with pytest.raises(openai.BadRequestError):
+                    client.responses.create(model="sim", input=INJECTION, previous_response_id=probe.id)
+            for _ in range(2):
+                with pytest.raises(openai.BadRequestError) as refused:
+                    client.responses.create(model="sim", input="thanks", previous_response_id=probe.id)
+                assert refused.value.body["code"] == "safety_blocked"
     finally:
         stop(a)
         stop(b)
