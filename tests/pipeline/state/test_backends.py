@@ -14,7 +14,6 @@ from deltaguard.parsing import parse_item
 from deltaguard.state.backends import SqliteBackend, open_backend, parse_state_url
 from deltaguard.state.scoring import Scorer
 from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
-from deltaguard.state.tiers import StateMap
 from tests.support.state_servers import redis_server
 from tests.support.toy import ItemCounter
 
@@ -149,33 +148,6 @@ def test_redis_groups_renew_every_member(redis_url):
     backend.put("x3", "3", ttl_s=60, group="g")  # within the half ttl: no renewal, same horizon
     assert backend._client.pttl("deltaguard:x3") > 60_000
     backend.close()
-
-
-def test_the_process_tier_is_bounded_in_bytes():
-    m = StateMap("t", max_entries=100, max_bytes=1000, ttl_s=60, encode=str, decode=str)
-    for i in range(10):
-        m.put(i, "x" * 300)
-    assert m.nbytes <= 1000 and len(m) == 3 and m.evictions == 7
-    assert m.get(9) == "x" * 300 and m.get(0) is None
-
-
-def test_the_process_tier_keeps_recently_used_and_drops_idle_with_a_backend(tmp_path):
-    now = [0.0]
-    backend = SqliteBackend(tmp_path / "s.db")
-    m = StateMap(
-        "t",
-        max_entries=10,
-        max_bytes=10_000,
-        ttl_s=3600,
-        encode=str,
-        decode=str,
-        backend=backend,
-        cache_ttl_s=60,
-        clock=lambda: now[0],
-    )
-    m.put("a", "1")
-    now[0] = 61
-    assert m.cached("a") is None and m.get("a") == "1"  # gone from memory, read back
 
 
 def test_bad_urls_are_refused_with_what_is_expected():
