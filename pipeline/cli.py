@@ -151,11 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from deltaguard.classifiers.registry import parse_names
+    from deltaguard.errors import StateBackendError
     from deltaguard.gateway.config import GatewayConfig
     from deltaguard.gateway.server import scorer_for, serve
     from deltaguard.review import review_routes
-
-    from deltaguard.errors import StateBackendError
     from deltaguard.state.backends import parse_state_url
 
     try:

@@ -53,8 +53,9 @@ class _Tier(cachetools.TTLCache):  # type: ignore[type-arg]
         return super().popitem()
 
     def expire(self, time: float | None = None) -> Any:
+        held = cachetools.Cache.__len__(self)  # len(self) would expire first
         expired = super().expire(time)
-        self.expirations += len(expired)
+        self.expirations += held - cachetools.Cache.__len__(self)
         return expired
 
     def __setitem__(self, key: Any, value: Any) -> None:
