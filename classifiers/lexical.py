@@ -381,7 +381,20 @@ class LexicalModel:
             return scores, extra, where
         # A piece is shorter than a chunk: read whole. Its tokens are the text's own, read
         # again: not counted twice (`tokens_scored` counts the delta, docs/contract.md).
-        p = self.score_views(flat)[0]
+        # Pieces of ASCII text with nothing hidden or encoded are their own views (the
+        # normaliser returns such text unchanged), so they skip it: most tool outputs.
+        plain = [
+            self.normalizer is None or (text.isascii() and more == 0)
+            for text, more, found in zip(texts, extra, spans, strict=True)
+            for _ in found
+        ]
+        p = np.zeros((len(flat), len(self.heads)))
+        fast = [i for i, is_plain in enumerate(plain) if is_plain]
+        slow = [i for i, is_plain in enumerate(plain) if not is_plain]
+        if fast:
+            p[fast] = _sigmoid(self._logits([flat[i] for i in fast]))
+        if slow:
+            p[slow] = self.score_views([flat[i] for i in slow])[0]
         lo = 0
         for i, found in enumerate(spans):
             if not found:
