@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from deltaguard.classifiers.harm import FINE
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
 from training.corpus import answers
 from training.corpus.harm import FINE as CORPUS_FINE

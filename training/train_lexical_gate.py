@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from deltaguard.artifacts import MANIFEST_NAME, sha256_file
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
 from training.detection_data import FP_SETS, SPLITS, Row, all_rows
 from training.lexical_fit import HEADS, POSITIVE, FitSettings, fit, head_rows, log, parity, to_model
