@@ -24,6 +24,11 @@ from deltaguard.telemetry.tracing import lane_span
 log = logging.getLogger("deltaguard.stage")
 
 
+def is_untrusted(item: Item) -> bool:
+    """Content from outside the conversation: a tool's output, or a file attached to a message."""
+    return item.role == "tool" or bool(item.attachments)
+
+
 class GateLane:
     """Scores a turn's new items (or a resent history) and decides whether it is blocked."""
 
@@ -72,6 +77,8 @@ class GateLane:
         earlier = self.lockout.flagged(tenant, rec.conversation_id)
         blocked_categories = [c for c in verdict.flagged_categories if self.blocks(c)]
         blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self.blocks(c))
+        # The items this turn scored: a resent history's unseen suffix, else its new items.
+        fresh = rec.items[tracked.fold.before.length :] if history is not None else rec.items
         gate = GateResult(
             tenant=tenant,
             response_id=rec.response_id,
@@ -79,6 +86,7 @@ class GateLane:
             verdict=verdict,
             blocked=bool(blocked_categories),
             blocked_categories=blocked_categories,
+            untrusted_input=any(is_untrusted(i) for i in fresh),
         )
         if verdict.flagged_categories:
             await self._flag(gate, verdict.flagged_categories, "block" if gate.blocked else "flag")

@@ -198,8 +198,8 @@ class SafetyStage:
             tenant, response_id, new, history, previous_response_id, conversation_id
         )
         rec.notes["gate"] = gate
-        await self._lanes.watcher.submit_turn(gate, rec, resent=history is not None)
-        return Turn(self._lanes.turn, gate, rec, resent=history is not None)
+        verdict = await self._lanes.watcher.submit_turn(gate, rec, resent=history is not None)
+        return Turn(self._lanes.turn, gate, rec, resent=history is not None, monitor_verdict=verdict)
 
     def resume(self, tenant: str, response_id: str) -> Turn:
         """The turn that created `response_id`, to check or finish it later (a guard API's

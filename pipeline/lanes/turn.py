@@ -16,6 +16,7 @@ output scoring and billing are queued for the post-inference lane.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,6 +39,9 @@ class GateResult:
     verdict: TurnVerdict
     blocked: bool
     blocked_categories: list[str]  # why it was blocked: this turn's or earlier flags
+    # The turn's new items carry untrusted content (tool outputs, attached files): what
+    # the model does with it is judged by the monitor lane before it is acted on.
+    untrusted_input: bool = False
 
 
 class OutputWatcher(Protocol):
@@ -65,11 +69,20 @@ class Turn:
     """One turn: its gate verdict, history and record (see the module docstring)."""
 
     def __init__(
-        self, lanes: TurnLanes, gate: GateResult, record: ResponseRecord, *, resent: bool = False
+        self,
+        lanes: TurnLanes,
+        gate: GateResult,
+        record: ResponseRecord,
+        *,
+        resent: bool = False,
+        monitor_verdict: asyncio.Future[TurnVerdict | None] | None = None,
     ) -> None:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
-        history a stateless client resent (else the items after its parent's)."""
+        history a stateless client resent (else the items after its parent's).
+        `monitor_verdict`: the queued monitor lane's verdict on the turn, when it carries
+        untrusted input (None: nothing to wait for)."""
         self._lanes = lanes
+        self._monitor_verdict = monitor_verdict
         self._tracker = lanes.tracker(gate.tenant)
         self.gate = gate
         self._begun = record
@@ -105,6 +118,23 @@ class Turn:
     def record(self) -> ResponseRecord:
         """The turn's record in the store, as of now (its output once appended)."""
         return self._tracker.record(self.gate.response_id)
+
+    @property
+    def awaits_monitor(self) -> bool:
+        """The monitor lane is judging this turn's untrusted input (`monitor_verdict`)."""
+        return self._monitor_verdict is not None
+
+    async def monitor_verdict(self) -> list[str]:
+        """Wait for the monitor lane's verdict on the turn's untrusted input; the block
+        categories it raised ([]: nothing blocks, or nothing to wait for, or the lane
+        failed on the turn, which it logs). Cancelling the wait leaves the lane's work be."""
+        if self._monitor_verdict is None:
+            return []
+        verdict = await asyncio.shield(self._monitor_verdict)
+        if verdict is None:
+            return []
+        policy = self._lanes.scorer.policy.categories
+        return [c for c in verdict.flagged_categories if c in policy and policy[c].action == "block"]
 
     def forward(self) -> tuple[str | None, list[Item]]:
         """What the upstream needs to continue this turn: the upstream's id of the response
