@@ -190,6 +190,10 @@ class ChatService:
         turn = await self.stage.begin(tenant, history=req.items, response_id=new_id("chatcmpl"))
         if turn.blocked:
             raise SafetyBlocked(turn.gate.blocked_categories)
+        if turn.gate.sanitized or turn.upstream_history != turn.history:
+            # The client's messages are forwarded as sent: what `sanitize` would cut out
+            # cannot be, so it blocks here.
+            raise SafetyBlocked(turn.gate.sanitized or turn.gate.verdict.flagged_categories)
         return turn
 
     async def _finish(self, turn: Turn, message: Any, usage: Any) -> None:

@@ -235,7 +235,7 @@ class ResponsesService:
         parent, new = turn.forward()
         call = UpstreamCall(
             body=req.upstream_body(),
-            history=_wire(turn.history),
+            history=_wire(turn.upstream_history),
             new_items=_wire(new),
             parent=parent,
             conversation=f"{tenant}\x1f{gate.conversation_id}",

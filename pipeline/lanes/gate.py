@@ -15,6 +15,7 @@ from deltaguard.events import FlagEvent
 from deltaguard.items import Item
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.lockout import ConversationLockout
+from deltaguard.lanes.sanitize import SanitizedItems, is_untrusted
 from deltaguard.lanes.turn import GateResult
 from deltaguard.state.scoring import Scorer, findings_json
 from deltaguard.state.store import ConversationTracker, ResponseRecord
@@ -22,11 +23,6 @@ from deltaguard.telemetry.metrics import StageMetrics
 from deltaguard.telemetry.tracing import lane_span
 
 log = logging.getLogger("deltaguard.stage")
-
-
-def is_untrusted(item: Item) -> bool:
-    """Content from outside the conversation: a tool's output, or a file attached to a message."""
-    return item.role == "tool" or bool(item.attachments)
 
 
 class GateLane:
@@ -40,8 +36,10 @@ class GateLane:
         flags: FlagOutlet,
         metrics: StageMetrics,
         run: Callable[..., Awaitable[Any]],
+        sanitized: SanitizedItems | None = None,
     ) -> None:
         self.scorer = scorer
+        self.sanitized = sanitized or SanitizedItems()
         self.tracker = tracker
         self.lockout = lockout
         self.flags = flags
@@ -49,8 +47,11 @@ class GateLane:
         self.run = run
 
     def blocks(self, category: str) -> bool:
+        return self._action(category) == "block"
+
+    def _action(self, category: str) -> str | None:
         cp = self.scorer.policy.categories.get(category)
-        return cp is not None and cp.action == "block"
+        return cp.action if cp is not None else None
 
     async def check(
         self,
@@ -79,6 +80,12 @@ class GateLane:
         blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self.blocks(c))
         # The items this turn scored: a resent history's unseen suffix, else its new items.
         fresh = rec.items[tracked.fold.before.length :] if history is not None else rec.items
+        sanitizing = [c for c in verdict.flagged_categories if self._action(c) == "sanitize"]
+        if sanitizing:  # cut out where they can be; the others block
+            whole = rec.items if history is not None else rec.history()
+            uncut = self.sanitized.sanitize(tenant, fresh, verdict.findings, sanitizing, whole)
+            blocked_categories += [c for c in uncut if c not in blocked_categories]
+            sanitizing = [c for c in sanitizing if c not in uncut]
         gate = GateResult(
             tenant=tenant,
             response_id=rec.response_id,
@@ -87,9 +94,12 @@ class GateLane:
             blocked=bool(blocked_categories),
             blocked_categories=blocked_categories,
             untrusted_input=any(is_untrusted(i) for i in fresh),
+            sanitized=sanitizing,
         )
         if verdict.flagged_categories:
-            await self._flag(gate, verdict.flagged_categories, "block" if gate.blocked else "flag")
+            decision: Literal["flag", "block"] = "block" if gate.blocked else "flag"
+            reason = "sanitized" if sanitizing and not gate.blocked else None
+            await self._flag(gate, verdict.flagged_categories, decision, reason=reason)
         own = [c for c in verdict.flagged_categories if self.blocks(c)]
         refused = self.lockout.count_blocked_turn(tenant, rec.conversation_id, own) if own else None
         if refused:

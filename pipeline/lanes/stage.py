@@ -34,6 +34,7 @@ from deltaguard.items import Item
 from deltaguard.lanes.assembly import TrackerTable, assemble
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.lockout import ConversationLockout
+from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
 from deltaguard.state.scoring import Scorer, TurnVerdict
@@ -110,6 +111,7 @@ class SafetyStage:
         self.lockout = ConversationLockout(
             c.block_limit, c.probe_categories, c.store.max_responses, c.store.ttl_s
         )
+        self.sanitized = SanitizedItems(c.store.max_responses, c.store.ttl_s)
         self._state = Lifecycle.NEW
         self.undelivered: list[Event] = []  # not delivered by the shutdown deadline: spool them
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deltaguard.errors import LifecycleError
 from deltaguard.events import FlagEvent
 from deltaguard.items import Item
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
+from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.state.scoring import Scorer, TurnVerdict
 from deltaguard.state.store import ConversationTracker, ResponseRecord
 from deltaguard.telemetry.metrics import StageMetrics
@@ -42,6 +43,9 @@ class GateResult:
     # The turn's new items carry untrusted content (tool outputs, attached files): what
     # the model does with it is judged by the monitor lane before it is acted on.
     untrusted_input: bool = False
+    # Categories whose spans were cut out of untrusted content (action `sanitize`): the
+    # turn goes on, and the upstream is sent the sanitised items (`Turn.forward`).
+    sanitized: list[str] = field(default_factory=list)
 
 
 class OutputWatcher(Protocol):
@@ -63,6 +67,7 @@ class TurnLanes:
     post: Callable[[GateResult, Sequence[Item], Usage], Awaitable[None]]
     metrics: StageMetrics
     stream_classifiers: frozenset[str]  # gate classifiers that also score streamed output
+    sanitized: SanitizedItems = field(default_factory=SanitizedItems)  # items sent cut
 
 
 class Turn:
@@ -136,10 +141,16 @@ class Turn:
         policy = self._lanes.scorer.policy.categories
         return [c for c in verdict.flagged_categories if c in policy and policy[c].action == "block"]
 
+    @property
+    def upstream_history(self) -> list[Item]:
+        """`history` as the upstream model is sent it: items an injection was cut out of
+        (policy action `sanitize`), in this turn or an earlier one, in their sanitised form."""
+        return self._lanes.sanitized.apply(self.gate.tenant, self.history)
+
     def forward(self) -> tuple[str | None, list[Item]]:
         """What the upstream needs to continue this turn: the upstream's id of the response
         it continues (None: send the whole history) and the items that response has not
-        seen. Counts those items in the input-items metric."""
+        seen, sanitised (`upstream_history`). Counts those items in the input-items metric."""
         if not self._resent:
             parent = self._begun.parent
             upstream = parent.notes.get("upstream_id") if parent is not None else None
@@ -149,7 +160,7 @@ class Turn:
             upstream = rec.notes.get("upstream_id") if rec is not None else None
             new = list(self.history[k:] if upstream is not None else self.history)
         self._lanes.metrics.observe_items("input", new)
-        return upstream, new
+        return upstream, self._lanes.sanitized.apply(self.gate.tenant, new)
 
     async def watch(self, delta: str) -> list[str]:
         """Score a piece of the model's streamed text; flags (and returns) the categories
