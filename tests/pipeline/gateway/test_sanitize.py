@@ -30,17 +30,15 @@ TOOLS = [
 
 
 def source(poisoned: bool) -> str:
-    lines = []
-    for n in range(40):
-        lines += [
-            f"def handler_{n}(request, retries={n % 5}):",
-            f'    """Handle request kind {n}."""',
-            f"    return dispatch(request, route='v{n}')",
-            "",
-        ]
-        if poisoned and n == 20:
-            lines.append(INJECTED)
-    return "\n".join(lines)
+    """A fetched documentation page (~6 KB); the poisoned one hides an HTML comment."""
+    sections = [
+        f"## Step {n}\n\nRun `tool sync --stage {n}` and check that the report lists {n * 3} "
+        f"files; if the cache is stale, clear it with `tool cache --clear` first.\n"
+        for n in range(40)
+    ]
+    if poisoned:
+        sections.insert(20, INJECTED + "\n")
+    return "\n".join(sections)
 
 
 @pytest.fixture()
@@ -79,7 +77,7 @@ def test_agent_loop_goes_on_past_a_poisoned_page(sanitizing):
     assert len(after) == 3
     for call in after:  # the poisoned page, as every later turn resends it: cut
         assert INJECTED not in _sent(call) and MARKER in _sent(call)
-        assert "def handler_20" in _sent(call)  # the rest of the page is there
+        assert "## Step 20" in _sent(call)  # the rest of the page is there
     [flag] = [e for e in flags.events if isinstance(e, FlagEvent) and e.reason == "sanitized"][:1]
     assert flag.decision == "flag" and "prompt_injection" in flag.categories
     spans = [f for f in flag.findings if f["category"] == "prompt_injection" and "start" in f]
