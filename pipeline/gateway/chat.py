@@ -31,7 +31,7 @@ from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamEr
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.http_errors import error_response, unauthorized
-from deltaguard.gateway.service import _with_stall_timeout, safety_summary
+from deltaguard.gateway.service import _with_stall_timeout, end_user, safety_summary
 from deltaguard.gateway.upstreams import (
     ChatUpstream,
     HttpChatUpstream,
@@ -187,9 +187,11 @@ class ChatService:
                 status=503,
                 type="server_error",
             )
-        turn = await self.stage.begin(tenant, history=req.items, response_id=new_id("chatcmpl"))
+        turn = await self.stage.begin(
+            tenant, history=req.items, response_id=new_id("chatcmpl"), client=end_user(req.body)
+        )
         if turn.blocked:
-            raise SafetyBlocked(turn.gate.blocked_categories)
+            raise turn.gate.refusal()
         if turn.gate.sanitized or turn.upstream_history != turn.history:
             # The client's messages are forwarded as sent: what `sanitize` would cut out
             # cannot be, so it blocks here.

@@ -80,6 +80,10 @@ class GatewayConfig(BaseModel):
     # Turns of one conversation blocked for injection, jailbreak or toxicity after which all
     # of its later turns are refused (a client rephrasing a refused request); None: never.
     block_limit: int | None = Field(defaults.BLOCK_LIMIT, ge=1)
+    # How long a lock-out lasts (its refusal says until when), and the window in which one
+    # client's (tenant and end-user's) blocked first turns count together.
+    lock_s: float = Field(defaults.LOCK_S, gt=0)
+    first_turn_window_s: float = Field(defaults.FIRST_TURN_WINDOW_S, gt=0)
 
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)

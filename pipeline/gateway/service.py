@@ -76,6 +76,15 @@ def _tool_definitions(tools: list[dict[str, Any]] | None) -> Item | None:
     return parse_item({"type": TOOL_DEFINITIONS, "tools": tools})
 
 
+def end_user(body: dict[str, Any]) -> str:
+    """The end-user a request names (`safety_identifier`, or the older `user`); "" if none."""
+    for key in ("safety_identifier", "user"):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
 def _digest(value: Any) -> bytes:
     return hashlib.sha256(canonical_json(value)).digest()
 
@@ -109,7 +118,7 @@ class ResponsesService:
                 tenant, new_items=items, conversation_id=entry.id, response_id=new_id("resp")
             )
             if turn.blocked:
-                raise SafetyBlocked(turn.gate.blocked_categories)
+                raise turn.gate.refusal()
             entry.last_response_id = turn.gate.response_id
         self.conversations.put((tenant, entry.id), entry)
         return entry
@@ -159,13 +168,17 @@ class ResponsesService:
         try:
             if prev is None and conversation_id is None:
                 # A stateless client: its whole history, tool definitions and instructions first.
-                return await self.stage.begin(tenant, history=items, response_id=new_id("resp")), tools
+                turn = await self.stage.begin(
+                    tenant, history=items, response_id=new_id("resp"), client=end_user(req.body)
+                )
+                return turn, tools
             turn = await self.stage.begin(
                 tenant,
                 new_items=items,
                 previous_response_id=prev,
                 conversation_id=conversation_id,
                 response_id=new_id("resp"),
+                client=end_user(req.body),
             )
         except PreviousResponseNotFound:
             raise not_found(prev or "") from None
@@ -231,7 +244,7 @@ class ResponsesService:
         gate = turn.gate
         response_id = gate.response_id
         if gate.blocked:
-            raise SafetyBlocked(gate.blocked_categories)
+            raise gate.refusal()
         parent, new = turn.forward()
         call = UpstreamCall(
             body=req.upstream_body(),

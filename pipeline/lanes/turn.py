@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from deltaguard.errors import LifecycleError
+from deltaguard.errors import ConversationLocked, LifecycleError, SafetyBlocked
 from deltaguard.events import FlagEvent
 from deltaguard.items import Item
+from deltaguard.lanes.lockout import Lock
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.state.scoring import Scorer, TurnVerdict
@@ -46,6 +47,13 @@ class GateResult:
     # Categories whose spans were cut out of untrusted content (action `sanitize`): the
     # turn goes on, and the upstream is sent the sanitised items (`Turn.forward`).
     sanitized: list[str] = field(default_factory=list)
+    lock: Lock | None = None  # the lock-out that refused the turn, if one did
+
+    def refusal(self) -> SafetyBlocked:
+        """The error a client gets for this blocked turn: a locked conversation says so."""
+        if self.lock is not None:
+            return ConversationLocked(self.blocked_categories, self.lock.why, self.lock.until)
+        return SafetyBlocked(self.blocked_categories)
 
 
 class OutputWatcher(Protocol):
