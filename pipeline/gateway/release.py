@@ -93,8 +93,12 @@ class ReleaseHold:
             return
         judged: asyncio.Future[list[str]] = asyncio.ensure_future(verdict())
         holding = False
+        timed_out = False
         try:
             async for event in events:
+                if timed_out:
+                    yield event
+                    continue
                 if judged.done():
                     _raise_if_blocked(judged)
                     yield event
@@ -105,7 +109,7 @@ class ReleaseHold:
                         await asyncio.wait_for(asyncio.shield(judged), self.timeout_s)
                     except TimeoutError:
                         log.warning("no monitor verdict in %g s: output released", self.timeout_s)
-                        judged.cancel()
+                        timed_out = True
                     else:
                         _raise_if_blocked(judged)
                 yield event
@@ -118,8 +122,6 @@ class ReleaseHold:
 
 
 def _raise_if_blocked(judged: asyncio.Future[list[str]]) -> None:
-    if judged.cancelled():  # waited past the timeout: released
-        return
     if judged.exception() is not None:
         log.error("the monitor verdict failed: releasing the model's output", exc_info=judged.exception())
         return
