@@ -65,11 +65,24 @@ class ReleaseHold:
     `timeout_s`: the longest wait; past it the events are released (logged): a stalled
     monitor lane must not stall every agent, and its flag still blocks the next turn."""
 
-    def __init__(self, mode: HoldMode = "actions", timeout_s: float = 30.0) -> None:
+    def __init__(self, mode: HoldMode = "actions", timeout_s: float = 30.0, *, chat: bool = False) -> None:
+        """`chat`: the events are Chat Completions chunks (a tool call is a delta's
+        `tool_calls`; the end is a `finish_reason`, or the usage chunk)."""
         self.mode = mode
         self.timeout_s = timeout_s
+        self.chat = chat
+
+    async def judge(self, verdict: Callable[[], Awaitable[list[str]]]) -> list[str]:
+        """The verdict's block categories, or [] past the timeout (logged: released)."""
+        try:
+            return await asyncio.wait_for(verdict(), self.timeout_s)
+        except TimeoutError:
+            log.warning("no monitor verdict in %g s: output released", self.timeout_s)
+            return []
 
     def holds(self, event: dict[str, Any]) -> bool:
+        if self.chat:
+            return self._holds_chunk(event)
         kind = str(event.get("type", ""))
         if kind in _NEVER_HELD:
             return False
@@ -79,6 +92,21 @@ class ReleaseHold:
         # An actionable item's events: its `added` / `done` carry the item; its deltas
         # (`response.function_call_arguments.delta`, ...) follow its `added`.
         return isinstance(item, dict) and item.get("type") in ACTIONABLE_TYPES
+
+    def _holds_chunk(self, chunk: dict[str, Any]) -> bool:
+        if self.mode == "all" or (chunk.get("usage") and not chunk.get("choices")):
+            return True
+        for choice in chunk.get("choices") or []:
+            delta = (choice.get("delta") or {}) if isinstance(choice, dict) else {}
+            if not isinstance(delta, dict):
+                continue
+            if (
+                choice.get("finish_reason") is not None
+                or delta.get("tool_calls")
+                or delta.get("function_call")
+            ):
+                return True
+        return False
 
     async def stream(
         self, events: AsyncIterator[dict[str, Any]], verdict: Callable[[], Awaitable[list[str]]]

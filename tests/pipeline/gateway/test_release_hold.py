@@ -175,3 +175,43 @@ def test_release_off_streams_the_call_at_once():
             model="m", input=_tool_output(call_id, INJECTED), previous_response_id=first.id, tools=TOOLS
         )
         assert any(o.type == "function_call" for o in answer.output)  # the old behaviour
+
+
+def test_chat_endpoint_holds_tool_calls_for_the_verdict():
+    from deltaguard.gateway.upstreams import SimulatedChatModel
+
+    marker = SlowInjectionMarker(delay_s=0.4)
+    config = GatewayConfig(port=0)
+    chat_tools = [{"type": "function", "function": {"name": "fetch", "parameters": {"type": "object"}}}]
+    with gateway_thread(
+        config, Scorer([ItemCounter(), marker]), chat_upstream=SimulatedChatModel(50_000)
+    ) as (base, _):
+        client, _ = clients(base)
+
+        def messages(page: str, n: int) -> list[dict]:
+            call = {"id": f"call_{n}", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+            return [
+                {"role": "user", "content": f"What is the weather in city {n}?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"call_{n}", "content": page},
+            ]
+
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.chat.completions.create(model="m", messages=messages(INJECTED, 1), tools=chat_tools)
+        assert exc.value.body["code"] == "safety_blocked"
+        seen = []
+        with pytest.raises(openai.APIError) as exc:
+            for chunk in client.chat.completions.create(
+                model="m", messages=messages(INJECTED, 2), tools=chat_tools, stream=True
+            ):
+                seen.append(chunk)
+        assert "prompt_injection" in str(exc.value)
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in seen)
+        ok = client.chat.completions.create(model="m", messages=messages(BENIGN, 3), tools=chat_tools)
+        assert ok.choices[0].message.tool_calls
+        streamed = list(
+            client.chat.completions.create(
+                model="m", messages=messages(BENIGN, 4), tools=chat_tools, stream=True
+            )
+        )
+        assert any(c.choices and c.choices[0].delta.tool_calls for c in streamed)
