@@ -135,7 +135,12 @@ class Gateway:
             flag_sink=flag_sink or _sink(config.flags_path),
             billing_sink=billing_sink or _sink(config.billing_path),
             turn_sink=turn_sink,
-            config=stage_config or StageConfig(block_limit=config.block_limit),
+            config=stage_config
+            or StageConfig(
+                block_limit=config.block_limit,
+                lock_s=config.lock_s,
+                first_turn_window_s=config.first_turn_window_s,
+            ),
             metrics=self.metrics,
             recorder=_recorder(config, scorer),
             stream_classifiers=config.output_stream_classifiers,
