@@ -30,7 +30,8 @@ from typing import Any
 
 from deltaguard.artifacts import manifest_entry, verified_path
 from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
-from deltaguard.classifiers.lexical import LexicalClassifier, LexicalModel, shared_model
+from deltaguard.classifiers.lexical import LexicalClassifier, shared_model
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.classifiers.scaled import scale
 from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
 from deltaguard.items import DEFINITIONS_ROLE, Item

@@ -43,7 +43,7 @@ from deltaguard.classifiers.base import (
     count_tokens,
     zero_scores,
 )
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.classifiers.scaled import scale
 from deltaguard.errors import ClassifierNotLoadedError, ModelArtifactError
 from deltaguard.items import Item

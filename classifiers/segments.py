@@ -35,16 +35,15 @@ def _stripped(text: str, a: int, b: int) -> tuple[int, int]:
     return a, b
 
 
+_LINE = re.compile(r"\S(?:[^\n]*\S)?")  # a line's text without its surrounding whitespace
+
+
 def _lines(text: str) -> list[tuple[int, int]]:
-    """Non-empty lines, short ones joined to the next."""
+    """Non-empty lines, stripped, short ones joined to the next."""
     out: list[tuple[int, int]] = []
     pending: int | None = None  # start of short lines waiting for the next one
-    start = 0
-    for end in [*(i for i, c in enumerate(text) if c == "\n"), len(text)]:
-        a, b = _stripped(text, start, end)
-        start = end + 1
-        if b <= a:
-            continue
+    for m in _LINE.finditer(text):
+        a, b = m.span()
         if pending is not None:
             a = pending
         if b - a < MIN_PIECE_CHARS:

@@ -39,7 +39,7 @@ import numpy as np
 from deltaguard.artifacts import verified_path
 from deltaguard.classifiers.base import count_tokens
 from deltaguard.classifiers.harm import FINE, HarmClassifier
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.classifiers.scaled import scale
 from deltaguard.parsing import parse_item
 from eval.detection_eval import auc_ci, wilson

@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="after N turns of a conversation are blocked for injection, jailbreak or toxicity, "
         "refuse the rest of it (0: never)",
     )
+    sp.add_argument(
+        "--release-hold",
+        choices=("actions", "all", "off"),
+        default="actions",
+        help="what of the model's output waits for the monitor verdict on a turn's untrusted input",
+    )
     sp.add_argument("--flags", help="append flag events to this JSONL file")
     sp.add_argument("--billing", help="append billing events to this JSONL file")
     sp.add_argument("--record", metavar="PATH", help="record flagged conversations to this SQLite file")
@@ -171,6 +177,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         classifiers=args.classifiers,
         monitor_classifiers=parse_names(args.monitor),
         block_limit=args.block_limit or None,
+        release_hold=args.release_hold,
         policy_path=str(args.policy) if args.policy else None,
         flags_path=args.flags,
         billing_path=args.billing,

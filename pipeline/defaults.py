@@ -32,6 +32,11 @@ DRAIN_TIMEOUT_S = 10.0  # shutdown: lanes and sinks drain within this, the rest 
 # or one of its finer harm categories, where a policy blocks them) after which the rest of
 # it is refused.
 BLOCK_LIMIT = 3
+# How long a lock-out lasts (repeated blocks, a near-copy of a locked history, repeated
+# blocked first turns of one client), and the window in which a client's blocked first
+# turns count together.
+LOCK_S = 900.0
+FIRST_TURN_WINDOW_S = 600.0
 PROBE_CATEGORIES = frozenset(
     {
         "prompt_injection",

@@ -30,6 +30,7 @@ stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstrea
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -140,6 +141,20 @@ class SafetyBlocked(RequestError):
 
     def to_error(self) -> dict[str, Any]:
         return {**super().to_error(), "categories": self.categories}
+
+
+class ConversationLocked(SafetyBlocked):
+    """A refusal of a locked conversation (or client): it says so, why, and until when."""
+
+    def __init__(self, categories: list[str], why: str, until: float) -> None:
+        super().__init__(categories)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+        self.message = f"This conversation is locked: {why} ({', '.join(categories)}); locked until {stamp}."
+        self.args = (self.message,)
+        self.locked_until = int(until)
+
+    def to_error(self) -> dict[str, Any]:
+        return {**super().to_error(), "locked_until": self.locked_until}
 
 
 class UpstreamError(DeltaGuardError):

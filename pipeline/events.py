@@ -42,8 +42,10 @@ class FlagEvent(_Event):
     scores: dict[str, float]
     classifier_versions: dict[str, str]
     # Why, when it is not a score crossing a threshold: "repeated_blocks" when a client kept
-    # sending blocked turns and the whole conversation is now refused (SafetyStage).
-    reason: Literal["repeated_blocks"] | None = None
+    # sending blocked turns and the whole conversation is now refused (SafetyStage);
+    # "sanitized" when the flagged spans were cut out of untrusted content (policy action
+    # `sanitize`, `findings` says where) and the turn went on.
+    reason: Literal["repeated_blocks", "sanitized"] | None = None
     # Where the evidence is, when a classifier locates it: {"item", "start", "end",
     # "category", "score"} per span (docs/contract.md section 6; state/scoring.findings_json).
     findings: list[dict[str, Any]] = Field(default_factory=list)
@@ -59,7 +61,7 @@ class FlagEvent(_Event):
         categories: list[str],
         scores: dict[str, float],
         classifier_versions: dict[str, str],
-        reason: Literal["repeated_blocks"] | None = None,
+        reason: Literal["repeated_blocks", "sanitized"] | None = None,
         tenant: str = DEFAULT_TENANT,
         findings: list[dict[str, Any]] | None = None,
     ) -> FlagEvent:

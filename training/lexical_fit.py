@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from deltaguard.classifiers import normalize
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from training.detection_data import Row
 
 HEADS = ("prompt_injection", "jailbreak")

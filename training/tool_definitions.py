@@ -52,7 +52,7 @@ import numpy as np
 
 from deltaguard.artifacts import MANIFEST_NAME, load_manifest, sha256_file
 from deltaguard.classifiers.definitions import ENTRY_NAME, UNITS, definition_texts
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from training.corpus.agentdojo import MODEL_NAMES, SUITES, read_attacks, read_tasks

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from deltaguard.classifiers.harm import FINE
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
 from training.corpus import answers
 from training.corpus.harm import FINE as CORPUS_FINE
@@ -313,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
             "evaluation": "eval/harm_eval.py (eval/out/harm_eval.md)",
         },
     }
-    write_entry(args.models_dir, entry)
+    from deltaguard.classifiers.harm import HarmClassifier
+    from training.lib.conformance import publish
+
+    served = lambda: HarmClassifier(args.models_dir).load()  # noqa: E731
+    publish(args.models_dir, lambda: write_entry(args.models_dir, entry), served)
     log(f"harm: wrote {path} ({path.stat().st_size / 1e6:.1f} MB) and manifest entry {ENTRY!r}")
     return 0
 

@@ -52,7 +52,7 @@ from typing import NamedTuple
 import numpy as np
 
 from deltaguard.artifacts import MANIFEST_NAME, sha256_file
-from deltaguard.classifiers.lexical import FORMAT_VERSION, LexicalModel
+from deltaguard.classifiers.lexical_model import FORMAT_VERSION, LexicalModel
 from deltaguard.items import count_tokens
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item

@@ -22,9 +22,10 @@ themselves. One command, deterministic, about fifteen minutes on 2 busy cores:
    kind of the validation split's real agent conversations within CONVERSATION_BUDGET
    (the `lexical` view judges their tool outputs);
 5. score test, run the held-out check on pipeline/tools/rollouts.py tool outputs, and
-   write the "lexical" manifest entry (the `lexical` view serves it; lexical-v2 stays as
-   "lexical-v2" for the conversation and definitions views, and lexical-v3 as
-   "lexical-v3", the detector's screen, whose floor was chosen for it).
+   write the "lexical" manifest entry (the `lexical` view serves it; lexical-v4 stays as
+   "lexical-v4", lexical-v3 as "lexical-v3", the detector's screen, whose floor was chosen
+   for it); then check the served view with deltaguard.classifiers.checks
+   (training/lib/conformance.py).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from deltaguard.artifacts import MANIFEST_NAME, sha256_file
-from deltaguard.classifiers.lexical import LexicalModel
+from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
 from training.detection_data import FP_SETS, SPLITS, Row, all_rows
 from training.lexical_fit import HEADS, POSITIVE, FitSettings, fit, head_rows, log, parity, to_model
@@ -326,7 +327,14 @@ def main(argv: list[str] | None = None) -> int:
             for t in FIXTURE_TEXTS
         ],
     }
-    write_manifest_entry(entry, args.models_dir)
+    from deltaguard.classifiers.lexical import LexicalClassifier
+    from training.lib.conformance import publish
+
+    publish(
+        args.models_dir,
+        lambda: write_manifest_entry(entry, args.models_dir),
+        lambda: LexicalClassifier(args.models_dir).load(),
+    )
     log(f"wrote {path} and the {NAME!r} manifest entry ({time.time() - t0:.0f}s)")
     return 0
 

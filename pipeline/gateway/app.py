@@ -133,7 +133,11 @@ class Gateway:
             turn_sink = flag_sink = billing_sink = _Unowned(self.kafka)
         # Conversation state beyond the process (sqlite://, redis://); None: memory://.
         self.state = open_backend(config.state)
-        stage_config = stage_config or StageConfig(block_limit=config.block_limit)
+        stage_config = stage_config or StageConfig(
+            block_limit=config.block_limit,
+            lock_s=config.lock_s,
+            first_turn_window_s=config.first_turn_window_s,
+        )
         if stage_config.state is None and self.state is not None:
             stage_config = dataclasses.replace(stage_config, state=self.state)
         self.stage = SafetyStage(

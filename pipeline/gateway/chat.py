@@ -31,7 +31,8 @@ from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamEr
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.http_errors import error_response, unauthorized
-from deltaguard.gateway.service import _with_stall_timeout, safety_summary
+from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
+from deltaguard.gateway.service import _with_stall_timeout, end_user, safety_summary
 from deltaguard.gateway.upstreams import (
     ChatUpstream,
     HttpChatUpstream,
@@ -120,6 +121,7 @@ class _Answer:
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: Any = None
         self.finished = False
+        self.fed_text = ""  # what the last chunk fed added
 
     def feed(self, chunk: dict[str, Any]) -> str:
         """Take one chunk; returns the answer text it adds."""
@@ -148,6 +150,7 @@ class _Answer:
                 entry["function"]["name"] += fn.get("name") or ""
                 entry["function"]["arguments"] += fn.get("arguments") or ""
         self.content.append(text)
+        self.fed_text = text
         return text
 
     def message(self) -> dict[str, Any]:
@@ -187,9 +190,15 @@ class ChatService:
                 status=503,
                 type="server_error",
             )
-        turn = await self.stage.begin(tenant, history=req.items, response_id=new_id("chatcmpl"))
+        turn = await self.stage.begin(
+            tenant, history=req.items, response_id=new_id("chatcmpl"), client=end_user(req.body)
+        )
         if turn.blocked:
-            raise SafetyBlocked(turn.gate.blocked_categories)
+            raise turn.gate.refusal()
+        if turn.gate.sanitized or turn.upstream_history != turn.history:
+            # The client's messages are forwarded as sent: what `sanitize` would cut out
+            # cannot be, so it blocks here.
+            raise SafetyBlocked(turn.gate.sanitized or turn.gate.verdict.flagged_categories)
         return turn
 
     async def _finish(self, turn: Turn, message: Any, usage: Any) -> None:
@@ -214,8 +223,23 @@ class ChatService:
             self.inflight -= 1
         choices = response.get("choices") or []
         first = choices[0] if choices and isinstance(choices[0], dict) else {}
-        await self._finish(turn, first.get("message"), response.get("usage"))
+        message = first.get("message")
+        hold = self._hold(turn)
+        if hold is not None and (
+            hold.mode == "all" or (isinstance(message, dict) and message.get("tool_calls"))
+        ):
+            blocked = await hold.judge(turn.monitor_verdict)
+            if blocked:  # the call never reaches the client; the upstream's usage is billed
+                await turn.finish([], usage_from(response.get("usage"), "chat"))
+                raise MonitorBlocked(blocked)
+        await self._finish(turn, message, response.get("usage"))
         return {**response, "safety": safety_summary(turn.gate)}
+
+    def _hold(self, turn: Turn) -> ReleaseHold | None:
+        """What of the answer waits for the monitor verdict (None: nothing waits)."""
+        if not turn.awaits_monitor or self.config.release_hold == "off":
+            return None
+        return ReleaseHold(self.config.release_hold, self.config.release_hold_timeout_s, chat=True)
 
     async def stream(self, req: ChatRequest, turn: Turn) -> AsyncIterator[dict[str, Any]]:
         """The upstream's chunks, as it sent them (the first with `safety` added)."""
@@ -224,12 +248,15 @@ class ChatService:
             body = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
         answer = _Answer()
         first = True
+        chunks = _with_stall_timeout(self.upstream.stream(body), self.config.upstream_stall_timeout_s)
+        hold = self._hold(turn)
+        if hold is not None:
+            chunks = hold.stream(_fed(chunks, answer), turn.monitor_verdict)
         self.inflight += 1
         try:
-            async for chunk in _with_stall_timeout(
-                self.upstream.stream(body), self.config.upstream_stall_timeout_s
-            ):
-                await turn.watch(answer.feed(chunk))
+            async for chunk in chunks:
+                text = answer.feed(chunk) if hold is None else answer.fed_text
+                await turn.watch(text)
                 if not req.include_usage:
                     if chunk.get("usage") and not chunk.get("choices"):
                         continue  # the usage chunk only the gateway asked for
@@ -239,6 +266,12 @@ class ChatService:
                     chunk = {**chunk, "safety": safety_summary(turn.gate)}
                     first = False
                 yield chunk
+        except MonitorBlocked:
+            # Cancelled (the upstream's stream is closed); billed for what it reported, or
+            # for the input and the output it streamed so far.
+            usage = answer.usage or {"prompt_tokens": sum(i.tokens for i in turn.history)}
+            await turn.finish([], usage_from(usage, "chat"))
+            raise
         finally:
             self.inflight -= 1
         if not answer.finished:
@@ -288,6 +321,19 @@ class ChatEndpoint:
         return StreamingResponse(_sse(first, chunks), media_type="text/event-stream")
 
 
+async def _fed(chunks: AsyncIterator[dict[str, Any]], answer: _Answer) -> AsyncIterator[dict[str, Any]]:
+    """`chunks`, each fed to `answer` as it arrives (before a hold), so that a cancelled
+    answer's usage so far is known."""
+    try:
+        async for chunk in chunks:
+            answer.feed(chunk)
+            yield chunk
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 async def _sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     """Chunks as `data:` lines, then `[DONE]`; a failure mid-stream is an `error` object,
     which the SDK raises as `APIError`."""
@@ -298,5 +344,8 @@ async def _sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> 
     except UpstreamError as exc:
         error = {"type": "server_error", "code": "upstream_error", "message": str(exc), "param": None}
         yield f"data: {json.dumps({'error': error})}\n\n".encode()
+        return
+    except RequestError as exc:  # the monitor's verdict blocked the answer mid-stream
+        yield f"data: {json.dumps({'error': exc.to_error()})}\n\n".encode()
         return
     yield b"data: [DONE]\n\n"

@@ -84,11 +84,22 @@ class GatewayConfig(BaseModel):
     record_max_conversations: int = Field(10_000, ge=1)  # recordings kept (least recent go)
     record_max_age_s: float | None = Field(30 * 24 * 3600.0, gt=0)  # None: no age limit
 
+    # A turn whose untrusted input (tool outputs, files) the monitor lane judges: what of
+    # the model's output waits for that verdict (gateway/release.py). "actions": tool calls
+    # of every kind (text streams meanwhile); "all": everything; "off": nothing (a flag
+    # then blocks the next turn). Past the timeout the output is released, and logged.
+    release_hold: Literal["actions", "all", "off"] = "actions"
+    release_hold_timeout_s: float = Field(30.0, gt=0)
+
     # A policy file (pipeline/state/policy.py): thresholds and actions per category over the defaults.
     policy_path: str | None = None
     # Turns of one conversation blocked for injection, jailbreak or toxicity after which all
     # of its later turns are refused (a client rephrasing a refused request); None: never.
     block_limit: int | None = Field(defaults.BLOCK_LIMIT, ge=1)
+    # How long a lock-out lasts (its refusal says until when), and the window in which one
+    # client's (tenant and end-user's) blocked first turns count together.
+    lock_s: float = Field(defaults.LOCK_S, gt=0)
+    first_turn_window_s: float = Field(defaults.FIRST_TURN_WINDOW_S, gt=0)
 
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)

@@ -62,7 +62,10 @@ def _ms(start: float) -> float:
 
 def _answer(gate: GateResult, verdict: TurnVerdict, decision: str, start: float) -> dict[str, Any]:
     categories = sorted(set(verdict.flagged_categories) | set(gate.blocked_categories))
+    # A locked conversation says so, why and until when, as the gateway's refusal does.
+    locked = {"locked": {"message": gate.refusal().message}} if gate.lock is not None else {}
     return {
+        **locked,
         "decision": decision,
         "categories": categories,
         "category_scores": {k: round(s, 6) for k, s in verdict.category_scores.items()},

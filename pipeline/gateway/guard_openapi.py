@@ -66,6 +66,12 @@ _VERDICT = {
             "additionalProperties": {"type": "number"},
             "description": "`total` and per classifier (classifier time); `request` (the whole call).",
         },
+        "locked": {
+            "type": "object",
+            "required": ["message"],
+            "properties": {"message": {"type": "string"}},
+            "description": "Present when the conversation is locked out: why, and until when.",
+        },
     },
 }
 

@@ -30,14 +30,15 @@ from typing import Any
 from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
-from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json
+from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json, count_tokens
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import instructions_item, parse_item, parse_items
 from deltaguard.state.scoring import findings_json
 from deltaguard.state.tiers import StateMap
-from deltaguard.usage import usage_from
+from deltaguard.usage import Usage, usage_from
 
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
 
@@ -75,6 +76,15 @@ def _tool_definitions(tools: list[dict[str, Any]] | None) -> Item | None:
     if not tools:
         return None
     return parse_item({"type": TOOL_DEFINITIONS, "tools": tools})
+
+
+def end_user(body: dict[str, Any]) -> str:
+    """The end-user a request names (`safety_identifier`, or the older `user`); "" if none."""
+    for key in ("safety_identifier", "user"):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def _digest(value: Any) -> bytes:
@@ -122,7 +132,7 @@ class ResponsesService:
                 tenant, new_items=items, conversation_id=entry.id, response_id=new_id("resp")
             )
             if turn.blocked:
-                raise SafetyBlocked(turn.gate.blocked_categories)
+                raise turn.gate.refusal()
             entry.last_response_id = turn.gate.response_id
         self.conversations.put((tenant, entry.id), entry)
         return entry
@@ -172,13 +182,17 @@ class ResponsesService:
         try:
             if prev is None and conversation_id is None:
                 # A stateless client: its whole history, tool definitions and instructions first.
-                return await self.stage.begin(tenant, history=items, response_id=new_id("resp")), tools
+                turn = await self.stage.begin(
+                    tenant, history=items, response_id=new_id("resp"), client=end_user(req.body)
+                )
+                return turn, tools
             turn = await self.stage.begin(
                 tenant,
                 new_items=items,
                 previous_response_id=prev,
                 conversation_id=conversation_id,
                 response_id=new_id("resp"),
+                client=end_user(req.body),
             )
         except PreviousResponseNotFound:
             raise not_found(prev or "") from None
@@ -193,6 +207,8 @@ class ResponsesService:
             async for event in events:
                 if event["type"] == "response.failed":
                     error = event["response"].get("error") or {}
+                    if error.get("code") == "safety_blocked":  # the monitor's verdict, mid-response
+                        raise SafetyBlocked(list(error.get("categories") or []))
                     message = error.get("message", "the model failed")
                     raise RequestError(str(message), code="upstream_error", status=502, type="server_error")
                 if event["type"] in ("response.completed", "response.incomplete"):
@@ -242,11 +258,11 @@ class ResponsesService:
         gate = turn.gate
         response_id = gate.response_id
         if gate.blocked:
-            raise SafetyBlocked(gate.blocked_categories)
+            raise gate.refusal()
         parent, new = turn.forward()
         call = UpstreamCall(
             body=req.upstream_body(),
-            history=_wire(turn.history),
+            history=_wire(turn.upstream_history),
             new_items=_wire(new),
             parent=parent,
             conversation=f"{tenant}\x1f{gate.conversation_id}",
@@ -254,10 +270,15 @@ class ResponsesService:
             tools=tools,
         )
         last: dict[str, Any] | None = None  # the newest response object seen
+        upstream = _UpstreamTap(
+            _with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
+        )
+        stream: AsyncIterator[dict[str, Any]] = upstream.events()
+        if turn.awaits_monitor:
+            hold = ReleaseHold(self.config.release_hold, self.config.release_hold_timeout_s)
+            stream = hold.stream(stream, turn.monitor_verdict)
         try:
-            async for event in _with_stall_timeout(
-                self.upstream.stream(call), self.config.upstream_stall_timeout_s
-            ):
+            async for event in stream:
                 kind = event.get("type")
                 if kind in _LIFECYCLE and isinstance(event.get("response"), dict):
                     upstream_response = event["response"]
@@ -280,6 +301,19 @@ class ResponsesService:
                 **(last or response_object(response_id, req, status="failed", output=[])),
                 "status": "failed",
                 "error": {"code": "upstream_error", "message": str(exc)},
+            }
+            yield {"type": "response.failed", "response": failed}
+        except MonitorBlocked as blocked:
+            # The generation is cancelled (the upstream's stream is closed); nothing of the
+            # output joins the history; the upstream's usage is billed as it reported it,
+            # or as far as it got when cancelled before reporting any.
+            await turn.finish([], upstream.usage(turn.history) if req.generate else None)
+            failed = {
+                **(last or response_object(response_id, req, status="failed", output=[])),
+                "status": "failed",
+                "output": [],
+                "error": blocked.to_error(),
+                "safety": {**safety_summary(turn.gate), "decision": "block", "monitor": blocked.categories},
             }
             yield {"type": "response.failed", "response": failed}
 
@@ -314,6 +348,37 @@ class ResponsesService:
                 entry.last_response_id = turn.gate.response_id
                 self.conversations.put(key, entry)
         return {**event, "response": final}
+
+
+class _UpstreamTap:
+    """The upstream's events as they arrive, noting its newest usage and the output it
+    streamed, so that a response cancelled mid-way is billed for what it cost."""
+
+    def __init__(self, events: AsyncIterator[dict[str, Any]]) -> None:
+        self._events = events
+        self._usage: Any = None
+        self._output_tokens = 0
+
+    async def events(self) -> AsyncGenerator[dict[str, Any], None]:
+        try:
+            async for event in self._events:
+                response = event.get("response")
+                if isinstance(response, dict) and response.get("usage"):
+                    self._usage = response["usage"]
+                delta = event.get("delta")
+                if isinstance(delta, str):
+                    self._output_tokens += count_tokens(delta)
+                yield event
+        finally:
+            aclose = getattr(self._events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def usage(self, history: Sequence[Item]) -> Usage:
+        """The upstream's usage, else DeltaGuard's count of the input and streamed output."""
+        if self._usage is not None:
+            return usage_from(self._usage, "responses")
+        return Usage(sum(i.tokens for i in history), 0, self._output_tokens)
 
 
 async def _with_stall_timeout(

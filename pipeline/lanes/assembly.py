@@ -21,6 +21,7 @@ from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.monitor_lane import MonitorLane
 from deltaguard.lanes.post import PostLane
 from deltaguard.lanes.publisher import TurnPublisher
+from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import TurnLanes
 from deltaguard.sinks import EventSink, FlagRecorder, SinkWriter
 from deltaguard.state.backends import StateBackend
@@ -41,6 +42,7 @@ class Stage(Protocol):
     gate_scorer: Scorer
     monitor_scorer: Scorer | None
     lockout: ConversationLockout
+    sanitized: SanitizedItems
     queue_monitor: bool
     stream_classifiers: frozenset[str]
 
@@ -119,7 +121,7 @@ def assemble(stage: Stage, trackers: TrackerTable, run: Callable[..., Awaitable[
     if stage.turn_sink is not None:
         writers["turns"] = SinkWriter(stage.turn_sink, "turns", c.sink_queue_size)
     flags = FlagOutlet(writers["flags"], stage.recorder, trackers.gate)
-    gate = GateLane(stage.gate_scorer, trackers.gate, stage.lockout, flags, m, run)
+    gate = GateLane(stage.gate_scorer, trackers.gate, stage.lockout, flags, m, run, stage.sanitized)
     monitor = MonitorLane(
         stage.monitor_scorer,
         trackers.monitor,
@@ -152,5 +154,6 @@ def assemble(stage: Stage, trackers: TrackerTable, run: Callable[..., Awaitable[
         post.put,
         m,
         stage.stream_classifiers,
+        stage.sanitized,
     )
     return LaneSet(writers, gate, monitor, watcher, post, turn)

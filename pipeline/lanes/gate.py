@@ -15,6 +15,7 @@ from deltaguard.events import FlagEvent
 from deltaguard.items import Item
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.lockout import ConversationLockout
+from deltaguard.lanes.sanitize import SanitizedItems, is_untrusted
 from deltaguard.lanes.turn import GateResult
 from deltaguard.state.scoring import Scorer, findings_json
 from deltaguard.state.store import ConversationTracker, ResponseRecord
@@ -35,8 +36,10 @@ class GateLane:
         flags: FlagOutlet,
         metrics: StageMetrics,
         run: Callable[..., Awaitable[Any]],
+        sanitized: SanitizedItems | None = None,
     ) -> None:
         self.scorer = scorer
+        self.sanitized = sanitized or SanitizedItems()
         self.tracker = tracker
         self.lockout = lockout
         self.flags = flags
@@ -44,8 +47,11 @@ class GateLane:
         self.run = run
 
     def blocks(self, category: str) -> bool:
+        return self._action(category) == "block"
+
+    def _action(self, category: str) -> str | None:
         cp = self.scorer.policy.categories.get(category)
-        return cp is not None and cp.action == "block"
+        return cp.action if cp is not None else None
 
     async def check(
         self,
@@ -55,8 +61,10 @@ class GateLane:
         history: Sequence[Item] | None,
         previous_response_id: str | None,
         conversation_id: str | None,
+        client: str = "",
     ) -> tuple[GateResult, ResponseRecord]:
-        """Score the turn and record it; (its gate result, its record)."""
+        """Score the turn and record it; (its gate result, its record). `client`: the
+        end-user the request names (blocked first turns count per tenant and client)."""
         tracker = self.tracker(tenant)
         count = len(history if history is not None else new_items or ())
         with lane_span("gate", response_id=response_id, tenant=tenant, items=count):
@@ -69,9 +77,31 @@ class GateLane:
         rec = tracked.record
         verdict = self.scorer.verdict(tracked.fold, prior=tracked.rebuild)
         self.metrics.observe_turn("gate", verdict)
+        # The items this turn scored: a resent history's unseen suffix, else its new items;
+        # and the history before them (read only when needed: it is the whole conversation).
+        k = tracked.fold.before.length if history is not None else 0
+        fresh = rec.items[k:] if history is not None else rec.items
+        first_turn = k == 0 if history is not None else rec.parent is None
+
+        def before() -> Sequence[Item]:
+            if history is not None:
+                return rec.items[:k]
+            return rec.parent.history() if rec.parent is not None else ()
+
+        lock = self.lockout.lock_of(
+            tenant, rec.conversation_id, lambda: [*before(), *fresh], client=client, first_turn=first_turn
+        )
         earlier = self.lockout.flagged(tenant, rec.conversation_id)
         blocked_categories = [c for c in verdict.flagged_categories if self.blocks(c)]
         blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self.blocks(c))
+        if lock is not None:
+            blocked_categories += [c for c in lock.categories if c not in blocked_categories]
+        sanitizing = [c for c in verdict.flagged_categories if self._action(c) == "sanitize"]
+        if sanitizing:  # cut out where they can be; the others block
+            whole = rec.items if history is not None else rec.history()
+            uncut = self.sanitized.sanitize(tenant, fresh, verdict.findings, sanitizing, whole)
+            blocked_categories += [c for c in uncut if c not in blocked_categories]
+            sanitizing = [c for c in sanitizing if c not in uncut]
         gate = GateResult(
             tenant=tenant,
             response_id=rec.response_id,
@@ -79,11 +109,18 @@ class GateLane:
             verdict=verdict,
             blocked=bool(blocked_categories),
             blocked_categories=blocked_categories,
+            untrusted_input=any(is_untrusted(i) for i in fresh),
+            sanitized=sanitizing,
+            lock=lock,
         )
         if verdict.flagged_categories:
-            await self._flag(gate, verdict.flagged_categories, "block" if gate.blocked else "flag")
-        own = [c for c in verdict.flagged_categories if self.blocks(c)]
-        refused = self.lockout.count_blocked_turn(tenant, rec.conversation_id, own) if own else None
+            decision: Literal["flag", "block"] = "block" if gate.blocked else "flag"
+            reason = "sanitized" if sanitizing and not gate.blocked else None
+            await self._flag(gate, verdict.flagged_categories, decision, reason=reason)
+        own = [c for c in verdict.flagged_categories if self.blocks(c)] if lock is None else []
+        refused = self.lockout.count_blocked_turn(tenant, rec.conversation_id, own, before) if own else None
+        if own and first_turn and self.lockout.count_blocked_first_turn(tenant, client, own):
+            log.warning("client %r of tenant %s: repeated blocked first turns, locked", client, tenant)
         if refused:
             log.warning(
                 "conversation %s: %s turns blocked, refusing the rest of it",

@@ -9,6 +9,7 @@ A caller that awaits the verdict itself (a proxy's during-call hook) uses `judge
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ class MonitorJob:
     # the lock-out) is the decision, so the lane folds it, to keep the conversation's
     # state whole, but raises no flag of its own.
     gate_blocked: bool = False
+    # Set to the turn's verdict (None when the lane failed on it or closed before it),
+    # for a gateway that holds the model's actions until then (`Turn.monitor_verdict`).
+    verdict: asyncio.Future[TurnVerdict | None] | None = None
 
 
 class MonitorLane:
@@ -77,21 +81,30 @@ class MonitorLane:
             describe=lambda jobs: f"monitor batch of {len(jobs)} jobs",
         )
 
-    async def submit_turn(self, gate: GateResult, record: ResponseRecord, resent: bool) -> None:
-        """Queue a gated turn (`record`: its new items, or the whole history `resent`)."""
-        if self.queued:
-            parent = record.parent.response_id if record.parent is not None else None
-            items, history = (None, record.items) if resent else (record.items, None)
-            job = MonitorJob(
-                gate.tenant,
-                gate.response_id,
-                gate.conversation_id,
-                items,
-                history,
-                parent,
-                gate_blocked=gate.blocked,
-            )
-            await self.worker.put(job)
+    async def submit_turn(
+        self, gate: GateResult, record: ResponseRecord, resent: bool
+    ) -> asyncio.Future[TurnVerdict | None] | None:
+        """Queue a gated turn (`record`: its new items, or the whole history `resent`).
+        For a turn with untrusted input that the gate let through, returns the future of
+        its verdict (else None)."""
+        if not self.queued:
+            return None
+        parent = record.parent.response_id if record.parent is not None else None
+        items, history = (None, record.items) if resent else (record.items, None)
+        awaited = gate.untrusted_input and not gate.blocked
+        verdict = asyncio.get_running_loop().create_future() if awaited else None
+        job = MonitorJob(
+            gate.tenant,
+            gate.response_id,
+            gate.conversation_id,
+            items,
+            history,
+            parent,
+            gate_blocked=gate.blocked,
+            verdict=verdict,
+        )
+        await self.worker.put(job)
+        return verdict
 
     async def submit_output(self, gate: GateResult, output: Sequence[Item]) -> None:
         if self.queued:
@@ -99,7 +112,9 @@ class MonitorLane:
             await self.worker.put(job)
 
     async def aclose(self, deadline: float) -> Leftovers[MonitorJob]:
-        return await self.worker.aclose(deadline)
+        left = await self.worker.aclose(deadline)
+        _settle(left, None)  # never judged: a turn waiting on one is released
+        return left
 
     async def judge(self, gate: GateResult, history: Sequence[Item]) -> TurnVerdict | None:
         """Run the lane on one turn now and return its verdict (None without monitor
@@ -115,11 +130,15 @@ class MonitorLane:
 
     async def _batch(self, batch: list[MonitorJob]) -> None:
         """A job and those queued behind it (up to `batch_size`), folded in waves."""
-        for wave in waves([(job.tenant, job.conversation_id) for job in batch]):
-            jobs = [batch[i] for i in wave]
-            for job, outcome in zip(jobs, await self._wave(jobs), strict=True):
-                if isinstance(outcome, Exception):
-                    log.error("lane job failed: %r", job, exc_info=outcome)
+        try:
+            for wave in waves([(job.tenant, job.conversation_id) for job in batch]):
+                jobs = [batch[i] for i in wave]
+                for job, outcome in zip(jobs, await self._wave(jobs), strict=True):
+                    if isinstance(outcome, Exception):
+                        log.error("lane job failed: %r", job, exc_info=outcome)
+                    _settle([job], outcome if isinstance(outcome, TurnVerdict) else None)
+        finally:
+            _settle(batch, None)  # a wave that failed whole: its turns have no verdict
 
     async def _wave(self, jobs: Sequence[MonitorJob]) -> list[TurnVerdict | Exception | None]:
         """Jobs of distinct conversations, folded together: each one's verdict (None for
@@ -148,6 +167,12 @@ class MonitorLane:
                     await self.flags.put(outcome.flag, job.tenant)
                 outcomes.append(outcome.verdict)
         return outcomes
+
+
+def _settle(jobs: Sequence[MonitorJob], verdict: TurnVerdict | None) -> None:
+    for job in jobs:
+        if job.verdict is not None and not job.verdict.done():
+            job.verdict.set_result(verdict)
 
 
 def _score_wave(

@@ -22,6 +22,8 @@ class TurnPublisher:
         self.writer = writer
 
     async def submit_turn(self, gate: GateResult, record: ResponseRecord, resent: bool) -> None:
+        """Publish the turn. Returns None: remote workers send flags only, never a verdict
+        on a turn that raised nothing, so nothing here can be waited for."""
         # The previous response's output, then this turn's new items (or a resent history).
         parent = record.parent
         items = record.items if resent else [*(parent.output_items if parent else ()), *record.items]

@@ -35,6 +35,7 @@ from deltaguard.items import Item
 from deltaguard.lanes.assembly import TrackerTable, assemble
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.lockout import ConversationLockout
+from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
 from deltaguard.state.backends import StateBackend
@@ -68,6 +69,10 @@ class StageConfig:
     # reading files that hold keys is not probing.
     block_limit: int | None = defaults.BLOCK_LIMIT
     probe_categories: frozenset[str] = defaults.PROBE_CATEGORIES
+    # How long a lock-out lasts; the window in which one client's blocked first turns
+    # count together (`lockout.ConversationLockout`).
+    lock_s: float = defaults.LOCK_S
+    first_turn_window_s: float = defaults.FIRST_TURN_WINDOW_S
 
 
 class SafetyStage:
@@ -115,8 +120,15 @@ class SafetyStage:
         self.recorder = recorder
         c = self.config
         self.lockout = ConversationLockout(
-            c.block_limit, c.probe_categories, c.store.max_responses, c.store.ttl_s, backend=c.state
+            c.block_limit,
+            c.probe_categories,
+            c.store.max_responses,
+            c.store.ttl_s,
+            lock_s=c.lock_s,
+            first_turn_window_s=c.first_turn_window_s,
+            backend=c.state,
         )
+        self.sanitized = SanitizedItems(c.store.max_responses, c.store.ttl_s)
         self._state = Lifecycle.NEW
         self.undelivered: list[Event] = []  # not delivered by the shutdown deadline: spool them
 
@@ -194,21 +206,24 @@ class SafetyStage:
         history: Sequence[Item] | None = None,
         conversation_id: str | None = None,
         response_id: str | None = None,
+        client: str = "",
     ) -> Turn:
         """Gate a turn: `new_items` continuing `previous_response_id` (stateful clients), or
         a whole `history` resent (stateless clients: only its unseen suffix is scored).
+        `client`: the end-user the request names, if any (`safety_identifier`, `user`):
+        the lock-out counts blocked first turns per tenant and client.
         Raises `PreviousResponseNotFound` for an unknown or evicted previous response."""
         self._require_running()
         response_id = response_id or f"turn_{uuid.uuid4().hex}"
         new = None if history is not None else new_items
         gate, rec = await self._lanes.gate.check(
-            tenant, response_id, new, history, previous_response_id, conversation_id
+            tenant, response_id, new, history, previous_response_id, conversation_id, client
         )
         # The gate verdict is a note on the record, so that the turn can be resumed (a guard
         # API's output check) by this process or another on the same state backend.
         rec = self._trackers.gate(tenant).annotate(response_id, {"gate": _gate_json(gate)}, record=rec)
-        await self._lanes.watcher.submit_turn(gate, rec, resent=history is not None)
-        return Turn(self._lanes.turn, gate, rec, resent=history is not None)
+        verdict = await self._lanes.watcher.submit_turn(gate, rec, resent=history is not None)
+        return Turn(self._lanes.turn, gate, rec, resent=history is not None, monitor_verdict=verdict)
 
     def resume(self, tenant: str, response_id: str) -> Turn:
         """The turn that created `response_id`, to check or finish it later (a guard API's

@@ -16,14 +16,17 @@ output scoring and billing are queued for the post-inference lane.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from deltaguard.errors import LifecycleError
+from deltaguard.errors import ConversationLocked, LifecycleError, SafetyBlocked
 from deltaguard.events import FlagEvent
 from deltaguard.items import Item
+from deltaguard.lanes.lockout import Lock
 from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
+from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.state.scoring import Scorer, TurnVerdict
 from deltaguard.state.store import ConversationTracker, ResponseRecord
 from deltaguard.telemetry.metrics import StageMetrics
@@ -38,6 +41,19 @@ class GateResult:
     verdict: TurnVerdict
     blocked: bool
     blocked_categories: list[str]  # why it was blocked: this turn's or earlier flags
+    # The turn's new items carry untrusted content (tool outputs, attached files): what
+    # the model does with it is judged by the monitor lane before it is acted on.
+    untrusted_input: bool = False
+    # Categories whose spans were cut out of untrusted content (action `sanitize`): the
+    # turn goes on, and the upstream is sent the sanitised items (`Turn.forward`).
+    sanitized: list[str] = field(default_factory=list)
+    lock: Lock | None = None  # the lock-out that refused the turn, if one did
+
+    def refusal(self) -> SafetyBlocked:
+        """The error a client gets for this blocked turn: a locked conversation says so."""
+        if self.lock is not None:
+            return ConversationLocked(self.blocked_categories, self.lock.why, self.lock.until)
+        return SafetyBlocked(self.blocked_categories)
 
 
 class OutputWatcher(Protocol):
@@ -59,17 +75,27 @@ class TurnLanes:
     post: Callable[[GateResult, Sequence[Item], Usage], Awaitable[None]]
     metrics: StageMetrics
     stream_classifiers: frozenset[str]  # gate classifiers that also score streamed output
+    sanitized: SanitizedItems = field(default_factory=SanitizedItems)  # items sent cut
 
 
 class Turn:
     """One turn: its gate verdict, history and record (see the module docstring)."""
 
     def __init__(
-        self, lanes: TurnLanes, gate: GateResult, record: ResponseRecord, *, resent: bool = False
+        self,
+        lanes: TurnLanes,
+        gate: GateResult,
+        record: ResponseRecord,
+        *,
+        resent: bool = False,
+        monitor_verdict: asyncio.Future[TurnVerdict | None] | None = None,
     ) -> None:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
-        history a stateless client resent (else the items after its parent's)."""
+        history a stateless client resent (else the items after its parent's).
+        `monitor_verdict`: the queued monitor lane's verdict on the turn, when it carries
+        untrusted input (None: nothing to wait for)."""
         self._lanes = lanes
+        self._monitor_verdict = monitor_verdict
         self._tracker = lanes.tracker(gate.tenant)
         self.gate = gate
         self._begun = record
@@ -106,10 +132,33 @@ class Turn:
         """The turn's record in the store, as of now (its output once appended)."""
         return self._tracker.record(self.gate.response_id)
 
+    @property
+    def awaits_monitor(self) -> bool:
+        """The monitor lane is judging this turn's untrusted input (`monitor_verdict`)."""
+        return self._monitor_verdict is not None
+
+    async def monitor_verdict(self) -> list[str]:
+        """Wait for the monitor lane's verdict on the turn's untrusted input; the block
+        categories it raised ([]: nothing blocks, or nothing to wait for, or the lane
+        failed on the turn, which it logs). Cancelling the wait leaves the lane's work be."""
+        if self._monitor_verdict is None:
+            return []
+        verdict = await asyncio.shield(self._monitor_verdict)
+        if verdict is None:
+            return []
+        policy = self._lanes.scorer.policy.categories
+        return [c for c in verdict.flagged_categories if c in policy and policy[c].action == "block"]
+
+    @property
+    def upstream_history(self) -> list[Item]:
+        """`history` as the upstream model is sent it: items an injection was cut out of
+        (policy action `sanitize`), in this turn or an earlier one, in their sanitised form."""
+        return self._lanes.sanitized.apply(self.gate.tenant, self.history)
+
     def forward(self) -> tuple[str | None, list[Item]]:
         """What the upstream needs to continue this turn: the upstream's id of the response
         it continues (None: send the whole history) and the items that response has not
-        seen. Counts those items in the input-items metric."""
+        seen, sanitised (`upstream_history`). Counts those items in the input-items metric."""
         if not self._resent:
             parent = self._begun.parent
             upstream = parent.notes.get("upstream_id") if parent is not None else None
@@ -119,7 +168,7 @@ class Turn:
             upstream = rec.notes.get("upstream_id") if rec is not None else None
             new = list(self.history[k:] if upstream is not None else self.history)
         self._lanes.metrics.observe_items("input", new)
-        return upstream, new
+        return upstream, self._lanes.sanitized.apply(self.gate.tenant, new)
 
     async def watch(self, delta: str) -> list[str]:
         """Score a piece of the model's streamed text; flags (and returns) the categories

@@ -142,6 +142,9 @@ class TranscriptRecorder:
 
     def record(self, event: FlagEvent, record: ResponseRecord, tenant: str | None = None) -> Outcome:
         """Record `event`'s conversation as of `record` (see the module docstring)."""
+        if self.redact and event.findings:  # previews show what redaction hides
+            kept = [{k: v for k, v in f.items() if k != "preview"} for f in event.findings]
+            event = event.model_copy(update={"findings": kept})
         with self._lock:
             store = self._open_store()
             tenant = tenant if tenant is not None else self.tenant

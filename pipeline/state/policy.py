@@ -27,7 +27,10 @@ class CategoryPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     threshold: float = Field(0.5, ge=0.0, le=1.0)
-    action: Literal["block", "flag"] = "flag"
+    # "sanitize": spans located in untrusted content (tool outputs, files) are cut out of
+    # what the model is sent and the turn goes on (deltaguard.lanes.sanitize); a span it
+    # cannot cut out blocks.
+    action: Literal["block", "flag", "sanitize"] = "flag"
 
 
 def _default_categories() -> dict[str, CategoryPolicy]:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deltaguard.classifiers import checks
 from deltaguard.classifiers.conversation import SPAN_THRESHOLD, ConversationClassifier
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT
@@ -18,7 +19,6 @@ from deltaguard.items import Item
 from deltaguard.lanes.output_stream import OutputStreamScorer
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import Scorer
-from tests.classifiers import test_conformance as conformance
 from tests.pipeline import test_delta_equivalence as equivalence
 
 # A jailbreak in four pieces. None is over this classifier's threshold alone; together
@@ -319,24 +319,12 @@ def test_pipeline_verdicts_equal_full_rescoring(clf, conv, max_snapshots):
 
 # -- the conformance suite, parametrized over this classifier --------------------------------
 
-CONFORMANCE_CHECKS = [
-    conformance.test_declares_protocol,
-    conformance.test_cold_start_and_empty_input,
-    conformance.test_update_is_pure,
-    conformance.test_serialization_round_trip,
-    conformance.test_delta_equals_full_on_every_split,
-    conformance.test_items_without_text_score_zero,
-    conformance.test_huge_input_is_linear_and_state_bounded,
-    conformance.test_odd_unicode_never_crashes,
-]
 
-
-@pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("rule", list(checks.CHECKS))
 @pytest.mark.parametrize("options", [{}, SMALL_WINDOW], ids=["default", "small-window"])
-def test_conformance(lexical, monkeypatch, check, options):
+def test_conformance(lexical, rule, options):
     clf = ConversationClassifier(lexical=lexical, **options).load()
-    monkeypatch.setitem(conformance.CLASSIFIERS, clf.name, clf)
-    check(clf.name)
+    checks.CHECKS[rule](clf, checks.sample_items())
 
 
 def test_conformance_on_user_text(lexical):
@@ -345,7 +333,7 @@ def test_conformance_on_user_text(lexical):
     big = ("lorem ipsum dolor sit amet " * 40 + "\n") * 400
     state = clf.update(clf.initial_state(), [user(big)]).state
     for _ in range(50):
-        state = clf.update(state, conformance.ITEMS).state
+        state = clf.update(state, checks.sample_items()).state
     assert len(json.dumps(state)) <= clf.max_state_bytes
 
 

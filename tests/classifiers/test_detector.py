@@ -1,6 +1,6 @@
 """The fine-tuned detector on its real artifacts: direct and indirect heads, views, failures.
 
-It is a default classifier, so the conformance suite (test_conformance.py) runs on it too.
+It is a default classifier, so the conformance checks (test_conformance.py) run on it too.
 
 The detector is the encoder classifier serving the "detector" manifest entry (see
 classifiers/encoder.py); the window, batching and memo machinery is tested in

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from deltaguard.classifiers.base import Update, count_tokens, running_max
 
@@ -67,3 +68,31 @@ class BatchingCounter(ItemCounter):
         self._wait()
         self.batches.append(len(requests))
         return [self.update(state, items) for state, items in requests]
+
+
+class SlowInjectionMarker:
+    """A monitor-lane stand-in: flags `prompt_injection` in a tool output holding `marker`,
+    after `delay_s` (an expensive model's time); `finished` holds when each verdict was in."""
+
+    version = "test"
+    categories = ("prompt_injection",)
+    lane = "monitor"
+    max_state_bytes = 200
+
+    def __init__(self, delay_s: float = 0.3, marker: str = "IGNORE PREVIOUS", name: str = "marker") -> None:
+        self.name = name
+        self.delay_s = delay_s
+        self.marker = marker
+        self.finished: list[float] = []
+
+    def initial_state(self):
+        return {"max": {}}
+
+    def update(self, state, items):
+        time.sleep(self.delay_s)
+        rows = [
+            {"prompt_injection": 1.0 if i.role == "tool" and self.marker in i.text else 0.0} for i in items
+        ]
+        scores = running_max(state["max"], rows)
+        self.finished.append(time.monotonic())
+        return Update(state={"max": scores}, item_scores=rows, scores=scores, tokens=0)

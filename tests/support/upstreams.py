@@ -112,3 +112,56 @@ class RecordingUpstream:
 
     async def aclose(self) -> None:
         return None
+
+
+class ToolCallingUpstream:
+    """An agent's model: to every turn it says a few words, then calls `tool`, after
+    `first_action_s`. It counts the generations closed before they completed (`cancelled`)."""
+
+    def __init__(
+        self, tool: str = "run", arguments: str = '{"cmd": "ls"}', first_action_s: float = 0.0
+    ) -> None:
+        self.tool = tool
+        self.arguments = arguments
+        self.first_action_s = first_action_s
+        self.cancelled = 0
+        self.completed = 0
+
+    async def stream(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+        done = False
+        try:
+            events = message_events(call, ["Reading", " the output."])
+            text: list[dict[str, Any]] = []
+            async for event in events:
+                if event["type"] == "response.completed":
+                    break
+                text.append(event)
+                yield event
+            message = text[-1]["item"]
+            await asyncio.sleep(self.first_action_s)
+            item = {
+                "id": new_id("fc"),
+                "type": "function_call",
+                "status": "completed",
+                "call_id": new_id("call"),
+            }
+            item.update(name=self.tool, arguments=self.arguments)
+            seq = text[-1]["sequence_number"] + 1
+            added = {**item, "status": "in_progress", "arguments": ""}
+            yield _event("response.output_item.added", seq, output_index=1, item=added)
+            at = {"item_id": item["id"], "output_index": 1}
+            yield _event("response.function_call_arguments.delta", seq + 1, **at, delta=self.arguments)
+            yield _event("response.function_call_arguments.done", seq + 2, **at, arguments=self.arguments)
+            yield _event("response.output_item.done", seq + 3, output_index=1, item=item)
+            usage = usage_object(Usage(11, 0, 7))
+            response = response_object(
+                text[0]["response"]["id"], call.body, status="completed", output=[message, item], usage=usage
+            )
+            done = True
+            self.completed += 1
+            yield _event("response.completed", seq + 4, response=response)
+        finally:
+            self.cancelled += not done
+
+    async def aclose(self) -> None:
+        return None

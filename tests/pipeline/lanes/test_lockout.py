@@ -34,3 +34,63 @@ def test_tenants_and_conversations_are_kept_apart():
     assert lockout.flagged("a", "other") == frozenset()
     lockout.mark("a", "c", ["toxicity"])
     assert lockout.flagged("a", "c") == {"jailbreak", "toxicity"}
+
+
+def _history(*texts: str):
+    from deltaguard.parsing import parse_item
+
+    return [
+        parse_item({"role": "user" if k % 2 == 0 else "assistant", "content": t}) for k, t in enumerate(texts)
+    ]
+
+
+LONG = _history(
+    "We are migrating the ledger tables to the new cluster next week; list the risks you see.",
+    "The main risks are replication lag during the cut-over, foreign keys that span both "
+    "clusters, and batch jobs that still write to the old primary after the switch.",
+    "Which batch jobs write to the old primary, and how do we find them before the switch?",
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_lock_lasts_lock_s_and_its_near_copies_are_locked_with_it():
+    clock = Clock()
+    lockout = ConversationLockout(block_limit=1, lock_s=60, clock=clock)
+    assert lockout.count_blocked_turn("t", "c", ["jailbreak"], lambda: LONG) == ["jailbreak"]
+    lock = lockout.lock_of("t", "c", lambda: LONG, client="", first_turn=False)
+    assert lock is not None and lock.until == 1060
+    copy = [*_history(LONG[0].text.replace("next", "nxt")), *LONG[1:], *_history("thanks")]
+    assert lockout.lock_of("t", "other", lambda: copy, client="", first_turn=True) is not None
+    assert lockout.lock_of("u", "other", lambda: copy, client="", first_turn=True) is None  # other tenant
+    unrelated = _history("Plan a three-day trip to Lisbon with a day on the coast and good seafood, please.")
+    assert lockout.lock_of("t", "new", lambda: unrelated * 3, client="", first_turn=True) is None
+    clock.now += 61
+    assert lockout.lock_of("t", "other", lambda: copy, client="", first_turn=True) is None
+    assert lockout.flagged("t", "c") == frozenset()
+
+
+def test_a_short_history_is_not_sketched():
+    lockout = ConversationLockout(block_limit=1)
+    lockout.count_blocked_turn("t", "c", ["jailbreak"], lambda: _history("hello", "Hi! How can I help?"))
+    same = _history("hello", "Hi! How can I help?", "thanks")
+    assert lockout.lock_of("t", "other", lambda: same, client="", first_turn=True) is None
+
+
+def test_blocked_first_turns_lock_the_client_within_the_window_only():
+    clock = Clock()
+    lockout = ConversationLockout(block_limit=2, lock_s=60, first_turn_window_s=10, clock=clock)
+    assert lockout.count_blocked_first_turn("t", "eve", ["jailbreak"]) is None
+    clock.now += 11  # the first one left the window
+    assert lockout.count_blocked_first_turn("t", "eve", ["jailbreak"]) is None
+    assert lockout.count_blocked_first_turn("t", "eve", ["secrets"]) is None  # not probing
+    assert lockout.count_blocked_first_turn("t", "eve", ["jailbreak"]) == ["jailbreak"]
+    assert lockout.lock_of("t", "c9", list, client="eve", first_turn=True) is not None
+    assert lockout.lock_of("t", "c9", list, client="eve", first_turn=False) is None  # its open conversations
+    assert lockout.lock_of("t", "c9", list, client="bob", first_turn=True) is None

@@ -77,6 +77,8 @@ async def test_a_flag_of_the_stage_records_the_transcript(tmp_path, scorer, reda
         # What redaction removed is gone for the classifiers too.
         assert replayed[-1]["category_scores"]["secrets"] == 0.0
         assert all("preview" not in f for v in rec.verdicts for f in v.get("findings", []))
+        flagged = [f for e in rec.flags for f in e.get("findings", [])]
+        assert flagged and all("preview" not in f for f in flagged)
 
 
 async def test_a_monitor_flag_records_with_the_model_outputs(tmp_path, scorer):
