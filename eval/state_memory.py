@@ -14,11 +14,25 @@ import argparse
 import gc
 import json
 import tracemalloc
+from collections.abc import Callable
+from typing import Any
 
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import parse_conversation
+
+
+def drive(tracker: ConversationTracker, convs: list[Any], on_turn: Callable[[], None] = lambda: None) -> None:
+    """Every conversation through the tracker, turn by turn: its input, then its output."""
+    for conv in convs:
+        prev = None
+        for t, turn in enumerate(conv.turns):
+            rid = f"{conv.id}#{t}"
+            tracker.score_turn(rid, turn.input, prev)
+            tracker.score_output(rid, turn.output)
+            prev = rid
+            on_turn()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,13 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
-        for conv in convs:
-            prev = None
-            for t, turn in enumerate(conv.turns):
-                rid = f"{conv.id}#{t}"
-                tracker.score_turn(rid, turn.input, prev)
-                tracker.score_output(rid, turn.output)
-                prev = rid
+        drive(tracker, convs)
         if not keep_records:
             store.responses.clear()
         gc.collect()

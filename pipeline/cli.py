@@ -97,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--record-no-redact", action="store_true", help="keep secret and PII values in the recordings"
     )
     sp.add_argument("--spool", default="deltaguard-undelivered.jsonl", help="where undeliverable events go")
+    sp.add_argument(
+        "--state",
+        default=defaults.STATE_URL,
+        metavar="URL",
+        help="where conversation state lives: memory:// (default, this process), sqlite:///PATH "
+        "(survives restarts), redis://HOST:PORT/DB (shared by replicas)",
+    )
     sp.add_argument("--log-level", default="info")
     sp.add_argument(
         "--broker", help="kafka://HOST:PORT: publish turns and events to Kafka (distributed mode)"
@@ -150,10 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from deltaguard.classifiers.registry import parse_names
+    from deltaguard.errors import StateBackendError
     from deltaguard.gateway.config import GatewayConfig
     from deltaguard.gateway.server import scorer_for, serve
     from deltaguard.review import review_routes
+    from deltaguard.state.backends import parse_state_url
 
+    try:
+        parse_state_url(args.state)
+    except StateBackendError as exc:
+        print(f"deltaguard serve: --state: {exc}", file=sys.stderr)
+        return 2
     config = GatewayConfig(
         host=args.host,
         port=args.port,
@@ -170,6 +184,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         record_path=args.record,
         record_redact=not args.record_no_redact,
         spool_path=args.spool,
+        state=args.state,
         broker=args.broker,
         kafka_config=args.kafka_config,
     )

@@ -10,6 +10,13 @@ PORT = 8400
 MAX_RESPONSES = 100_000
 MAX_SNAPSHOTS = 50_000
 STATE_TTL_S = 3600.0
+# ...and in bytes: response records (their histories) and snapshots, each.
+STATE_MAX_BYTES = 256 * 1024 * 1024
+# Where conversation state lives: memory://, sqlite:///PATH or redis://HOST:PORT/DB.
+STATE_URL = "memory://"
+# With a sqlite or redis backend, the process drops what it holds of a conversation left
+# unused this long (the backend keeps it): idle conversations cost no memory.
+STATE_CACHE_TTL_S = 60.0
 
 # Lanes and sinks.
 INFERENCE_THREADS = 2

@@ -14,6 +14,7 @@ DeltaGuardError
 ├── LifecycleError             a component asked to start or close out of order (also a RuntimeError)
 ├── SinkFull                   a bounded sink or spool refused an event
 ├── RecordingStoreError        the recording store cannot be used
+├── StateBackendError          the conversation state backend cannot be used (bad URL, unreachable)
 ├── RequestError               a request the gateway refuses (HTTP status, error code)
 │   └── SafetyBlocked          the safety stage blocked the turn
 ├── UpstreamError              the upstream model failed or stalled
@@ -24,7 +25,7 @@ DeltaGuardError
 Foreign errors (aiokafka, onnxruntime, httpx, sqlite3) never leave the adapter that calls
 the library: each translates them at one boundary, `raise ... from exc`, so the original
 stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstreams.transport`,
-`deltaguard.classifiers.encoder`, `deltaguard.recording`).
+`deltaguard.classifiers.encoder`, `deltaguard.recording`, `deltaguard.state.backends`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ class SinkFull(DeltaGuardError):
 
 class RecordingStoreError(DeltaGuardError):
     """The recording store cannot be used (not a DeltaGuard store, newer schema, missing)."""
+
+
+class StateBackendError(DeltaGuardError):
+    """The conversation state backend cannot be used: a bad `--state` URL, a file that cannot
+    be opened, a Redis server that cannot be reached."""
 
 
 class RequestError(DeltaGuardError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -41,6 +42,7 @@ from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.parsing import parse_items
 from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
+from deltaguard.state.backends import open_backend
 from deltaguard.state.scoring import Scorer
 from deltaguard.telemetry.metrics import PrometheusMetrics
 from deltaguard.tenants import tenant_for
@@ -129,18 +131,22 @@ class Gateway:
             )
             self.kafka = KafkaEventSink(settings)
             turn_sink = flag_sink = billing_sink = _Unowned(self.kafka)
+        # Conversation state beyond the process (sqlite://, redis://); None: memory://.
+        self.state = open_backend(config.state)
+        stage_config = stage_config or StageConfig(
+            block_limit=config.block_limit,
+            lock_s=config.lock_s,
+            first_turn_window_s=config.first_turn_window_s,
+        )
+        if stage_config.state is None and self.state is not None:
+            stage_config = dataclasses.replace(stage_config, state=self.state)
         self.stage = SafetyStage(
             scorer,
             monitor=config.monitor_classifiers,
             flag_sink=flag_sink or _sink(config.flags_path),
             billing_sink=billing_sink or _sink(config.billing_path),
             turn_sink=turn_sink,
-            config=stage_config
-            or StageConfig(
-                block_limit=config.block_limit,
-                lock_s=config.lock_s,
-                first_turn_window_s=config.first_turn_window_s,
-            ),
+            config=stage_config,
             metrics=self.metrics,
             recorder=_recorder(config, scorer),
             stream_classifiers=config.output_stream_classifiers,
@@ -162,6 +168,9 @@ class Gateway:
         if self.kafka is not None:
             await self.kafka.start()  # never waits for the broker: it spools meanwhile
             await self.flag_subscriber.start()
+        ping = getattr(self.state, "ping", None)
+        if ping is not None:  # a shared backend that cannot be reached fails startup cleanly
+            ping()
         await self.stage.start()
         try:
             yield
@@ -179,6 +188,8 @@ class Gateway:
                 log.error("events not delivered by the shutdown deadline (%s) spooled to %s", left, path)
             await self.upstream.aclose()
             await self.chat_upstream.aclose()
+            if self.state is not None:
+                self.state.close()
 
     def tenant_of(self, headers: Any) -> str | None:
         """The tenant whose API key the request carries; None when the key is wrong.

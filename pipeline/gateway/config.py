@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deltaguard import defaults
 from deltaguard.classifiers.registry import DEFAULT_NAMES
+from deltaguard.errors import StateBackendError
+from deltaguard.state.backends import parse_state_url
 
 
 def api_keys_from_env() -> dict[str, str]:
@@ -23,6 +25,15 @@ def api_keys_from_env() -> dict[str, str]:
 
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("state")
+    @classmethod
+    def _state_url(cls, value: str) -> str:
+        try:
+            parse_state_url(value)
+        except StateBackendError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
 
     host: str = defaults.HOST
     port: int = Field(defaults.PORT, ge=0, le=65535)
@@ -43,6 +54,11 @@ class GatewayConfig(BaseModel):
     sim_reply_tokens: int = Field(40, ge=1)
     sim_tool_calls: int = Field(3, ge=0)  # tool calls per user request before the final answer
     sim_prefill_s_per_token: float = Field(0.0, ge=0)  # the simulated model's cost per uncached input token
+
+    # Where conversation state lives (deltaguard.state.backends): memory:// (this process
+    # only), sqlite:///PATH (one file, survives restarts), redis://HOST:PORT/DB (shared by
+    # replicas).
+    state: str = defaults.STATE_URL
 
     # Distributed mode: kafka://HOST:PORT, and optionally a JSON file of KafkaSettings.
     broker: str | None = None

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
+import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +37,7 @@ from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import instructions_item, parse_item, parse_items
 from deltaguard.state.scoring import findings_json
-from deltaguard.state.store import LruTtlMap
+from deltaguard.state.tiers import StateMap
 from deltaguard.usage import Usage, usage_from
 
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
@@ -103,7 +105,19 @@ class ResponsesService:
         # What a response's continuations inherit (its tools, and the digests of its tools
         # and instructions, so unchanged ones are not scored again) and the upstream's id
         # of it are notes on the response's record in the stage (`Turn.finish`).
-        self.conversations: LruTtlMap[tuple[str, str], ConversationEntry] = LruTtlMap(n, ttl)
+        # Conversations API entries live where the conversation state does (a replica
+        # reads them from a shared backend first: another may have moved them on).
+        self.conversations: StateMap[tuple[str, str], ConversationEntry] = StateMap(
+            "api/conversations",
+            max_entries=n,
+            max_bytes=n * 512,
+            ttl_s=ttl,
+            encode=lambda e: json.dumps(dataclasses.asdict(e)),
+            decode=lambda text: ConversationEntry(**json.loads(text)),
+            size=lambda _: 512,
+            backend=stage.config.state,
+            fresh=True,
+        )
         self.inflight = 0
 
     # -- conversations (the Conversations API) -----------------------------------------
@@ -328,9 +342,11 @@ class ResponsesService:
             **({"upstream_id": upstream_id} if isinstance(upstream_id, str) else {}),
         )
         if req.conversation is not None:
-            entry = self.conversations.get((turn.gate.tenant, req.conversation))
+            key = (turn.gate.tenant, req.conversation)
+            entry = self.conversations.get(key)
             if entry is not None:
                 entry.last_response_id = turn.gate.response_id
+                self.conversations.put(key, entry)
         return {**event, "response": final}
 
 

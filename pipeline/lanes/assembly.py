@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.gate import GateLane
@@ -23,6 +24,7 @@ from deltaguard.lanes.publisher import TurnPublisher
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import TurnLanes
 from deltaguard.sinks import EventSink, FlagRecorder, SinkWriter
+from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import Scorer
 from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
 from deltaguard.telemetry.metrics import StageMetrics
@@ -55,10 +57,12 @@ class TrackerTable:
         scorers: dict[str, Scorer | None],
         limits: StoreLimits,
         factory: Callable[[StoreLimits], ConversationStore],
+        backend: StateBackend | None = None,
     ) -> None:
         self.scorers = scorers
         self.limits = limits
         self.factory = factory
+        self.backend = backend
         self.trackers: dict[tuple[str, str], ConversationTracker] = {}
 
     def get(self, lane: str, tenant: str) -> ConversationTracker:
@@ -66,7 +70,13 @@ class TrackerTable:
         if tracker is None:
             scorer = self.scorers[lane]
             assert scorer is not None, f"the stage has no {lane} classifiers"
-            tracker = self.trackers[(lane, tenant)] = ConversationTracker(scorer, self.factory(self.limits))
+            if self.factory is ConversationStore:
+                # One namespace per lane and tenant, in the process and in the backend.
+                namespace = f"{lane}/{quote(tenant, safe='')}"
+                store = ConversationStore(self.limits, backend=self.backend, namespace=namespace)
+            else:
+                store = self.factory(self.limits)
+            tracker = self.trackers[(lane, tenant)] = ConversationTracker(scorer, store)
         return tracker
 
     def gate(self, tenant: str) -> ConversationTracker:

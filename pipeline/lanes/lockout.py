@@ -32,16 +32,19 @@ True
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from deltaguard import defaults
 from deltaguard.items import DEFINITIONS_ROLE, INSTRUCTIONS_ROLE, Item
-from deltaguard.state.store import LruTtlMap
+from deltaguard.state.backends import StateBackend
+from deltaguard.state.tiers import StateMap
 
 SHINGLE_CHARS = 8
 SKETCH_SIZE = 128  # hashes kept per locked history
@@ -50,6 +53,7 @@ CONTAINED = 0.8  # the share of a locked sketch a history must contain to be its
 MAX_SKETCH_CHARS = 256 * 1024  # of a history, the text sketched
 OPERATOR_ROLES = frozenset({"system", "developer", INSTRUCTIONS_ROLE, DEFINITIONS_ROLE})
 _SPACE = re.compile(r"\s+")
+_ENTRY_BYTES = 200  # a conversation's key and its categories, counts or lock
 
 
 def _shingles(items: Sequence[Item]) -> set[int]:
@@ -91,7 +95,8 @@ class ConversationLockout:
     """Per (tenant, conversation): the categories that refuse its next turns, how many of
     its turns were blocked on their own content, and its lock; per tenant, the sketches of
     locked histories; per client key, its blocked first turns. All bounded like the
-    conversation store (locks by `lock_s`)."""
+    conversation store (locks by `lock_s`), and all but the sketches kept in its backend
+    (read from it first when replicas share it)."""
 
     def __init__(
         self,
@@ -103,24 +108,44 @@ class ConversationLockout:
         first_turn_window_s: float = defaults.FIRST_TURN_WINDOW_S,
         max_locks: int = 1000,
         clock: Callable[[], float] = time.time,
+        backend: StateBackend | None = None,
     ) -> None:
         self.block_limit = block_limit
         self.probe_categories = probe_categories
         self.lock_s = lock_s
         self.first_turn_window_s = first_turn_window_s
         self.clock = clock
-        self._flags: LruTtlMap[tuple[str, str], frozenset[str]] = LruTtlMap(max_conversations, ttl_s)
-        self._blocked: LruTtlMap[tuple[str, str], tuple[int, frozenset[str]]] = LruTtlMap(
-            max_conversations, ttl_s
+
+        def bounded(name: str, ttl: float, encode: Any, decode: Any) -> Any:
+            return StateMap(
+                f"lockout/{name}",
+                max_entries=max_conversations,
+                max_bytes=max_conversations * _ENTRY_BYTES,
+                ttl_s=ttl,
+                encode=encode,
+                decode=decode,
+                size=lambda _: _ENTRY_BYTES,
+                backend=backend,
+                fresh=True,
+            )
+
+        self._flags: StateMap[tuple[str, str], frozenset[str]] = bounded(
+            "flags", ttl_s, lambda v: json.dumps(sorted(v)), lambda text: frozenset(json.loads(text))
         )
-        self._locks: LruTtlMap[tuple[str, str], Lock] = LruTtlMap(max_conversations, lock_s)
-        # (tenant, conversation) -> its locked history's sketch: the newest `max_locks`, live.
+        self._blocked: StateMap[tuple[str, str], tuple[int, frozenset[str]]] = bounded(
+            "blocked", ttl_s, lambda v: json.dumps([v[0], sorted(v[1])]), _decode_blocked
+        )
+        self._locks: StateMap[tuple[str, str], Lock] = bounded("locks", lock_s, _lock_json, _lock_from_json)
+        # (tenant, conversation) -> its locked history's sketch: the newest `max_locks`, live
+        # (in this process only: a near-copy is caught by the replica that locked it).
         self._sketches: OrderedDict[tuple[str, str], tuple[HistorySketch, Lock]] = OrderedDict()
         self.max_locks = max_locks
-        self._first_turns: LruTtlMap[tuple[str, str], tuple[float, ...]] = LruTtlMap(
-            max_conversations, first_turn_window_s
+        self._first_turns: StateMap[tuple[str, str], tuple[float, ...]] = bounded(
+            "first_turns", first_turn_window_s, json.dumps, lambda text: tuple(json.loads(text))
         )
-        self._client_locks: LruTtlMap[tuple[str, str], Lock] = LruTtlMap(max_conversations, lock_s)
+        self._client_locks: StateMap[tuple[str, str], Lock] = bounded(
+            "client_locks", lock_s, _lock_json, _lock_from_json
+        )
 
     def _live(self, lock: Lock | None) -> Lock | None:
         return lock if lock is not None and lock.until > self.clock() else None
@@ -218,3 +243,17 @@ class ConversationLockout:
                     lock.categories, lock.until, f"its history copies a locked conversation ({lock.why})"
                 )
         return None
+
+
+def _decode_blocked(text: str) -> tuple[int, frozenset[str]]:
+    count, seen = json.loads(text)
+    return int(count), frozenset(seen)
+
+
+def _lock_json(lock: Lock) -> str:
+    return json.dumps(asdict(lock))
+
+
+def _lock_from_json(text: str) -> Lock:
+    obj = json.loads(text)
+    return Lock(tuple(obj["categories"]), float(obj["until"]), str(obj["why"]))

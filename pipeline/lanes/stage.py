@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from deltaguard import defaults
 from deltaguard.errors import LaneClosed
@@ -37,6 +38,7 @@ from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
+from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import Scorer, TurnVerdict
 from deltaguard.state.store import ConversationStore, ResponseRecord, StoreLimits
 from deltaguard.telemetry.metrics import NullMetrics, StageMetrics
@@ -57,6 +59,9 @@ class StageConfig:
     store: StoreLimits = field(default_factory=StoreLimits)
     # How each (lane, tenant) store is made: a benchmark's baseline may keep no snapshots.
     store_factory: Callable[[StoreLimits], ConversationStore] = ConversationStore
+    # Where conversation state, the lock-out and the Conversations API's entries live
+    # beyond the process (`deltaguard.state.backends.open_backend`); None: in memory only.
+    state: StateBackend | None = None
     # A blocked turn never joins the history, so a client can rephrase it again and again
     # from the same point until one version passes. After this many turns of one
     # conversation blocked on their own content in `probe_categories`, every later turn of
@@ -104,7 +109,9 @@ class SafetyStage:
         self._limiter = limiter
         self._own_limiter = limiter is None
         scorers = {"gate": self.gate_scorer, "monitor": self.monitor_scorer}
-        self._trackers = TrackerTable(scorers, self.config.store, self.config.store_factory)
+        self._trackers = TrackerTable(
+            scorers, self.config.store, self.config.store_factory, self.config.state
+        )
         self.policy = scorer.policy
         self.flag_sink = flag_sink or MemorySink()
         self.billing_sink = billing_sink or MemorySink()
@@ -119,6 +126,7 @@ class SafetyStage:
             c.store.ttl_s,
             lock_s=c.lock_s,
             first_turn_window_s=c.first_turn_window_s,
+            backend=c.state,
         )
         self.sanitized = SanitizedItems(c.store.max_responses, c.store.ttl_s)
         self._state = Lifecycle.NEW
@@ -211,7 +219,9 @@ class SafetyStage:
         gate, rec = await self._lanes.gate.check(
             tenant, response_id, new, history, previous_response_id, conversation_id, client
         )
-        rec.notes["gate"] = gate
+        # The gate verdict is a note on the record, so that the turn can be resumed (a guard
+        # API's output check) by this process or another on the same state backend.
+        rec = self._trackers.gate(tenant).annotate(response_id, {"gate": _gate_json(gate)}, record=rec)
         verdict = await self._lanes.watcher.submit_turn(gate, rec, resent=history is not None)
         return Turn(self._lanes.turn, gate, rec, resent=history is not None, monitor_verdict=verdict)
 
@@ -229,7 +239,7 @@ class SafetyStage:
         return (self._turn_of(rec), k) if rec is not None else (None, 0)
 
     def _turn_of(self, rec: ResponseRecord) -> Turn:
-        return Turn(self._lanes.turn, rec.notes["gate"], rec, resent=rec.parent is None)
+        return Turn(self._lanes.turn, _gate_from_json(rec.notes["gate"]), rec, resent=rec.parent_id is None)
 
     def mark_flagged(
         self, conversation_id: str, categories: Sequence[str], tenant: str = DEFAULT_TENANT
@@ -259,3 +269,25 @@ class SafetyStage:
     async def check_output(self, gate: GateResult, output: Sequence[Item]) -> TurnVerdict:
         """`resume(...).check_output(output)`: the answer to a gated turn, scored now."""
         return await self.resume(gate.tenant, gate.response_id).check_output(output)
+
+
+def _gate_json(gate: GateResult) -> dict[str, Any]:
+    return {
+        "tenant": gate.tenant,
+        "response_id": gate.response_id,
+        "conversation_id": gate.conversation_id,
+        "verdict": gate.verdict.to_json(),
+        "blocked": gate.blocked,
+        "blocked_categories": list(gate.blocked_categories),
+    }
+
+
+def _gate_from_json(obj: dict[str, Any]) -> GateResult:
+    return GateResult(
+        tenant=obj["tenant"],
+        response_id=obj["response_id"],
+        conversation_id=obj["conversation_id"],
+        verdict=TurnVerdict.from_json(obj["verdict"]),
+        blocked=bool(obj["blocked"]),
+        blocked_categories=list(obj["blocked_categories"]),
+    )

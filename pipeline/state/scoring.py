@@ -10,6 +10,7 @@ conversations' turns at once, sharing the batched classifiers' calls (the monito
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -158,6 +159,28 @@ class TurnVerdict:
     latency_ms: dict[str, float]  # "total" plus one entry per classifier
     tokens_scored: int
     findings: list[Finding]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-compatible form (kept with a response's record)."""
+        return {
+            "decision": self.decision,
+            "category_scores": dict(self.category_scores),
+            "flagged_categories": list(self.flagged_categories),
+            "latency_ms": dict(self.latency_ms),
+            "tokens_scored": self.tokens_scored,
+            "findings": [dataclasses.asdict(f) for f in self.findings],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TurnVerdict:
+        return cls(
+            decision=obj["decision"],
+            category_scores=dict(obj["category_scores"]),
+            flagged_categories=list(obj["flagged_categories"]),
+            latency_ms=dict(obj["latency_ms"]),
+            tokens_scored=int(obj["tokens_scored"]),
+            findings=[Finding(**f) for f in obj["findings"]],
+        )
 
 
 class Scorer:

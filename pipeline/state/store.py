@@ -17,6 +17,7 @@ and records are immutable, so two children of one parent share it (copy-on-write
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -27,7 +28,9 @@ from typing import Any, Generic, TypeVar
 from deltaguard import defaults
 from deltaguard.errors import PreviousResponseNotFound
 from deltaguard.items import Item
+from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import CHAIN_ROOT, Fold, FoldRequest, Scorer, Snapshot, chain_of, longest_prefix
+from deltaguard.state.tiers import StateMap
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -79,13 +82,33 @@ class LruTtlMap(Generic[K, V]):
         self._data.clear()
 
 
+class ParentLink:
+    """A record's parent: the record itself, or how to load it (a record read back from a
+    backend resolves its parent only when its history is walked)."""
+
+    __slots__ = ("_load", "_record")
+
+    def __init__(
+        self, record: ResponseRecord | None = None, load: Callable[[], ResponseRecord] | None = None
+    ) -> None:
+        self._record = record
+        self._load = load
+
+    def get(self) -> ResponseRecord | None:
+        if self._record is None and self._load is not None:
+            self._record = self._load()
+            self._load = None
+        return self._record
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ResponseRecord:
     """The items one response added to a conversation (its new input, then its output)."""
 
     response_id: str
     conversation_id: str  # the first response's id, unless the client named it
-    parent: ResponseRecord | None
+    parent_id: str | None
+    link: ParentLink = field(repr=False)
     items: tuple[Item, ...]
     chains: tuple[bytes, ...]  # chain value after each of `items`
     length: int  # items in the whole history up to and including these
@@ -93,8 +116,16 @@ class ResponseRecord:
     answered: bool = False  # the history holds a model item (an answer, a tool call)
     # What the response's adapters carry to its continuations (its gate verdict, tools,
     # the upstream's id): kept with the record, evicted with it, and shared by the record
-    # that appends the response's output.
+    # that appends the response's output. JSON values and bytes only (records are stored
+    # as JSON, `record_to_json`).
     notes: dict[str, Any] = field(default_factory=dict)
+    # Estimated bytes of the whole history up to and including this record: what holding
+    # it in the process costs, since a record keeps its ancestors alive.
+    history_bytes: int = 0
+
+    @property
+    def parent(self) -> ResponseRecord | None:
+        return self.link.get()
 
     @property
     def output_items(self) -> tuple[Item, ...]:
@@ -123,6 +154,98 @@ class ResponseRecord:
             node = node.parent
 
 
+def items_bytes(items: Sequence[Item]) -> int:
+    """Estimated bytes items hold in the process (their text twice: canonical and raw)."""
+    return sum(160 + 2 * len(i.text) + len(i.attachments) for i in items)
+
+
+def _note_to_json(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    if isinstance(value, dict):
+        return {k: _note_to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_note_to_json(v) for v in value]
+    return value
+
+
+def _note_from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and "$bytes" in value:
+            return bytes.fromhex(value["$bytes"])
+        return {k: _note_from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_note_from_json(v) for v in value]
+    return value
+
+
+def item_to_json(item: Item) -> dict[str, Any]:
+    return {
+        "kind": item.kind,
+        "role": item.role,
+        "text": item.text,
+        "digest": item.digest.hex(),
+        "raw": item.raw,
+        "tokens": item.tokens,
+        "scored": item.scored,
+        "from_client": item.from_client,
+        "attachments": item.attachments,
+    }
+
+
+def item_from_json(obj: dict[str, Any]) -> Item:
+    return Item(
+        kind=obj["kind"],
+        role=obj["role"],
+        text=obj["text"],
+        digest=bytes.fromhex(obj["digest"]),
+        raw=obj["raw"],
+        tokens=int(obj["tokens"]),
+        scored=bool(obj["scored"]),
+        from_client=bool(obj["from_client"]),
+        attachments=obj["attachments"],
+    )
+
+
+def record_to_json(rec: ResponseRecord) -> str:
+    """A record as JSON text: its own items and a reference to its parent (by id)."""
+    return json.dumps(
+        {
+            "v": 1,
+            "response_id": rec.response_id,
+            "conversation_id": rec.conversation_id,
+            "parent_id": rec.parent_id,
+            "items": [item_to_json(i) for i in rec.items],
+            "chains": [c.hex() for c in rec.chains],
+            "length": rec.length,
+            "outputs": rec.outputs,
+            "answered": rec.answered,
+            "notes": _note_to_json(rec.notes),
+            "history_bytes": rec.history_bytes,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def record_from_json(text: str, load_parent: Callable[[str], ResponseRecord]) -> ResponseRecord:
+    obj = json.loads(text)
+    parent_id = obj["parent_id"]
+    return ResponseRecord(
+        response_id=obj["response_id"],
+        conversation_id=obj["conversation_id"],
+        parent_id=parent_id,
+        link=ParentLink(load=(lambda: load_parent(parent_id)) if parent_id is not None else None),
+        items=tuple(item_from_json(i) for i in obj["items"]),
+        chains=tuple(bytes.fromhex(c) for c in obj["chains"]),
+        length=int(obj["length"]),
+        outputs=int(obj["outputs"]),
+        answered=bool(obj["answered"]),
+        notes=_note_from_json(obj["notes"]),
+        history_bytes=int(obj["history_bytes"]),
+    )
+
+
 @dataclass
 class StoreStats:
     hits: int = 0  # a cached snapshot covered the known history (or a resent prefix)
@@ -132,36 +255,98 @@ class StoreStats:
 
 @dataclass(frozen=True, slots=True)
 class StoreLimits:
+    """Bounds of one (lane, tenant) store in the process: entries, bytes, idle time."""
+
     max_responses: int = defaults.MAX_RESPONSES
     max_snapshots: int = defaults.MAX_SNAPSHOTS
     ttl_s: float = defaults.STATE_TTL_S
+    # Bytes the process holds of response records (their whole histories) and of
+    # snapshots (their JSON form), each; least recently used go first.
+    max_bytes: int = defaults.STATE_MAX_BYTES
+    # With a backend: what the process keeps of a conversation unused this long is dropped
+    # from memory (the backend still has it).
+    cache_ttl_s: float = defaults.STATE_CACHE_TTL_S
 
 
-@dataclass
+_INDEX_BYTES = 120  # an index entry: a chain value and an id
+
+
+def _snapshot_json(snapshot: Snapshot) -> str:
+    return json.dumps(snapshot.to_json(), separators=(",", ":"))
+
+
+def _snapshot_from_json(text: str) -> Snapshot:
+    return Snapshot.from_json(json.loads(text))
+
+
 class ConversationStore:
-    """Bounded response records and snapshots (see module docstring)."""
+    """Bounded response records and snapshots of one lane and tenant (module docstring),
+    in the process and, given a backend, in it under `namespace`."""
 
-    limits: StoreLimits = field(default_factory=StoreLimits)
-    clock: Callable[[], float] = time.monotonic
-
-    def __post_init__(self) -> None:
-        self.responses: LruTtlMap[str, ResponseRecord] = LruTtlMap(
-            self.limits.max_responses, self.limits.ttl_s, self.clock
+    def __init__(
+        self,
+        limits: StoreLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        backend: StateBackend | None = None,
+        namespace: str = "gate/default",
+    ) -> None:
+        self.limits = limits = limits or StoreLimits()
+        self.clock = clock
+        self.backend = backend
+        self.namespace = namespace
+        common: dict[str, Any] = {
+            "ttl_s": limits.ttl_s,
+            "backend": backend,
+            "cache_ttl_s": limits.cache_ttl_s,
+            "clock": clock,
+        }
+        # A shared backend's records are read from it first: another replica may have
+        # appended a response's output (a guard API's output check) since this one read it.
+        self.responses: StateMap[str, ResponseRecord] = StateMap(
+            f"{namespace}/r",
+            max_entries=limits.max_responses,
+            max_bytes=limits.max_bytes,
+            encode=record_to_json,
+            decode=lambda text: record_from_json(text, self._parent),
+            size=lambda rec: rec.history_bytes,
+            group=lambda rec: f"{namespace}/c/{rec.conversation_id}",
+            fresh=True,
+            **common,
         )
-        self.snapshots: LruTtlMap[bytes, Snapshot] = LruTtlMap(
-            self.limits.max_snapshots, self.limits.ttl_s, self.clock
+        self.snapshots: StateMap[bytes, Snapshot] = StateMap(
+            f"{namespace}/s",
+            max_entries=limits.max_snapshots,
+            max_bytes=limits.max_bytes,
+            encode=_snapshot_json,
+            decode=_snapshot_from_json,
+            **common,
         )
         # The conversation each recorded history belongs to, by the chain value at its
         # end: a stateless client's resent history keeps its conversation's identity.
         # Only histories that hold a model item are anchors, so two clients whose first
         # requests are alike (one system prompt, one task) stay two conversations.
-        self.conversations: LruTtlMap[bytes, str] = LruTtlMap(
-            self.limits.max_responses, self.limits.ttl_s, self.clock
-        )
+        index: dict[str, Any] = {
+            "max_entries": limits.max_responses,
+            "max_bytes": limits.max_responses * _INDEX_BYTES,
+            "encode": json.dumps,
+            "decode": json.loads,
+            "size": lambda _: _INDEX_BYTES,
+            **common,
+        }
+        self.conversations: StateMap[bytes, str] = StateMap(f"{namespace}/conv", **index)
         # The response each noted history ends (its output included), by the chain value
         # at that end: what a resent history continues (`ConversationTracker.ended_at`).
-        self.ends: LruTtlMap[bytes, str] = LruTtlMap(self.limits.max_responses, self.limits.ttl_s, self.clock)
+        self.ends: StateMap[bytes, str] = StateMap(f"{namespace}/end", **index)
         self.stats = StoreStats()
+
+    def _parent(self, response_id: str) -> ResponseRecord:
+        """A parent named by a record read back from the backend (it lives as long as its
+        descendants: a conversation's records expire together)."""
+        rec = self.responses.get(response_id, fresh=False)
+        if rec is None:
+            raise PreviousResponseNotFound(response_id)
+        return rec
 
     def record(self, response_id: str) -> ResponseRecord:
         rec = self.responses.get(response_id)
@@ -183,11 +368,13 @@ class ConversationStore:
         rec = ResponseRecord(
             response_id=response_id,
             conversation_id=conversation_id,
-            parent=parent,
+            parent_id=parent.response_id if parent else None,
+            link=ParentLink(parent),
             items=tuple(items),
             chains=tuple(chains if chains is not None else chain_of(items, start)),
             length=(parent.length if parent else 0) + len(items),
             answered=(parent.answered if parent else False) or any(i.role == "assistant" for i in items),
+            history_bytes=(parent.history_bytes if parent else 0) + items_bytes(items),
         )
         self.responses.put(response_id, rec)
         if rec.answered:
@@ -208,18 +395,30 @@ class ConversationStore:
         new = ResponseRecord(
             response_id=response_id,
             conversation_id=rec.conversation_id,
-            parent=rec.parent,
+            parent_id=rec.parent_id,
+            link=rec.link,
             items=rec.items + tuple(items),
             chains=rec.chains + tuple(chain_of(items, rec.chain)),
             length=rec.length + len(items),
             outputs=rec.outputs + len(items),
             answered=rec.answered or bool(items),
             notes=rec.notes,
+            history_bytes=rec.history_bytes + items_bytes(items),
         )
         self.responses.put(response_id, new)
         if items:
             self.conversations.put(new.chain, new.conversation_id)
         return new
+
+    def annotate(
+        self, response_id: str, notes: dict[str, Any], record: ResponseRecord | None = None
+    ) -> ResponseRecord:
+        """Add notes to a response's record (`record`, when the caller holds it), in the
+        process and in the backend."""
+        rec = record if record is not None else self.record(response_id)
+        rec.notes.update(notes)
+        self.responses.put(response_id, rec)
+        return rec
 
     def put_snapshot(self, snapshot: Snapshot) -> None:
         self.snapshots.put(snapshot.chain, snapshot)
@@ -374,11 +573,18 @@ class ConversationTracker:
         with self._lock:
             return self.store.extend_record(response_id, output_items)
 
-    def annotate(self, response_id: str, notes: dict[str, Any], *, index: bool = False) -> ResponseRecord:
-        """Add `notes` to a response's record; `index`: `ended_at` finds it by its history."""
+    def annotate(
+        self,
+        response_id: str,
+        notes: dict[str, Any],
+        *,
+        index: bool = False,
+        record: ResponseRecord | None = None,
+    ) -> ResponseRecord:
+        """Add `notes` to a response's record (`record`: the caller holds it); `index`:
+        `ended_at` finds it by its history."""
         with self._lock:
-            rec = self.store.record(response_id)
-            rec.notes.update(notes)
+            rec = self.store.annotate(response_id, notes, record)
             if index:
                 self.store.ends.put(rec.chain, response_id)
         return rec

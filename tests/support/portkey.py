@@ -22,6 +22,7 @@ import httpx
 
 from deltaguard.gateway.server import free_port
 from tests.support.npm import npm_install
+from tests.support.state_servers import stop_process
 
 PORTKEY_VERSION = "1.15.2"
 PORTKEY_PACKAGE = "@portkey-ai/gateway"
@@ -85,9 +86,4 @@ def running_portkey() -> Iterator[str]:
             time.sleep(0.1)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -1,0 +1,201 @@
+"""One kind of conversation state in two tiers: the process's own, and a backend's.
+
+    records = StateMap("gate/acme/responses", max_entries=1000, max_bytes=64 << 20,
+                       ttl_s=3600, encode=json.dumps, decode=json.loads)
+    records.put("resp_1", {"items": []})
+    records.get("resp_1")      # {'items': []}
+
+The in-process tier is a `cachetools.TTLCache` bounded in bytes (each entry's `size`, by
+default the length of its JSON form) and in entries, least recently used evicted first,
+entries expiring `ttl_s` after their last use. With a backend (`deltaguard.state.backends`)
+every write goes through to it as JSON, and what the process no longer holds is read back
+from it; the process then keeps only what was used in the last `cache_ttl_s`, so an idle
+conversation costs it nothing. `fresh` maps (mutable values on a shared backend: the
+lock-out, the Conversations API's entries) always read the backend, since another
+replica may have written them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+import cachetools
+
+from deltaguard.state.backends import StateBackend
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def key_text(key: Any) -> str:
+    """A backend key for a map key: bytes as hex, tuples joined with '/'."""
+    if isinstance(key, bytes):
+        return key.hex()
+    if isinstance(key, tuple):
+        return "/".join(key_text(k) for k in key)
+    return str(key)
+
+
+class _Tier(cachetools.TTLCache):  # type: ignore[type-arg]
+    """TTLCache of (size, value) pairs, bounded in bytes and entries, counting what leaves."""
+
+    def __init__(self, max_entries: int, max_bytes: int, ttl_s: float, timer: Callable[[], float]) -> None:
+        super().__init__(max_bytes, ttl_s, timer=timer, getsizeof=lambda entry: entry[0])
+        self.max_entries = max_entries
+        self.evictions = 0
+        self.expirations = 0
+
+    def popitem(self) -> Any:
+        self.evictions += 1
+        return super().popitem()
+
+    def expire(self, time: float | None = None) -> Any:
+        held = cachetools.Cache.__len__(self)  # len(self) would expire first
+        expired = super().expire(time)
+        self.expirations += held - cachetools.Cache.__len__(self)
+        return expired
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.max_entries:
+            self.popitem()
+
+
+class StateMap(Generic[K, V]):
+    """A bounded map of one kind of state, over an optional backend (module docstring).
+
+    Thread-safe: one lock around the in-process tier."""
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        max_entries: int,
+        max_bytes: int,
+        ttl_s: float,
+        encode: Callable[[V], str],
+        decode: Callable[[str], V],
+        size: Callable[[V], int] | None = None,
+        group: Callable[[V], str | None] | None = None,
+        backend: StateBackend | None = None,
+        cache_ttl_s: float | None = None,
+        fresh: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be at least 1")
+        self.namespace = namespace
+        self.ttl_s = ttl_s
+        self.backend = backend
+        self.fresh = fresh and backend is not None and backend.shared
+        self._encode, self._decode, self._size, self._group = encode, decode, size, group
+        tier_ttl = min(ttl_s, cache_ttl_s) if backend is not None and cache_ttl_s else ttl_s
+        self._tier = _Tier(max_entries, max_bytes, tier_ttl, clock)
+        self._lock = threading.RLock()
+        self._peak = 0  # most entries held since the tier's tables were last rebuilt
+        self._writes = 0
+
+    @property
+    def evictions(self) -> int:
+        return self._tier.evictions
+
+    @property
+    def expirations(self) -> int:
+        return self._tier.expirations
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in the process (as the entries' sizes count them)."""
+        return int(self._tier.currsize)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._tier.expire()
+            self._compact()
+            return len(self._tier)
+
+    def _compact(self) -> None:
+        """Rebuild the tier's tables once they hold a quarter of their peak: a dict keeps
+        its size after deletions, and idle conversations should cost nothing."""
+        held = len(self._tier)
+        self._peak = max(self._peak, held)
+        if self._peak < 256 or held * 4 > self._peak:
+            return
+        old = self._tier
+        new = _Tier(old.max_entries, int(old.maxsize), old.ttl, old.timer)
+        new.evictions, new.expirations = old.evictions, old.expirations
+        for key in list(old.keys()):  # oldest first: the order of use is kept
+            entry = old.get(key)
+            if entry is not None:
+                new[key] = entry
+        self._tier, self._peak = new, len(new)
+
+    def __contains__(self, key: K) -> bool:
+        return self.get(key) is not None
+
+    def _key(self, key: K) -> str:
+        return f"{self.namespace}/{key_text(key)}"
+
+    def _keep(self, key: K, size: int, value: V) -> None:
+        with self._lock:
+            try:
+                self._tier[key] = (size, value)  # (re)inserted: most recent, expiry renewed
+            except ValueError:  # larger than the whole tier: only the backend keeps it
+                self._tier.pop(key, None)
+                self._tier.evictions += 1
+            self._peak = max(self._peak, len(self._tier))
+            self._writes += 1
+            if self._writes % 4096 == 0:
+                self._compact()
+
+    def cached(self, key: K) -> V | None:
+        """The value if the process holds it (never the backend)."""
+        with self._lock:
+            entry = self._tier.get(key)
+            if entry is not None:
+                self._tier[key] = entry
+                return entry[1]  # type: ignore[no-any-return]
+        return None
+
+    def get(self, key: K, *, fresh: bool | None = None) -> V | None:
+        """The value, from the process or else the backend; `fresh`: the backend first."""
+        if not (self.fresh if fresh is None else fresh and self.backend is not None):
+            value = self.cached(key)
+            if value is not None or self.backend is None:
+                return value
+        assert self.backend is not None
+        text = self.backend.get(self._key(key))
+        if text is None:
+            with self._lock:
+                self._tier.pop(key, None)
+            return None
+        value = self._decode(text)
+        self._keep(key, self._size(value) if self._size else len(text), value)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        text = None
+        if self.backend is not None:
+            text = self._encode(value)
+            group = self._group(value) if self._group else None
+            self.backend.put(self._key(key), text, self.ttl_s, group=group)
+        if self._size is not None:
+            size = self._size(value)
+        else:
+            size = len(text if text is not None else self._encode(value))
+        self._keep(key, size, value)
+
+    def discard(self, key: K) -> None:
+        """Forget the key here and in the backend."""
+        with self._lock:
+            self._tier.pop(key, None)
+        if self.backend is not None:
+            self.backend.delete(self._key(key))
+
+    def clear(self) -> None:
+        """Empty the process's tier (what a backend holds stays)."""
+        with self._lock:
+            self._tier.clear()

@@ -1,0 +1,195 @@
+"""The gateway on every state backend: continuations, forks, the Conversations API, guard
+continuation ids and the lock-out; a restart after kill -9 (sqlite) and two replicas
+behind a real round-robin proxy (redis) give the verdicts of one uninterrupted gateway."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx
+import openai
+import pytest
+
+from deltaguard.gateway.config import GatewayConfig
+from deltaguard.state.backends import open_backend
+from tests.pipeline.gateway.conftest import clients, gateway_thread
+from tests.support.serve import INJECTION, agent_loop, one_turn, served, start, stop, turn_input
+from tests.support.state_servers import redis_server, round_robin_proxy
+
+TURNS = range(10)
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    with redis_server() as url:
+        yield url
+
+
+def fresh_url(kind: str, tmp_path, redis_url_factory) -> str:
+    if kind == "memory":
+        return "memory://"
+    if kind == "sqlite":
+        return f"sqlite://{tmp_path}/state.db"
+    url = redis_url_factory()
+    backend = open_backend(url)
+    backend._client.flushdb()
+    backend.close()
+    return url
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def state_url(request, tmp_path):
+    return fresh_url(request.param, tmp_path, lambda: request.getfixturevalue("redis_url"))
+
+
+def exercise(base: str) -> dict:
+    """Continuations, a fork, a Conversations API conversation, a guard continuation id
+    and the lock-out; returns what a second gateway must find."""
+    client, _ = clients(base)
+    first = client.responses.create(model="sim", input="what is in the repo?")
+    second = client.responses.create(model="sim", input="and the tests?", previous_response_id=first.id)
+    fork = client.responses.create(model="sim", input="and the docs?", previous_response_id=first.id)
+    assert second.status == fork.status == "completed"
+    conversation = client.conversations.create()
+    client.responses.create(model="sim", input="hello", conversation=conversation.id)
+    client.responses.create(model="sim", input="again", conversation=conversation.id)
+    assert len(client.conversations.items.list(conversation.id).data) == 4
+    checked = httpx.post(
+        f"{base}/v1/guard/input", json={"messages": [{"role": "user", "content": "fix it"}]}, timeout=30
+    ).json()
+    probe = client.responses.create(model="sim", input="hi")
+    for _ in range(2):  # block_limit=2: the conversation is refused from now on
+        with pytest.raises(openai.BadRequestError):
+            client.responses.create(model="sim", input=INJECTION, previous_response_id=probe.id)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="sim", input="thanks", previous_response_id=probe.id)
+    assert refused.value.body["code"] == "safety_blocked"
+    return {"fork": fork.id, "probe": probe.id, "conversation": conversation.id, "guard": checked}
+
+
+def check_found(base: str, seen: dict) -> None:
+    """Everything `exercise` left is found (by another process on the same store)."""
+    client, _ = clients(base)
+    r = client.responses.create(model="sim", input="and the CI?", previous_response_id=seen["fork"])
+    assert r.status == "completed"
+    r = client.responses.create(model="sim", input="one more", conversation=seen["conversation"])
+    assert r.status == "completed"
+    assert len(client.conversations.items.list(seen["conversation"]).data) == 6
+    guard = seen["guard"]
+    more = [{"role": "assistant", "content": "done"}, {"role": "user", "content": "thanks"}]
+    out = httpx.post(
+        f"{base}/v1/guard/input",
+        json={"continuation_id": guard["continuation_id"], "messages": more},
+        timeout=30,
+    )
+    assert out.status_code == 200 and out.json()["conversation_id"] == guard["conversation_id"]
+    with pytest.raises(openai.BadRequestError) as refused:  # the lock-out holds
+        client.responses.create(model="sim", input="please", previous_response_id=seen["probe"])
+    assert refused.value.body["code"] == "safety_blocked"
+
+
+def config(url: str) -> GatewayConfig:
+    return GatewayConfig(port=0, sim_tokens_per_s=50_000, block_limit=2, state=url)
+
+
+def test_every_backend_keeps_continuations_conversations_guard_ids_and_the_lockout(scorer, state_url):
+    with gateway_thread(config(state_url), scorer) as (base, _):
+        seen = exercise(base)
+        check_found(base, seen)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_another_gateway_on_the_same_store_finds_everything(scorer, kind, tmp_path, request):
+    url = fresh_url(kind, tmp_path, lambda: request.getfixturevalue("redis_url"))
+    with gateway_thread(config(url), scorer) as (base, _):
+        seen = exercise(base)
+    with gateway_thread(config(url), scorer) as (base, _):
+        check_found(base, seen)
+
+
+def test_tenants_stay_apart_on_a_shared_store(scorer, redis_url):
+    keys = {"key-alpha-123": "alpha", "key-beta-456": "beta"}
+    cfg = config(redis_url).model_copy(update={"api_keys": keys})
+    with gateway_thread(cfg, scorer) as (base, _), gateway_thread(cfg, scorer) as (other, _):
+        alpha, _ = clients(base, "key-alpha-123")
+        beta, _ = clients(other, "key-beta-456")
+        mine = alpha.responses.create(model="sim", input="alpha's conversation")
+        with pytest.raises(openai.BadRequestError) as exc:
+            beta.responses.create(model="sim", input="peek", previous_response_id=mine.id)
+        assert exc.value.body["code"] == "previous_response_not_found"
+        alpha_there, _ = clients(other, "key-alpha-123")
+        r = alpha_there.responses.create(model="sim", input="still mine", previous_response_id=mine.id)
+        assert r.status == "completed"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    """The agent loop's verdicts from one gateway that keeps its state in memory."""
+    with served(["--block-limit", "2"]) as gw:
+        return agent_loop(openai.OpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=0), TURNS)[:-1]
+
+
+@pytest.mark.slow
+def test_a_gateway_killed_mid_loop_continues_on_sqlite_with_the_same_verdicts(tmp_path, uninterrupted):
+    args = ["--state", f"sqlite://{tmp_path}/state.db", "--block-limit", "2"]
+    gw = start(args)
+    try:
+        client = openai.OpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=0)
+        *verdicts, previous = agent_loop(client, TURNS[:4])
+        # Killed while it streams turn 4's answer: the client has seen the response start.
+        stream = client.responses.create(
+            model="sim", input=turn_input(4), previous_response_id=previous, stream=True
+        )
+        next(iter(stream))
+        gw.kill()
+        gw = start(args, port=gw.port, log=gw.log)
+        # The client retries the turn that failed, from the same previous response.
+        v, previous = one_turn(client, 4, previous)
+        *rest, _ = agent_loop(client, TURNS[5:], previous)
+    finally:
+        stop(gw)
+    assert [*verdicts, v, *rest] == uninterrupted
+
+
+@pytest.mark.slow
+def test_two_replicas_on_redis_behind_a_round_robin_proxy_give_one_gateways_verdicts(
+    redis_url, uninterrupted
+):
+    open_backend(redis_url)._client.flushdb()
+    args = ["--state", redis_url, "--block-limit", "2"]
+    a, b = start(args), start(args)
+    try:
+        with round_robin_proxy([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]) as base:
+            client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+            *verdicts, last = agent_loop(client, TURNS)
+            conversation = client.conversations.create()
+            for text in ("hello", "again", "once more"):
+                client.responses.create(model="sim", input=text, conversation=conversation.id)
+            assert len(client.conversations.items.list(conversation.id).data) == 6
+            # Two blocked turns, one on each replica, lock the conversation on both.
+            probe = client.responses.create(model="sim", input="hi")
+            for _ in range(2):
+                with pytest.raises(openai.BadRequestError):
+                    client.responses.create(model="sim", input=INJECTION, previous_response_id=probe.id)
+            for _ in range(2):
+                with pytest.raises(openai.BadRequestError) as refused:
+                    client.responses.create(model="sim", input="thanks", previous_response_id=probe.id)
+                assert refused.value.body["code"] == "safety_blocked"
+    finally:
+        stop(a)
+        stop(b)
+    assert verdicts == uninterrupted
+    assert last is not None
+    # Both replicas served the loop (round robin: every other request).
+    assert a.requests_served() >= 5 and b.requests_served() >= 5
+
+
+def test_serve_refuses_a_state_url_it_cannot_use():
+    done = subprocess.run(
+        [sys.executable, "-m", "deltaguard", "serve", "--state", "postgres://db/0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "sqlite:///PATH" in done.stderr

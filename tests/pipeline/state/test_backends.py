@@ -1,0 +1,162 @@
+"""Every state backend through the same checks: continuations, forks, notes, restarts,
+tenants, expiry, the lock-out; Redis is a real redis-server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from deltaguard.errors import PreviousResponseNotFound, StateBackendError
+from deltaguard.lanes.lockout import ConversationLockout
+from deltaguard.parsing import parse_item
+from deltaguard.state.backends import SqliteBackend, open_backend, parse_state_url
+from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from tests.support.state_servers import redis_server
+from tests.support.toy import ItemCounter
+
+BACKENDS = ["memory", "sqlite", "redis"]
+
+
+def user(text):
+    return parse_item({"role": "user", "content": text})
+
+
+def answer(text):
+    return parse_item({"role": "assistant", "content": text})
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def state_url(request, tmp_path):
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path}/state.db"
+    url = request.getfixturevalue("redis_url")
+    backend = open_backend(url)
+    backend._client.flushdb()
+    backend.close()
+    return url
+
+
+def tracker(backend, namespace="gate/default", **limits):
+    store = ConversationStore(StoreLimits(**limits), backend=backend, namespace=namespace)
+    return ConversationTracker(Scorer([ItemCounter()]), store)
+
+
+def test_continuations_forks_and_notes_keep_their_shape(state_url):
+    backend = open_backend(state_url)
+    t = tracker(backend)
+    t.score_turn("r1", [user("BOOM")])
+    t.append_output("r1", [answer("ok")])
+    t.annotate("r1", {"digest": b"\x00\xff", "tools": [{"name": "ls"}]}, index=True)
+    a = t.score_turn("a", [user("one")], "r1")
+    b = t.score_turn("b", [user("two")], "r1")
+    assert a.fold.after.states["counter"]["n"] == b.fold.after.states["counter"]["n"] == 3
+    assert a.fold.after.scores["secrets"] == 1.0
+    rec = t.record("a")
+    assert [i.text for i in rec.history()] == ["BOOM", "ok", "one"]
+    assert t.record("r1").notes == {"digest": b"\x00\xff", "tools": [{"name": "ls"}]}
+    assert t.ended_at([user("BOOM"), answer("ok"), user("x")])[1] == 2
+    if backend is not None:
+        backend.close()
+
+
+def test_a_new_process_continues_from_the_backend(state_url):
+    """What a restarted gateway (or another replica) sees: the same records and verdicts."""
+    if state_url == "memory://":
+        pytest.skip("memory:// keeps nothing beyond the process")
+    first = open_backend(state_url)
+    t = tracker(first)
+    t.score_turn("r1", [user("BOOM"), user("b")])
+    t.append_output("r1", [answer("c")])
+    t.score_pending("r1")
+    t.score_turn("r2", [user("d")], "r1")
+    first.close()
+
+    second = open_backend(state_url)
+    again, clf = tracker(second), None
+    clf = again.scorer.classifiers[0]
+    turn = again.score_turn("r3", [user("e")], "r2")
+    assert clf.items_seen == 1  # the snapshot came back from the backend: only e is folded
+    assert turn.fold.after.states["counter"]["n"] == 5 and turn.fold.after.scores["secrets"] == 1.0
+    assert [i.text for i in again.record("r3").history()] == ["BOOM", "b", "c", "d", "e"]
+    assert again.record("r1").conversation_id == "r1" == again.record("r3").conversation_id
+    second.close()
+
+
+def test_tenants_and_lanes_are_namespaces(state_url):
+    backend = open_backend(state_url)
+    alpha, beta = tracker(backend, "gate/alpha"), tracker(backend, "gate/beta")
+    alpha.score_turn("r1", [user("mine")])
+    with pytest.raises(PreviousResponseNotFound):
+        beta.score_turn("r2", [user("theirs")], "r1")
+    if backend is not None:
+        backend.close()
+
+
+def test_lockout_is_kept_in_the_backend(state_url):
+    backend = open_backend(state_url)
+    lockout = ConversationLockout(2, frozenset({"jailbreak"}), backend=backend)
+    assert lockout.count_blocked_turn("t", "c1", ["jailbreak"]) is None
+    other = ConversationLockout(2, frozenset({"jailbreak"}), backend=backend) if backend else lockout
+    assert other.count_blocked_turn("t", "c1", ["jailbreak"]) == ["jailbreak"]
+    assert lockout.flagged("t", "c1") == frozenset({"jailbreak"})
+    assert lockout.flagged("u", "c1") == frozenset()  # another tenant
+    if backend is not None:
+        backend.close()
+
+
+def test_records_are_json_in_the_backend(tmp_path):
+    backend = SqliteBackend(tmp_path / "s.db")
+    t = tracker(backend)
+    t.score_turn("r1", [user("hi")])
+    t.annotate("r1", {"digest": b"\x01"})
+    text = backend.get("gate/default/r/r1")
+    obj = json.loads(text)
+    assert obj["items"][0]["text"] == "hi" and obj["notes"] == {"digest": {"$bytes": "01"}}
+    snapshot = backend.get("gate/default/s/" + t.record("r1").chain.hex())
+    assert json.loads(snapshot)["states"]["counter"]["n"] == 1
+
+
+def test_a_conversations_records_expire_together(tmp_path):
+    now = [0.0]
+    backend = SqliteBackend(tmp_path / "s.db", clock=lambda: now[0])
+    backend.put("r1", "1", ttl_s=10, group="c")
+    now[0] = 8
+    backend.put("r2", "2", ttl_s=10, group="c")
+    now[0] = 15  # r1's own expiry has passed, its group's (18) has not
+    assert backend.get("r1") == "1"
+    now[0] = 19
+    assert backend.get("r1") is None and backend.get("r2") is None
+
+
+def test_redis_groups_renew_every_member(redis_url):
+    backend = open_backend(redis_url)
+    backend.put("x1", "1", ttl_s=1, group="g")
+    time.sleep(0.6)  # past the half ttl: the next write renews the whole group
+    backend.put("x2", "2", ttl_s=60, group="g")
+    assert backend._client.pttl("deltaguard:x1") > 60_000
+    backend.put("x3", "3", ttl_s=60, group="g")  # within the half ttl: no renewal, same horizon
+    assert backend._client.pttl("deltaguard:x3") > 60_000
+    backend.close()
+
+
+def test_bad_urls_are_refused_with_what_is_expected():
+    for bad in ("postgres://x", "sqlite://relative.db", "memory://x", "redis"):
+        with pytest.raises(StateBackendError, match=r"memory://|sqlite"):
+            parse_state_url(bad)
+
+
+def test_an_unreachable_redis_fails_with_a_state_error():
+    backend = open_backend("redis://127.0.0.1:1/0")
+    with pytest.raises(StateBackendError, match=r"127\.0\.0\.1:1"):
+        backend.ping()
