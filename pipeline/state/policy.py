@@ -10,6 +10,7 @@ A policy file (`--policy FILE`) overrides the defaults per category and per fiel
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,6 +92,10 @@ def load_policy(path: Path) -> Policy:
         raise PolicyError(f"{path}: unknown field(s) {sorted(set(raw) - {'categories'})}")
     cats = _default_categories()
     for name, fields in raw.get("categories", {}).items():
+        if name not in CATEGORIES:  # a misspelt category would silently change nothing
+            near = difflib.get_close_matches(name, CATEGORIES, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(CATEGORIES)}"
+            raise PolicyError(f"{path}: categories.{name}: unknown category{hint}")
         base = cats.get(name, CategoryPolicy()).model_dump()
         try:
             if not isinstance(fields, dict):

@@ -51,6 +51,11 @@ def test_a_policy_file_overrides_fields_and_keeps_the_rest(tmp_path):
         ),
         ({"categories": {"pii": {"threshold": 2}}}, "categories.pii.threshold: Input should be less than"),
         ({"categories": {"pii": {"colour": "red"}}}, "categories.pii.colour: Extra inputs are not permitted"),
+        (
+            {"categories": {"prompt_injecton": {"action": "block"}}},
+            "categories.prompt_injecton: unknown category (did you mean 'prompt_injection'?)",
+        ),
+        ({"categories": {"spam": {"action": "flag"}}}, "categories.spam: unknown category; known: "),
     ],
 )
 def test_a_bad_policy_file_names_the_file_and_the_field(tmp_path, content, message):
