@@ -51,27 +51,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_replay_options(rp)
 
-    sp = sub.add_parser("serve", help="the gateway (Responses API) with the safety stage attached")
-    sp.add_argument("--host", default=defaults.HOST, help="bind address (default: loopback only)")
-    sp.add_argument("--port", type=int, default=defaults.PORT)
-    sp.add_argument("--upstream", default="sim", help="'sim' (simulated model) or a Responses API base URL")
+    # No argparse defaults: a flag given overrides the configuration file and the
+    # environment, one not given leaves them be (deltaguard.gateway.config_file).
+    sp = sub.add_parser(
+        "serve",
+        help="the gateway (Responses API) with the safety stage attached",
+        argument_default=argparse.SUPPRESS,
+    )
+    sp.add_argument("--config", type=Path, metavar="FILE", help="a TOML file of settings")
+    sp.add_argument("--host", help="bind address (default: loopback only)")
+    sp.add_argument("--port", type=int)
+    sp.add_argument("--upstream", help="'sim' (simulated model) or a Responses API base URL")
     sp.add_argument(
         "--upstream-mode",
         choices=("auto", "http"),
-        default="auto",
         help="auto: the upstream's WebSocket mode, only new items per turn (HTTP when it has none); "
         "http: the whole history over HTTP every turn",
     )
-    sp.add_argument("--sim-tokens-per-s", type=float, default=1000.0, help="simulated model speed")
+    sp.add_argument("--sim-tokens-per-s", type=float, help="simulated model speed")
     sp.add_argument(
         "--classifiers",
         type=parse_names,
-        default=DEFAULT_NAMES,
         help=f"comma-separated classifier names (default: {','.join(DEFAULT_NAMES)})",
     )
     sp.add_argument(
         "--monitor",
-        default="",
         help="comma-separated classifiers to run beside inference instead of gating "
         "(the detector and the encoder always run there)",
     )
@@ -79,7 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--block-limit",
         type=int,
-        default=defaults.BLOCK_LIMIT,
         metavar="N",
         help="after N turns of a conversation are blocked for injection, jailbreak or toxicity, "
         "refuse the rest of it (0: never)",
@@ -87,7 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--release-hold",
         choices=("actions", "all", "off"),
-        default="actions",
         help="what of the model's output waits for the monitor verdict on a turn's untrusted input",
     )
     sp.add_argument("--flags", help="append flag events to this JSONL file")
@@ -96,19 +98,23 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--record-no-redact", action="store_true", help="keep secret and PII values in the recordings"
     )
-    sp.add_argument("--spool", default="deltaguard-undelivered.jsonl", help="where undeliverable events go")
+    sp.add_argument("--spool", help="where undeliverable events go")
     sp.add_argument(
         "--state",
-        default=defaults.STATE_URL,
         metavar="URL",
         help="where conversation state lives: memory:// (default, this process), sqlite:///PATH "
         "(survives restarts), redis://HOST:PORT/DB (shared by replicas)",
     )
-    sp.add_argument("--log-level", default="info")
+    sp.add_argument("--log-level")
     sp.add_argument(
         "--broker", help="kafka://HOST:PORT: publish turns and events to Kafka (distributed mode)"
     )
     sp.add_argument("--kafka-config", help="JSON file of KafkaSettings fields (topics, partitions, spool...)")
+
+    gp = sub.add_parser(
+        "config", help="print the effective gateway configuration, one setting a line, and where it came from"
+    )
+    gp.add_argument("--file", type=Path, metavar="FILE", help="a TOML file, as `serve --config` reads it")
 
     dp = sub.add_parser("demo", help="start the gateway and drive a scripted agent loop through it")
     dp.add_argument("--turns", type=int, default=24)
@@ -157,41 +163,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from deltaguard.classifiers.registry import parse_names
-    from deltaguard.errors import StateBackendError
-    from deltaguard.gateway.config import GatewayConfig
+    from deltaguard.gateway.config_file import effective
     from deltaguard.gateway.server import scorer_for, serve
     from deltaguard.review import review_routes
-    from deltaguard.state.backends import parse_state_url
 
-    try:
-        parse_state_url(args.state)
-    except StateBackendError as exc:
-        print(f"deltaguard serve: --state: {exc}", file=sys.stderr)
-        return 2
-    config = GatewayConfig(
-        host=args.host,
-        port=args.port,
-        upstream=args.upstream,
-        upstream_mode=args.upstream_mode,
-        sim_tokens_per_s=args.sim_tokens_per_s,
-        classifiers=args.classifiers,
-        monitor_classifiers=parse_names(args.monitor),
-        block_limit=args.block_limit or None,
-        release_hold=args.release_hold,
-        policy_path=str(args.policy) if args.policy else None,
-        flags_path=args.flags,
-        billing_path=args.billing,
-        record_path=args.record,
-        record_redact=not args.record_no_redact,
-        spool_path=args.spool,
-        state=args.state,
-        broker=args.broker,
-        kafka_config=args.kafka_config,
-    )
+    flags = {field: getattr(args, dest) for dest, field in SERVE_FLAGS.items() if hasattr(args, dest)}
+    if "monitor_classifiers" in flags:
+        flags["monitor_classifiers"] = parse_names(flags["monitor_classifiers"])
+    if "block_limit" in flags:
+        flags["block_limit"] = flags["block_limit"] or None
+    if "policy_path" in flags:
+        flags["policy_path"] = str(flags["policy_path"])
+    if "record_redact" in flags:
+        flags["record_redact"] = not flags["record_redact"]
+    config, _sources = effective(getattr(args, "config", None), flags)
     scorer = scorer_for(config)
     # The review page rides along with the recording, behind the same tenant keys.
     routes = review_routes(config.record_path, config.api_keys, scorer) if config.record_path else []
-    serve(config, scorer, log_level=args.log_level, routes=routes)
+    serve(config, scorer, log_level=getattr(args, "log_level", "info"), routes=routes)
+    return 0
+
+
+# serve's flags (argparse dest) -> GatewayConfig fields
+SERVE_FLAGS = {
+    "host": "host",
+    "port": "port",
+    "upstream": "upstream",
+    "upstream_mode": "upstream_mode",
+    "sim_tokens_per_s": "sim_tokens_per_s",
+    "classifiers": "classifiers",
+    "monitor": "monitor_classifiers",
+    "block_limit": "block_limit",
+    "release_hold": "release_hold",
+    "policy": "policy_path",
+    "flags": "flags_path",
+    "billing": "billing_path",
+    "record": "record_path",
+    "record_no_redact": "record_redact",
+    "spool": "spool_path",
+    "state": "state",
+    "broker": "broker",
+    "kafka_config": "kafka_config",
+}
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from deltaguard.gateway.config_file import describe, effective
+
+    config, sources = effective(args.file)
+    print("\n".join(describe(config, sources)))
     return 0
 
 
@@ -311,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "demo":
             return cmd_demo(args)
+        if args.command == "config":
+            return cmd_config(args)
         if args.command == "eval":
             return cmd_eval(args)
         if args.command == "calibrate":
