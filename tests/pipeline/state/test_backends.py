@@ -34,8 +34,7 @@ def redis_url():
         yield url
 
 
-@pytest.fixture(params=BACKENDS)
-def state_url(request, tmp_path):
+def _url(request, tmp_path):
     if request.param == "memory":
         return "memory://"
     if request.param == "sqlite":
@@ -45,6 +44,17 @@ def state_url(request, tmp_path):
     backend._client.flushdb()
     backend.close()
     return url
+
+
+@pytest.fixture(params=BACKENDS)
+def state_url(request, tmp_path):
+    return _url(request, tmp_path)
+
+
+@pytest.fixture(params=[b for b in BACKENDS if b != "memory"])
+def durable_url(request, tmp_path):
+    """A backend that outlives the process (memory:// keeps nothing beyond it)."""
+    return _url(request, tmp_path)
 
 
 def tracker(backend, namespace="gate/default", **limits):
@@ -70,10 +80,9 @@ def test_continuations_forks_and_notes_keep_their_shape(state_url):
         backend.close()
 
 
-def test_a_new_process_continues_from_the_backend(state_url):
+def test_a_new_process_continues_from_the_backend(durable_url):
     """What a restarted gateway (or another replica) sees: the same records and verdicts."""
-    if state_url == "memory://":
-        pytest.skip("memory:// keeps nothing beyond the process")
+    state_url = durable_url
     first = open_backend(state_url)
     t = tracker(first)
     t.score_turn("r1", [user("BOOM"), user("b")])
