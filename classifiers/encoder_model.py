@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from deltaguard.artifacts import manifest_entry, sha256_file
+from deltaguard.artifacts import checked_file, manifest_entry
 from deltaguard.errors import ModelArtifactError
 
 ARTIFACT_NAME = "encoder"
@@ -299,13 +299,5 @@ def verified_files(models_dir: Path, artifact: str = ARTIFACT_NAME) -> tuple[dic
         spec = entry.get("files", {}).get(role)
         if spec is None:
             raise ModelArtifactError(f"model {artifact!r}: manifest lists no {role!r} file")
-        path = models_dir / spec["file"]
-        if not path.is_file():
-            raise ModelArtifactError(f"model {artifact!r}: artifact {path} is missing")
-        actual = sha256_file(path)
-        if actual != spec["sha256"]:
-            raise ModelArtifactError(
-                f"model {artifact!r}: artifact {path} has sha256 {actual}, manifest says {spec['sha256']}"
-            )
-        paths[role] = path
+        paths[role] = checked_file(artifact, models_dir / spec["file"], spec["sha256"])
     return paths, entry

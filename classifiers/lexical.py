@@ -187,7 +187,7 @@ class LexicalClassifier:
             return rows
         out = rows.copy()
         for h, head in enumerate(self.categories):
-            out[:, h] = [rescale(float(p), float(own[head]), self.thresholds[head]) for p in rows[:, h]]
+            out[:, h] = rescale(rows[:, h], float(own[head]), self.thresholds[head])
         return out
 
     def _merge(self, item_scores: list[Scores], owners: Sequence[int], rows: np.ndarray) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from deltaguard.classifiers.base import Classifier, Finding, Scores, State, Update
 from deltaguard.items import Item
 
@@ -27,18 +29,17 @@ def scale(score: float, threshold: float) -> float:
     return 0.5 + 0.5 * (score - threshold) / (1.0 - threshold) if threshold < 1 else 1.0
 
 
-def unscale(value: float, threshold: float) -> float:
-    """The inverse of `scale`: the score that `scale(., threshold)` maps to `value`."""
-    if value < 0.5:
-        return 2.0 * value * threshold
-    return threshold + 2.0 * (value - 0.5) * (1.0 - threshold)
-
-
-def rescale(score: float, source: float, target: float) -> float:
-    """A score judged at threshold `source` expressed on a scale whose threshold is `target`
-    (monotonic; `source` maps to `target`, 0 to 0 and 1 to 1): how a model with a threshold
-    per channel reports one category score."""
-    return unscale(scale(score, source), target)
+def rescale(score: np.ndarray | float, source: float, target: float) -> np.ndarray:
+    """Scores judged at threshold `source` expressed on a scale whose threshold is `target`
+    (monotonic; `source` maps to `target`, 0 to 0 and 1 to 1), elementwise: how a model with
+    a threshold per channel reports one category score. `scale` to 0.5, then back out of it
+    at `target`."""
+    s = np.asarray(score, dtype=np.float64)
+    if not 0.0 < source < 1.0:
+        half = np.vectorize(scale, otypes=[np.float64])(s, source)
+    else:
+        half = np.where(s < source, 0.5 * s / source, 0.5 + 0.5 * (s - source) / (1.0 - source))
+    return np.where(half < 0.5, 2.0 * half * target, target + 2.0 * (half - 0.5) * (1.0 - target))
 
 
 class ThresholdScaled:

@@ -42,15 +42,19 @@ def manifest_entry(name: str, models_dir: Path = MODELS_DIR) -> dict[str, Any]:
     return entries[name]
 
 
-def verified_path(name: str, models_dir: Path = MODELS_DIR) -> tuple[Path, dict[str, Any]]:
-    """The artifact file of manifest entry `name`, after checking its sha256."""
-    entry = manifest_entry(name, models_dir)
-    path = models_dir / entry["file"]
+def checked_file(name: str, path: Path, sha256: str) -> Path:
+    """`path`, after checking that it exists and has the sha256 the manifest gives it."""
     if not path.is_file():
         raise ModelArtifactError(f"model {name!r}: artifact {path} is missing")
     actual = sha256_file(path)
-    if actual != entry["sha256"]:
+    if actual != sha256:
         raise ModelArtifactError(
-            f"model {name!r}: artifact {path} has sha256 {actual}, manifest says {entry['sha256']}"
+            f"model {name!r}: artifact {path} has sha256 {actual}, manifest says {sha256}"
         )
-    return path, entry
+    return path
+
+
+def verified_path(name: str, models_dir: Path = MODELS_DIR) -> tuple[Path, dict[str, Any]]:
+    """The artifact file of manifest entry `name`, after checking its sha256."""
+    entry = manifest_entry(name, models_dir)
+    return checked_file(name, models_dir / entry["file"], entry["sha256"]), entry

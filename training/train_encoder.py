@@ -334,7 +334,12 @@ def build_candidates(model_wheels: dict[str, Path]) -> tuple[dict[str, Path], Pa
 
 
 def _bare_model(onnx_path: Path, tokenizer: Path, threads: int):
-    from deltaguard.classifiers.encoder import EMBEDDING_DIM, EncoderModel, _load_session, _load_tokenizer
+    from deltaguard.classifiers.encoder_model import (
+        EMBEDDING_DIM,
+        EncoderModel,
+        _load_session,
+        _load_tokenizer,
+    )
 
     return EncoderModel(
         _load_tokenizer(tokenizer),

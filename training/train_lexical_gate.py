@@ -123,10 +123,9 @@ def on_user_scale(
     from deltaguard.classifiers.scaled import rescale
 
     out = p.copy()
-    for i, row in enumerate(rows):
-        if row.channel == "tool":
-            pairs = zip(p[i], HEADS, strict=True)
-            out[i] = [rescale(float(v), untrusted[h], thresholds[h]) for v, h in pairs]
+    tool = [i for i, row in enumerate(rows) if row.channel == "tool"]
+    for h, head in enumerate(HEADS):
+        out[tool, h] = rescale(p[tool, h], untrusted[head], thresholds[head])
     return out
 
 

@@ -24,11 +24,11 @@ from deltaguard.classifiers.encoder import (
     WINDOW_STRIDE,
     WINDOW_TOKENS,
     EncoderClassifier,
-    _window_starts,
     batch_inputs,
     length_chunks,
     pooled,
 )
+from deltaguard.classifiers.encoder_model import _window_starts
 from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
