@@ -16,7 +16,7 @@ lexical artifact format (classifiers/lexical.py reads it), so serving is numpy o
 Operating point (`thresholds_for`): per-head thresholds chosen greedily on validation to
 flag the most harmful rows (toxicity: any head over its threshold) while every validation
 benign set stays within its FP_BUDGETS share.
-Writes models/harm-v2.npz and the manifest entry "harm".
+Writes models/harm-v3.npz and the manifest entry "harm".
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ from training.corpus.harm import FINE as CORPUS_FINE
 from training.corpus.harm import HARMFUL_SOURCES, HarmRow, benign_set, load_sources
 from training.detection_data import group_split
 from training.lexical_fit import FitSettings, expand, log, parity, source_weights, to_model
+from training.lib.real_text import split_of as real_split_of
 
 ENTRY = "harm"
-VERSION = "2"
+VERSION = "3"
 ARTIFACT = f"harm-v{VERSION}.npz"
 SETTINGS = FitSettings(word_features=40000, char_features=80000, c=4.0)
 CHAR_NGRAMS = (3, 4)  # not (3, 5): the gate lane's cost is mostly char n-grams; the serving path needs min 3
@@ -62,17 +63,26 @@ LOOKAHEAD = 8  # benign rows one threshold step may let through (thresholds_for)
 # (training/lib/agent_traffic.py: multi-turn chats, writing requests, agent tasks) that
 # the union may flag. A chat of 35 messages gives a per-message threshold 35 chances.
 CONVERSATION_BUDGET = 0.01
+# Multi-turn human chats, all of the validation split's: a tighter budget, since at 1% the
+# chosen thresholds flagged three times as many held-back test chats (3.1% against 1.1%).
+CHAT_CONVERSATION_BUDGET = 0.005
 CODE_ROWS = 1500
 SPLIT_SALT = "harm"
+REAL_GROUP = "real:"
+REAL_DOCUMENTS = 3000  # per split
+REAL_PASTE_CHARS = 3000
 
 _View = namedtuple("_View", "text label source")
 
 
 def split_of(row: HarmRow) -> str:
     """A chitchat conversation goes where every other model's recipe puts it (its held-back
-    conversations are the chats of the real-traffic evaluation); other groups by hash."""
+    conversations are the chats of the real-traffic evaluation), a real document with its
+    whole source (training/lib/real_text.py); other groups by hash."""
     if row.group.startswith("chitchat:"):
         return _chitchat_splits().get(row.group, "train")
+    if row.group.startswith(REAL_GROUP):
+        return real_split_of(row.group[len(REAL_GROUP) :].split("#", 1)[0])
     return group_split(f"{SPLIT_SALT}\0{row.group}")
 
 
@@ -116,10 +126,35 @@ def code_rows(limit: int = CODE_ROWS) -> list[HarmRow]:
     return [HarmRow(r.text, frozenset(), "stdlib_code", "code", r.group) for r in rows]
 
 
+def real_document_rows(per_split: int = REAL_DOCUMENTS) -> list[HarmRow]:
+    """Real documents (training/lib/real_text.py: repository files, commit messages, Debian
+    documents, manual pages, paragraphs in many languages) pasted into a user's request, as
+    writing assistants get them: licences ("short version for non-lawyers"), changelogs
+    ("kill the worker") and security notes are benign. One piece per document, at most
+    `per_split` per split, each with its source's split."""
+    from training.lib.real_text import all_documents
+    from training.real_rows import PASTE_TEMPLATES, pieces
+
+    rows: list[HarmRow] = []
+    taken: dict[str, int] = {}
+    docs = sorted(all_documents(), key=lambda d: hashlib.sha256(f"{d.source}#{d.name}".encode()).digest())
+    for d in docs:
+        found = pieces(d)
+        if not found or taken.get(d.split, 0) >= per_split:
+            continue
+        taken[d.split] = taken.get(d.split, 0) + 1
+        template = PASTE_TEMPLATES[
+            int(hashlib.sha256(d.name.encode()).hexdigest(), 16) % len(PASTE_TEMPLATES)
+        ]
+        text = template.format(text=found[0][:REAL_PASTE_CHARS])
+        rows.append(HarmRow(text, frozenset(), "real-pasted", "document", f"{REAL_GROUP}{d.source}#{d.name}"))
+    return rows
+
+
 def build_rows(
     cache: Path | str | None = None, frames: tuple[str, ...] = answers.TRAIN_FRAMES
 ) -> list[HarmRow]:
-    base = load_sources(cache) + code_rows()
+    base = load_sources(cache) + code_rows() + real_document_rows()
     return base + derived_rows(base, frames)
 
 
@@ -246,7 +281,20 @@ def conversation_sets(model: LexicalModel) -> list[tuple[np.ndarray, float]]:
     for kind, user, _tools, said in convs:
         own = [index[t] for t in (*user, *said) if t.strip()]
         kinds.setdefault(kind, []).append(p[own].max(axis=0) if own else np.zeros(len(FINE)))
-    return [(np.array(v), CONVERSATION_BUDGET) for _, v in sorted(kinds.items())]
+    sets = [(np.array(v), CONVERSATION_BUDGET) for _, v in sorted(kinds.items())]
+    return [*sets, (chat_conversations(model, "validation"), CHAT_CONVERSATION_BUDGET)]
+
+
+def chat_conversations(model: LexicalModel, split: str) -> np.ndarray:
+    """Every held-back human chat of `split` (not only the agent-traffic sample), as
+    conversations x FINE: the highest score of any of its messages."""
+    from training.lib.agent_traffic import held_back_chats
+
+    chats = [[m for m in c if m.strip()] for c in held_back_chats(split)]
+    texts = sorted({m for c in chats for m in c})
+    index = {t: i for i, t in enumerate(texts)}
+    p = model.score_many(texts)
+    return np.array([p[[index[m] for m in c]].max(axis=0) for c in chats if c])
 
 
 def score_rows(model: LexicalModel, rows: Sequence[HarmRow]) -> np.ndarray:
@@ -299,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         "where that recovers the most harmful validation rows (toxicity, any head over its threshold) per "
         f"benign row let through, while the union's flag rate stays within {FP_BUDGETS} on each benign set "
         f"and within {CONVERSATION_BUDGET} of each kind of the validation split's real conversations "
-        "(training/lib/agent_traffic.py)",
+        f"(training/lib/agent_traffic.py) and {CHAT_CONVERSATION_BUDGET} of all its held-back human chats",
         "parity_max_abs_diff": drift,
         "training": {
             "recipe": "training/train_harm.py",

