@@ -129,8 +129,13 @@ class ConversationClassifier:
         span_threshold: float = SPAN_THRESHOLD,
         ema_decay: float = EMA_DECAY,
         ema_threshold: float | None = EMA_THRESHOLD,
+        max_chars: int | None = None,
     ) -> None:
+        """`max_chars`: user messages this long or longer count as user messages (they age
+        the window and decay the EMA) but bring no evidence of their own: the view that
+        reads long text judges them (classifiers/registry.py, LONG_USER_CHARS)."""
         self.models_dir = Path(models_dir)
+        self.max_chars = max_chars
         self.lexical = lexical
         self.roles = frozenset(roles)
         self.window_messages = window_messages
@@ -223,7 +228,10 @@ class ConversationClassifier:
                 item_scores.append(zero_scores(cats))
                 continue
             n += 1
-            own, extra = lexical.score_text_counted(item.text)
+            if self.max_chars is not None and len(item.text) >= self.max_chars:
+                own, extra = zero_scores(cats), 0
+            else:
+                own, extra = lexical.score_text_counted(item.text)
             tokens += item.tokens + extra
             admitted = max(own.values()) >= self.admit
             window = self._window(buffer, n, item.text if admitted else None)

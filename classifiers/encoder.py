@@ -195,10 +195,14 @@ class EncoderClassifier:
         artifact: str = ARTIFACT_NAME,
         screen: bool = True,
         lexical: Mapping[str, LexicalClassifier] | None = None,
+        long_user_chars: int | None = None,
     ) -> None:
         """`screen=False` leaves the manifest's screen out (every item reaches the model);
         `lexical` holds lexical models already loaded, by manifest entry, for the screen
-        to share instead of loading a second copy."""
+        to share instead of loading a second copy. `long_user_chars`: a user message this
+        long is a pasted reference (a document, a page, a file's text), judged by the heads
+        of untrusted content: instructions inside it are not the user's own."""
+        self.long_user_chars = long_user_chars
         self.models_dir = Path(models_dir)
         self.artifact = artifact
         self.name = artifact
@@ -355,6 +359,7 @@ class EncoderClassifier:
             if not (item.scored and item.role in self._roles and item.text):
                 entries.append(None)
                 continue
+            role = self._judged_as(item)
             key = _ItemMemo.key(item.text, context)
             known = self._memo.get(key)
             if known is None:
@@ -362,7 +367,7 @@ class EncoderClassifier:
                 if known is not None:
                     self._memo.put(key, known)
             if known is not None and not self.context_tokens:
-                entries.append((known, item.role))  # with context on, the tail needs the ids anyway
+                entries.append((known, role))  # with context on, the tail needs the ids anyway
                 continue
             # The primary view's ids make the context tail; an extra view (something was
             # hidden or encoded) adds windows of its own, without context.
@@ -373,14 +378,14 @@ class EncoderClassifier:
                 entries.append(None)
                 continue
             if known is not None:
-                entries.append((known, item.role))
+                entries.append((known, role))
             else:
                 lo = len(windows)
                 if ids:
                     windows.extend(model.windows(ids, context, self.max_item_windows))
                 for more in extra:
                     windows.extend(model.windows(more, (), self.max_item_windows))
-                entries.append(_Pending(lo, len(windows), key, item.role))
+                entries.append(_Pending(lo, len(windows), key, role))
             if ids:
                 context = self._tail(ids)
         attached = []
@@ -391,6 +396,13 @@ class EncoderClassifier:
                     if found is not None:
                         attached.append((index, found))
         return _Plan(entries=entries, context=context, attached=attached)
+
+    def _judged_as(self, item: Item) -> str:
+        """The role whose heads judge `item` (see `long_user_chars`)."""
+        long = self.long_user_chars is not None and len(item.text) >= self.long_user_chars
+        if long and item.role == "user" and UNTRUSTED_ROLE in self._heads:
+            return UNTRUSTED_ROLE
+        return item.role
 
     def _attachment(
         self, model: EncoderModel, text: str, windows: list[Window]

@@ -74,15 +74,19 @@ class LexicalClassifier:
         *,
         roles: Collection[str] = SCORED_ROLES,
         artifact: str = ARTIFACT_NAME,
+        min_chars: Mapping[str, int] | None = None,
     ) -> None:
         """`roles`: item roles that are scored, by default user and tool. System and
         developer prompts come from the application's operator and the model flags
         benign "You are a ... assistant" prompts (no such negatives exist in the training
         data, see models/README.md); pass e.g. roles={"user", "tool", "system",
-        "developer"} to score them anyway. `artifact`: the manifest entry to serve."""
+        "developer"} to score them anyway. `artifact`: the manifest entry to serve.
+        `min_chars`: per role, the shortest text this view scores (the registry leaves
+        short user messages to the conversation view)."""
         self.models_dir = Path(models_dir)
         self.artifact = artifact
         self.roles = frozenset(roles)
+        self.min_chars = dict(min_chars or {})
         self._model: LexicalModel | None = None
         self._entry: dict[str, Any] | None = None
 
@@ -146,7 +150,7 @@ class LexicalClassifier:
     def update(self, state: State, items: Sequence[Item]) -> Update:
         model = self._require_model()
         item_scores = [zero_scores(self.categories) for _ in items]
-        scored = [i for i, item in enumerate(items) if item.scored and item.role in self.roles]
+        scored = [i for i, item in enumerate(items) if item.scored and self._reads(item)]
         tokens = sum(items[i].tokens for i in scored)  # counted once, when the item was parsed
         with_text = [i for i in scored if items[i].text.strip()]
         texts = [items[i].text for i in with_text]
@@ -177,6 +181,9 @@ class LexicalClassifier:
         scores = running_max(previous, item_scores)
         state = {"max": dict(scores)}
         return Update(state=state, item_scores=item_scores, scores=scores, tokens=tokens, findings=findings)
+
+    def _reads(self, item: Item) -> bool:
+        return item.role in self.roles and len(item.text) >= self.min_chars.get(item.role, 0)
 
     def _on_user_scale(self, rows: np.ndarray) -> np.ndarray:
         """Untrusted text's scores expressed on the category thresholds' scale: an artifact

@@ -63,6 +63,12 @@ DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "op
 LEXICAL_ARTIFACT = "lexical"
 CONVERSATION_ARTIFACT = "lexical-v2"
 DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
+# User messages this long are pasted references or whole jailbreak prompts: the `lexical`
+# view (trained on real pasted text) judges them alone, the `conversation` view the rest
+# (its model reads long benign documents as jailbreaks; split attacks come in shorter
+# messages), and the detector reads them with its heads for untrusted content (an
+# instruction inside a pasted document is not the user's own).
+LONG_USER_CHARS = 2000
 OPERATOR_ARTIFACT = "lexical-v3"  # the model and thresholds the operator view was measured with
 # Opt-in: the frozen encoder (~10-40 ms of CPU per 256-token window; `--classifiers ...,encoder`).
 KNOWN_NAMES = (*DEFAULT_NAMES, "encoder")
@@ -85,6 +91,7 @@ def load_classifiers(
     wanted = {artifact for artifact, view in views if view in names}
     models = {a: LexicalClassifier(models_dir, artifact=a).load() for a in sorted(wanted)}
     out: list[Classifier] = []
+    split_users = "lexical" in names and "conversation" in names
     for name in names:
         if name == "secrets":
             out.append(SecretsClassifier())
@@ -92,12 +99,17 @@ def load_classifiers(
             out.append(PiiClassifier())
         elif name == "lexical":
             roles = LEXICAL_ROLES - CONVERSATION_ROLES if "conversation" in names else LEXICAL_ROLES
-            view = LexicalClassifier(models_dir, roles=roles, artifact=LEXICAL_ARTIFACT)
+            min_chars = {}
+            if split_users:
+                roles, min_chars = LEXICAL_ROLES, {role: LONG_USER_CHARS for role in CONVERSATION_ROLES}
+            view = LexicalClassifier(models_dir, roles=roles, artifact=LEXICAL_ARTIFACT, min_chars=min_chars)
             view.share(models[LEXICAL_ARTIFACT])
             out.append(ThresholdScaled(view, model_thresholds(LEXICAL_ARTIFACT, models_dir)))
         elif name == "conversation":
             lexical = models[CONVERSATION_ARTIFACT]
-            view = ConversationClassifier(models_dir, lexical=lexical, **conversation_view(models_dir))
+            max_chars = LONG_USER_CHARS if split_users else None
+            params = conversation_view(models_dir)
+            view = ConversationClassifier(models_dir, lexical=lexical, max_chars=max_chars, **params)
             out.append(view.load())  # 0.5-scaled already
         elif name == "definitions":
             lexical = models[DEFINITIONS_ARTIFACT]
@@ -109,7 +121,11 @@ def load_classifiers(
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
         elif name in ("encoder", "detector"):
             # 0.5-scaled already; a screen shares the lexical model loaded above
-            out.append(EncoderClassifier(models_dir, artifact=name, lexical=models).load())
+            out.append(
+                EncoderClassifier(
+                    models_dir, artifact=name, lexical=models, long_user_chars=LONG_USER_CHARS
+                ).load()
+            )
     return out
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from deltaguard.artifacts import MANIFEST_NAME
 from deltaguard.classifiers.conversation import EMA_THRESHOLD, SPAN_THRESHOLD, ConversationClassifier
 from deltaguard.classifiers.lexical import LexicalClassifier
-from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT
+from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT, LONG_USER_CHARS
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from training.lib.thresholds import flagged_share, per_kind_floor
@@ -36,7 +36,7 @@ def signal_maxima(convs: list[tuple[str, list[str]]]) -> tuple[np.ndarray, np.nd
     """Per conversation, the highest raw span and EMA probability (any category) the view
     reached over its user messages."""
     lexical = LexicalClassifier(MODELS_DIR, artifact=CONVERSATION_ARTIFACT).load()
-    view = ConversationClassifier(MODELS_DIR, lexical=lexical).load()
+    view = ConversationClassifier(MODELS_DIR, lexical=lexical, max_chars=LONG_USER_CHARS).load()
     span, ema = np.zeros(len(convs)), np.zeros(len(convs))
     for i, (_kind, user) in enumerate(convs):
         state = view.initial_state()
@@ -63,6 +63,7 @@ def main() -> int:
         "model": CONVERSATION_ARTIFACT,
         "span_threshold": round(span_t + 5e-7, 6),
         "ema_threshold": round(ema_t + 5e-7, 6),
+        "long_user_chars": LONG_USER_CHARS,  # longer user messages are the lexical view's
         "rule": f"each of classifiers/conversation.py's thresholds raised (never lowered) to the lowest "
         f"value at which no agent kind of the validation split's real conversations has more than "
         f"{CONVERSATION_BUDGET} of its conversations over it (training/conversation_view.py)",

@@ -384,3 +384,39 @@ def test_a_manifest_without_real_traffic_thresholds_keeps_the_defaults(tmp_path)
     manifest["models"]["conversation-view"]["model"] = "lexical-v9"  # chosen for another model
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert conversation_view(tmp_path) == {}
+
+
+def test_long_user_messages_age_the_window_without_evidence_of_their_own(lexical):
+    view = ConversationClassifier(lexical=lexical, max_chars=200, max_age=2).load()
+    long_jailbreak = " ".join([ATTACK_TEXTS[1]] * 5)  # over max_chars: not this view's to judge
+    state = view.initial_state()
+    update = view.update(state, [parse_item({"role": "user", "content": long_jailbreak})])
+    assert update.scores == {"prompt_injection": 0.0, "jailbreak": 0.0}
+    assert update.state["n"] == 1 and update.state["buffer"] == []
+    # a fragment admitted before two long messages has aged out of the window
+    state = view.update(
+        view.initial_state(), [parse_item({"role": "user", "content": ATTACK_TEXTS[0]})]
+    ).state
+    assert state["buffer"]
+    for _ in range(2):
+        state = view.update(state, [parse_item({"role": "user", "content": long_jailbreak})]).state
+    assert state["buffer"] == []
+
+
+def test_the_default_set_judges_each_user_message_once_by_its_length():
+    from deltaguard.classifiers.registry import LONG_USER_CHARS, load_classifiers
+
+    views = {c.name: c for c in load_classifiers(("lexical", "conversation"))}
+    short = parse_item({"role": "user", "content": ATTACK_TEXTS[1]})
+    pasted = parse_item({"role": "user", "content": "Summarise this:\n" + "x " * LONG_USER_CHARS})
+    for item, judge in ((short, "conversation"), (pasted, "lexical")):
+        other = "lexical" if judge == "conversation" else "conversation"
+        scored = {n: v.update(v.initial_state(), [item]).item_scores[0] for n, v in views.items()}
+        assert scored[other] == {"prompt_injection": 0.0, "jailbreak": 0.0}
+    assert (
+        max(views["conversation"].update(views["conversation"].initial_state(), [short]).scores.values())
+        >= 0.5
+    )
+    # without the conversation view, the lexical view reads every user message
+    (alone,) = load_classifiers(("lexical",))
+    assert max(alone.update(alone.initial_state(), [short]).scores.values()) > 0.0

@@ -260,3 +260,20 @@ def test_normaliser_version_mismatch_is_refused(tmp_path):
     with pytest.raises(ModelArtifactError, match="normalize"):
         EncoderClassifier(models, artifact="detector").load()
     assert sha256_file(models / "manifest.json")  # the rest of the copy is untouched
+
+
+def test_a_long_user_message_is_judged_as_the_pasted_document_it_is():
+    from deltaguard.classifiers.registry import LONG_USER_CHARS
+
+    (detector,) = [c for c in load_classifiers() if c.name == "detector"]
+    assert detector.long_user_chars == LONG_USER_CHARS
+    pasted = "Summarise this page for me:\n\n" + " ".join(BENIGN_TOOL) * (LONG_USER_CHARS // 40)
+    assert len(pasted) >= LONG_USER_CHARS
+    as_user = detector.update(detector.initial_state(), [user(pasted)]).item_scores[0]
+    as_tool = detector.update(detector.initial_state(), [tool(pasted)]).item_scores[0]
+    assert as_user == as_tool  # the indirect head's prompt_injection, the same jailbreak head
+    short = DIRECT[0]
+    direct = detector.update(detector.initial_state(), [user(short)]).item_scores[0]
+    assert (
+        flagged(direct) and direct != detector.update(detector.initial_state(), [tool(short)]).item_scores[0]
+    )

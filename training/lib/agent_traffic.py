@@ -203,17 +203,20 @@ def build_conversations(
     pools = _Pools(docs)
     for kind in KINDS:
         rng = random.Random(f"{seed}\0{kind}")
+        # Chats are drawn without replacement: a chat drawn twice would count its alarms twice.
+        order = rng.sample(list(chats), len(chats)) if kind == "chat" else []
         made = 0
         attempts = 0
         while made < counts.get(kind, 0) and attempts < counts.get(kind, 0) * 5:
             attempts += 1
-            turns = _build(kind, pools, chats, rng)
+            chat = order[(attempts - 1) % len(order)] if order else None
+            turns = _build(kind, pools, chat, rng)
             if turns:
                 yield {"id": f"{kind}-{made}", "turns": turns, "labels": {"kind": kind, "categories": []}}
                 made += 1
 
 
-def _build(kind: str, pools: _Pools, chats: Sequence[Sequence[str]], rng: random.Random) -> list[dict] | None:
+def _build(kind: str, pools: _Pools, chat: Sequence[str] | None, rng: random.Random) -> list[dict] | None:
     if kind == "coding":
         if not pools.repos:
             return None
@@ -264,9 +267,9 @@ def _build(kind: str, pools: _Pools, chats: Sequence[Sequence[str]], rng: random
             return None
         return tool_loop(rng.choice(SHELL_TASKS), [("shell", {"cmd": d.name}, d.text) for d in reads])
     if kind == "chat":
-        if not chats:
+        if not chat:
             return None
-        messages = list(rng.choice(chats))
+        messages = list(chat)
         turns = []
         for i in range(0, len(messages) - 1, 2):
             turns.append(
