@@ -4,6 +4,8 @@ playwright-core against the gateway's review routes on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import httpx
@@ -14,6 +16,8 @@ from tests.pipeline.review.conftest import EMAIL, INJECTED_LINE
 from tests.support.browser import BrowserUnavailable, chromium_binary, playwright_core, run_node_script
 
 SCRIPT = Path(__file__).with_name("review_page.cjs")
+# DELTAGUARD_DOCS_SCREENSHOTS=1 copies the page as tested into docs/ (the README shows it).
+DOCS_IMAGES = Path(__file__).resolve().parents[3] / "docs" / "images"
 GREEN = (0xDA, 0xFB, 0xE1)  # .flag-card.label-false_positive background
 AMBER = (0xFF, 0xF8, 0xE1)  # an unreviewed flag card
 
@@ -70,6 +74,8 @@ def test_review_page_filters_opens_and_marks_a_false_positive(browser_ready, rev
     after = card_color(tmp_path / "after.png", seen["box_after"])
     assert before == AMBER and after == GREEN, (before, after)
     assert json.dumps(seen)  # kept readable in the failure output
+    if os.environ.get("DELTAGUARD_DOCS_SCREENSHOTS"):
+        shutil.copyfile(tmp_path / "before.png", DOCS_IMAGES / "review.png")
 
 
 FINDINGS_SCRIPT = Path(__file__).with_name("review_findings.cjs")
