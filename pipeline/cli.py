@@ -267,7 +267,8 @@ def _eval_scorer(args: argparse.Namespace) -> Any:
 
 def _eval_outputs(result: Any, args: argparse.Namespace, scorer: Any, what: str) -> int:
     """What eval and calibrate print and write, from one `EvalResult`."""
-    from deltaguard.tools.evaluate import markdown, write_outputs
+    from deltaguard.tools.eval_output import write_outputs
+    from deltaguard.tools.evaluate import markdown
 
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)

@@ -17,13 +17,12 @@ intervals), ROC AUC and average precision, the turns between the labelled turn a
 one that caught it, and the threshold that meets `--target-fpr` on these conversations,
 written as a policy file that `serve --policy` and `replay --policy` read (only for
 categories with at least 1 / target benign conversations: a threshold chosen on fewer
-would promise a rate the data cannot show). ROC and PR
-curves are PNGs (the `bench` extra: matplotlib).
+would promise a rate the data cannot show). The files, ROC and PR curves included (SVG,
+no plotting library), are written by `deltaguard.tools.eval_output`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -286,56 +285,3 @@ def _fmt(value: Any) -> str:
 
 def _ci(interval: list[float] | None) -> str:
     return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
-
-
-def plot_curves(result: EvalResult, out: Path) -> list[Path]:
-    """roc.png and pr.png: one curve per category with positives and negatives."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError as exc:
-        raise DeltaGuardError("the curves need matplotlib: pip install 'deltaguard[bench]'") from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for kind in ("roc", "pr"):
-        fig, ax = plt.subplots(figsize=(5, 5))
-        for name, r in result.reports.items():
-            if not r.positives or not r.negatives:
-                continue
-            pos = sorted(c.scores.get(name, 0.0) for c in result.conversations if name in c.categories)
-            neg = sorted(c.scores.get(name, 0.0) for c in result.conversations if name not in c.categories)
-            cuts = sorted(set(pos + neg + [1.1]), reverse=True)
-            xs, ys = [], []
-            for t in cuts:
-                tp = sum(s >= t for s in pos)
-                fp = sum(s >= t for s in neg)
-                if kind == "roc":
-                    xs.append(fp / len(neg))
-                    ys.append(tp / len(pos))
-                elif tp + fp:
-                    xs.append(tp / len(pos))
-                    ys.append(tp / (tp + fp))
-            ax.plot(xs, ys, label=f"{name} (n+={r.positives})")
-        ax.set_xlabel("false-positive rate" if kind == "roc" else "recall")
-        ax.set_ylabel("recall" if kind == "roc" else "precision")
-        ax.set_title("ROC" if kind == "roc" else "precision-recall")
-        ax.legend(loc="lower right" if kind == "roc" else "lower left", fontsize="small")
-        ax.grid(True, alpha=0.3)
-        path = out / f"{kind}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-def write_outputs(result: EvalResult, out: Path, base: Policy, plots: bool = True) -> dict[str, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out / "eval.json", "markdown": out / "eval.md", "policy": out / "policy.json"}
-    paths["report"].write_text(json.dumps(result.to_json(), indent=2))
-    paths["markdown"].write_text(markdown(result) + "\n")
-    paths["policy"].write_text(json.dumps(result.policy(base), indent=2) + "\n")
-    if plots:
-        for p in plot_curves(result, out):
-            paths[p.stem] = p
-    return paths
