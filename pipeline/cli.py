@@ -245,6 +245,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         result = replay(read_transcripts(args.file), scorer, args.mode, on_line=lambda: bar.update(1))
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json_out:
         args.json_out.write_text(json.dumps(result.to_json(), ensure_ascii=False) + "\n", encoding="utf-8")
     print(replay_summary(result))
@@ -272,6 +274,8 @@ def _eval_outputs(result: Any, args: argparse.Namespace, scorer: Any, what: str)
 
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     paths = write_outputs(result, args.out, scorer.policy, plots=not args.no_plots)
     print(markdown(result))
     print(f"\n{len(result.conversations)} {what}; wrote " + ", ".join(str(p) for p in paths.values()))
@@ -300,7 +304,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 2
     scorer = _eval_scorer(args)
     result = calibrate(args.store, scorer, args.target_fpr)
-    what = f"reviewed recordings ({result.unlabelled} left out: not every flag marked)"
+    sources = result.scores_from or {}
+    what = (
+        f"reviewed recordings ({result.unlabelled} left out: not every flag marked; scores as recorded "
+        f"for {sources.get('recorded', 0)}, replayed for {sources.get('replayed', 0)})"
+    )
     return _eval_outputs(result, args, scorer, what)
 
 

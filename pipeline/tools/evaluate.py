@@ -24,7 +24,7 @@ no plotting library), are written by `deltaguard.tools.eval_output`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,8 @@ class EvalResult:
     errors: list[TranscriptError]
     target_fpr: float
     unlabelled: int | None = None  # calibrate: recordings left out, no review label
+    scores_from: dict[str, int] | None = None  # calibrate: recordings per source of scores
+    notes: list[str] = field(default_factory=list)  # what the reader must know (fallbacks)
 
     def policy(self, base: Policy) -> dict[str, Any]:
         """A policy file: `base` with the thresholds that meet the target FPR."""
@@ -178,6 +180,8 @@ class EvalResult:
             "categories": {name: r.to_json() for name, r in self.reports.items()},
             "errors": [str(e) for e in self.errors],
             **({} if self.unlabelled is None else {"unlabelled": self.unlabelled}),
+            **({} if self.scores_from is None else {"scores_from": self.scores_from}),
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 
@@ -218,17 +222,37 @@ def evaluate_conversations(
         if label is None:
             continue
         turns = replay_delta(entry, tracker)
-        scores: dict[str, float] = {}
-        caught: dict[str, int] = {}
-        for row in turns:
-            for cat, value in row["category_scores"].items():
-                scores[cat] = max(scores.get(cat, 0.0), value)
-            for cat in row["flagged_categories"]:
-                caught.setdefault(cat, row["index"])
+        scores, caught = scores_of_turns(turns, lambda row: row["flagged_categories"])
         labelled.append(Labelled(entry.id, label[0], label[1], scores, caught))
+    return measure(labelled, errors, scorer.policy, target_fpr, nothing_labelled)
+
+
+def scores_of_turns(
+    turns: Iterable[Mapping[str, Any]], flagged: Callable[[Mapping[str, Any]], Iterable[str]]
+) -> tuple[dict[str, float], dict[str, int]]:
+    """(per category the highest score over the turns, the first turn `flagged` names it),
+    from turns in `replay --json` shape."""
+    scores: dict[str, float] = {}
+    caught: dict[str, int] = {}
+    for row in turns:
+        for cat, value in row["category_scores"].items():
+            scores[cat] = max(scores.get(cat, 0.0), value)
+        for cat in flagged(row):
+            caught.setdefault(cat, row["index"])
+    return scores, caught
+
+
+def measure(
+    labelled: list[Labelled],
+    errors: list[TranscriptError],
+    policy: Policy,
+    target_fpr: float,
+    nothing_labelled: str,
+) -> EvalResult:
+    """The report of every labelled category and every category of `policy`."""
     if not labelled:
         raise DeltaGuardError(nothing_labelled)
-    names = sorted({c for conv in labelled for c in conv.categories} | set(scorer.policy.categories))
+    names = sorted({c for conv in labelled for c in conv.categories} | set(policy.categories))
     reports = {name: _report(name, labelled, target_fpr) for name in names}
     return EvalResult(labelled, reports, errors, target_fpr)
 
@@ -274,6 +298,7 @@ def markdown(result: EvalResult) -> str:
             f"{_ci(j['false_positive_rate_95'])} | {_fmt(r.auc)} | {_fmt(r.average_precision)} | "
             f"{_fmt(r.threshold_for_target)} | {_fmt(r.recall_at_target)} | {_fmt(median)} |"
         )
+    rows += [f"\nNote: {note}" for note in result.notes]
     return "\n".join(rows)
 
 
