@@ -277,7 +277,7 @@ def _eval_outputs(result: Any, args: argparse.Namespace, scorer: Any, what: str)
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     paths = write_outputs(result, args.out, scorer.policy, plots=not args.no_plots)
-    print(markdown(result))
+    print(markdown(result, limit=20))
     print(f"\n{len(result.conversations)} {what}; wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if result.errors else 0
 

@@ -28,7 +28,14 @@ from deltaguard.recording import RecordedTranscript, TranscriptStore
 from deltaguard.recording.labels import is_reviewed, labelled_line
 from deltaguard.state.scoring import Scorer
 from deltaguard.state.store import ConversationTracker
-from deltaguard.tools.evaluate import EvalResult, Labelled, labelled_categories, measure, scores_of_turns
+from deltaguard.tools.evaluate import (
+    EvalResult,
+    Labelled,
+    dismissed_categories,
+    labelled_categories,
+    measure,
+    scores_of_turns,
+)
 from deltaguard.tools.replay import replay_delta
 from deltaguard.transcripts import parse_conversation
 
@@ -71,7 +78,9 @@ def calibrate(store_path: Path, scorer: Scorer, target_fpr: float = 0.01) -> Eva
         else:
             replayed.append(rec)
             scores, caught = scores_of_turns(replay_delta(conversation, tracker), _flagged)
-        labelled.append(Labelled(conversation.id, label[0], label[1], scores, caught))
+        labelled.append(
+            Labelled(conversation.id, label[0], label[1], scores, caught, dismissed_categories(conversation))
+        )
     result = measure(
         labelled,
         errors,
