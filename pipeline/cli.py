@@ -245,8 +245,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
         result = replay(read_transcripts(args.file), scorer, args.mode, on_line=lambda: bar.update(1))
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)
-    for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
     if args.json_out:
         args.json_out.write_text(json.dumps(result.to_json(), ensure_ascii=False) + "\n", encoding="utf-8")
     print(replay_summary(result))

@@ -100,6 +100,13 @@ def test_guard_api_examples_work_as_the_readme_says(scorer):
         documented = {"decision", "categories", "category_scores", "continuation_id", "conversation_id"}
         assert documented | {"tokens_scored", "latency_ms"} <= set(checked.json())
         out = post("output", {**answer, "continuation_id": checked.json()["continuation_id"]})
+        assert out.status_code == 200 and out.json()["decision"] == "allow", out.text
+        nxt = post("input", {**follow_up, "continuation_id": out.json()["continuation_id"]})
+        assert nxt.status_code == 200 and nxt.json()["decision"] == "allow", nxt.text
+        # The same conversation, but the answer leaks a key (not in the README: agents read it).
+        checked = post("input", first)
+        leak = [{**answer["output"][0], "content": "It is AKIAIOSFODNN7EXAMPLE."}]
+        out = post("output", {**answer, "output": leak, "continuation_id": checked.json()["continuation_id"]})
         assert out.status_code == 200, out.text
         assert out.json()["decision"] == "block" and out.json()["categories"] == ["secrets"]
         # What the README warns of: the leaked answer is history, so the next check is blocked.
