@@ -215,6 +215,26 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def worker_args(args: argparse.Namespace, environ: Any = None) -> argparse.Namespace:
+    """The worker's arguments with the gateway's settings laid under them: `--config F.toml`
+    is the file `serve --config` reads (its `broker`, `kafka_config` and `classifiers`), and
+    DELTAGUARD_BROKER and the like apply as they do to serve; flags still win. Any other
+    `--config` is a JSON file of KafkaSettings, as before."""
+    from deltaguard.gateway.config_file import effective
+
+    toml = args.config if args.config is not None and args.config.suffix == ".toml" else None
+    flags = {k: v for k, v in (("broker", args.broker), ("classifiers", args.classifiers)) if v is not None}
+    config, sources = effective(toml, flags, environ)
+    out = argparse.Namespace(**vars(args))
+    if sources["broker"] != "default":
+        out.broker = config.broker
+    if sources["classifiers"] != "default":
+        out.classifiers = config.classifiers
+    if toml is not None:
+        out.config = Path(config.kafka_config) if config.kafka_config else None
+    return out
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from deltaguard.tools.demo import main as demo_main
 
@@ -267,12 +287,15 @@ def _eval_scorer(args: argparse.Namespace) -> Any:
 
 def _eval_outputs(result: Any, args: argparse.Namespace, scorer: Any, what: str) -> int:
     """What eval and calibrate print and write, from one `EvalResult`."""
-    from deltaguard.tools.evaluate import markdown, write_outputs
+    from deltaguard.tools.eval_output import write_outputs
+    from deltaguard.tools.evaluate import markdown
 
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     paths = write_outputs(result, args.out, scorer.policy, plots=not args.no_plots)
-    print(markdown(result))
+    print(markdown(result, limit=20))
     print(f"\n{len(result.conversations)} {what}; wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if result.errors else 0
 
@@ -299,7 +322,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 2
     scorer = _eval_scorer(args)
     result = calibrate(args.store, scorer, args.target_fpr)
-    what = f"reviewed recordings ({result.unlabelled} left out: not every flag marked)"
+    sources = result.scores_from or {}
+    what = (
+        f"reviewed recordings ({result.unlabelled} left out: not every flag marked; scores as recorded "
+        f"for {sources.get('recorded', 0)}, replayed for {sources.get('replayed', 0)})"
+    )
     return _eval_outputs(result, args, scorer, what)
 
 
@@ -346,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "worker":
             from deltaguard.kafka.command import cmd_worker
 
-            return cmd_worker(args)
+            return cmd_worker(worker_args(args))
     except DeltaGuardError as exc:
         print(f"deltaguard {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -24,7 +24,12 @@ def add_worker_parser(sub: Any) -> None:
         type=parse_names,
         help="comma-separated classifier names (default: the default set)",
     )
-    wk.add_argument("--config", type=Path, help="JSON file of KafkaSettings fields")
+    wk.add_argument(
+        "--config",
+        type=Path,
+        help="the gateway's TOML file (serve --config: broker, kafka_config, classifiers), "
+        "or a JSON file of KafkaSettings fields",
+    )
     wk.add_argument("--data-dir", type=Path, help="faust data directory (default: a temporary one)")
     wk.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"

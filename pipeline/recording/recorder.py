@@ -12,7 +12,9 @@ Each record's items are split into the turn's input and the model's output by th
 trailing run of the model's items (messages and function calls the client did not send),
 because a `ResponseRecord` keeps them in one tuple; the recorded verdicts are computed
 on the transcript as written, each turn's scores with its output as `replay` reports
-them, so replaying it with the same policy and models reproduces them exactly.
+them, so replaying it with the same policy and models reproduces them exactly; each row
+also keeps every item's own scores (`item_scores`, input items then output items), taken
+before redaction.
 Finding previews are dropped from the stored verdicts when redacting, since they show
 a few characters of the value, and located findings' character ranges are moved onto
 the redacted text, so that they point into the transcript as recorded.
@@ -190,6 +192,9 @@ class TranscriptRecorder:
             fold = scorer.fold(snapshot, inputs)
             out = scorer.fold(fold.after, outputs) if outputs else None
             row = turn_json(t, scorer.verdict(fold, output=out))  # as `replay` reports a turn
+            # Each item's own scores, as scored (before any redaction): what calibration
+            # reads, since a redacted secret cannot be found again by replaying the text.
+            row["item_scores"] = [_rounded(s) for s in (*fold.item_scores, *(out.item_scores if out else ()))]
             if self.redact:
                 for f in row.get("findings", []):
                     f.pop("preview", None)
@@ -314,6 +319,10 @@ def _move_findings(
             else:
                 f["start"], f["end"] = redacted_range(cuts, f["start"], f["end"])
         at += len(inputs) + len(outputs)
+
+
+def _rounded(scores: dict[str, float]) -> dict[str, float]:
+    return {c: round(s, 6) for c, s in scores.items() if s > 0.0}
 
 
 def _ordered(categories: Any) -> list[str]:

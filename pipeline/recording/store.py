@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS transcripts (
     classifier_versions TEXT NOT NULL,
     policy TEXT NOT NULL,             -- JSON Policy in force when recorded
     transcript TEXT NOT NULL,         -- one line of transcript format v1
-    verdicts TEXT NOT NULL,           -- JSON list of per-turn verdicts (replay --json shape)
+    verdicts TEXT NOT NULL,           -- JSON list of per-turn verdicts (replay --json shape, and
+                                      -- item_scores: each item's scores before redaction)
     flags_dropped INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL          -- last flag: retention by age and count uses it

@@ -80,8 +80,10 @@ async def drive(base: str, turns: int, tool_tokens: int) -> list[dict[str, Any]]
                 row = {"turn": t, "decision": "block", "label": label, "code": event.error.code}
                 print(f"{t:>4}  {'BLOCK':<8} {'':>8} {'':>7}  {label}: {event.error.message}")
                 rows.append(row)
-                # The refused items never became history: send a redacted version instead.
+                # The refused items never became history: send a redacted version instead,
+                # labelled as what it is (the refused content is not in it).
                 redacted = [{**item, "output": "(content removed)"} for item in new]
+                label = "the same tool output, resent with the refused content removed"
                 event = await turn({"input": redacted, "previous_response_id": prev.id})
             if event.type != "response.completed":
                 raise RuntimeError(f"turn {t}: {event}")

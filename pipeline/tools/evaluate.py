@@ -15,27 +15,50 @@ turn (verdicts are conversation-level), and it is flagged when any turn flagged 
 category. Reported per category: precision, recall, false-positive rate (with Wilson 95%
 intervals), ROC AUC and average precision, the turns between the labelled turn and the
 one that caught it, and the threshold that meets `--target-fpr` on these conversations,
-written as a policy file that `serve --policy` and `replay --policy` read (only for
-categories with at least 1 / target benign conversations: a threshold chosen on fewer
-would promise a rate the data cannot show). ROC and PR
-curves are PNGs (the `bench` extra: matplotlib).
+written as a policy file that `serve --policy` and `replay --policy` read. A threshold is
+suggested only where it helps (the current one misses the target rate, or the suggested
+one catches more within it) and only with at least 1 / target negatives: a threshold
+chosen on fewer would promise a rate the data cannot show. Reported per conversation:
+what was expected, what was flagged and at which turn.
+
+Categories that overlap (`RELATED`: an injection and a jailbreak, toxicity and the finer
+harm categories) are judged with care: a conversation labelled a jailbreak and also
+flagged as an injection was caught for what it is, so it is neither a positive nor a
+negative for `prompt_injection` (counted as `related`), unless a reviewer marked that
+injection flag a false positive (`labels.review`, which calibrate's labels carry). The
+files, ROC and PR curves included (SVG, no plotting library), are written by
+`deltaguard.tools.eval_output`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deltaguard.classifiers.base import HARM_CATEGORIES
 from deltaguard.errors import DeltaGuardError, TranscriptError
 from deltaguard.state.policy import Policy
 from deltaguard.state.scoring import Scorer
 from deltaguard.state.store import ConversationTracker
 from deltaguard.tools.replay import replay_delta
 from deltaguard.transcripts import Conversation, read_transcripts
+
+# Categories whose classifiers overlap by design: flagging one for another is no mistake.
+RELATED: tuple[frozenset[str], ...] = (
+    frozenset({"prompt_injection", "jailbreak"}),
+    frozenset({"toxicity", *HARM_CATEGORIES}),
+)
+
+
+def related(category: str) -> frozenset[str]:
+    """The other categories of `category`'s group (empty when it has none)."""
+    for group in RELATED:
+        if category in group:
+            return group - {category}
+    return frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +70,16 @@ class Labelled:
     turn: int | None
     scores: dict[str, float]  # per category, the highest over its turns
     caught_at: dict[str, int]  # per flagged category, the first turn that flagged it
+    dismissed: frozenset[str] = frozenset()  # flags a reviewer marked false positive
+
+    def judged(self, category: str) -> bool | None:
+        """True: a positive for `category`; False: a negative; None: neither (it is labelled
+        with a related category, and no reviewer dismissed a flag of this one)."""
+        if category in self.categories:
+            return True
+        if category in self.dismissed or not related(category) & self.categories:
+            return False
+        return None
 
 
 @dataclass
@@ -59,6 +92,9 @@ class CategoryReport:
     auc: float | None
     average_precision: float | None
     turns_to_catch: list[int] = field(default_factory=list)
+    related: int = 0  # labelled with a related category only: neither positive nor negative
+    related_flagged: int = 0  # of those, flagged for this category too
+    threshold_now: float | None = None  # the policy's threshold the counts above are at
     threshold_for_target: float | None = None
     fpr_at_target: float | None = None
     recall_at_target: float | None = None
@@ -76,6 +112,9 @@ class CategoryReport:
             "roc_auc": self.auc,
             "average_precision": self.average_precision,
             "turns_to_catch": self.turns_to_catch,
+            "related": self.related,
+            "related_flagged": self.related_flagged,
+            "threshold_now": self.threshold_now,
             "threshold_for_target": self.threshold_for_target,
             "false_positive_rate_at_target": self.fpr_at_target,
             "recall_at_target": self.recall_at_target,
@@ -154,6 +193,14 @@ def labelled_categories(conv: Conversation, path: str) -> tuple[frozenset[str], 
     return frozenset(cats), turn
 
 
+def dismissed_categories(conv: Conversation) -> frozenset[str]:
+    """Categories a reviewer marked false positive (`labels.review`, as calibrate exports)."""
+    review = conv.labels.get("review")
+    if not isinstance(review, dict):
+        return frozenset()
+    return frozenset(c for c, verdict in review.items() if verdict == "false_positive")
+
+
 @dataclass
 class EvalResult:
     conversations: list[Labelled]
@@ -161,6 +208,8 @@ class EvalResult:
     errors: list[TranscriptError]
     target_fpr: float
     unlabelled: int | None = None  # calibrate: recordings left out, no review label
+    scores_from: dict[str, int] | None = None  # calibrate: recordings per source of scores
+    notes: list[str] = field(default_factory=list)  # what the reader must know (fallbacks)
 
     def policy(self, base: Policy) -> dict[str, Any]:
         """A policy file: `base` with the thresholds that meet the target FPR."""
@@ -177,8 +226,11 @@ class EvalResult:
             "target_fpr": self.target_fpr,
             "conversations": len(self.conversations),
             "categories": {name: r.to_json() for name, r in self.reports.items()},
+            "per_conversation": conversation_rows(self),
             "errors": [str(e) for e in self.errors],
             **({} if self.unlabelled is None else {"unlabelled": self.unlabelled}),
+            **({} if self.scores_from is None else {"scores_from": self.scores_from}),
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 
@@ -219,24 +271,45 @@ def evaluate_conversations(
         if label is None:
             continue
         turns = replay_delta(entry, tracker)
-        scores: dict[str, float] = {}
-        caught: dict[str, int] = {}
-        for row in turns:
-            for cat, value in row["category_scores"].items():
-                scores[cat] = max(scores.get(cat, 0.0), value)
-            for cat in row["flagged_categories"]:
-                caught.setdefault(cat, row["index"])
-        labelled.append(Labelled(entry.id, label[0], label[1], scores, caught))
+        scores, caught = scores_of_turns(turns, lambda row: row["flagged_categories"])
+        labelled.append(Labelled(entry.id, label[0], label[1], scores, caught, dismissed_categories(entry)))
+    return measure(labelled, errors, scorer.policy, target_fpr, nothing_labelled)
+
+
+def scores_of_turns(
+    turns: Iterable[Mapping[str, Any]], flagged: Callable[[Mapping[str, Any]], Iterable[str]]
+) -> tuple[dict[str, float], dict[str, int]]:
+    """(per category the highest score over the turns, the first turn `flagged` names it),
+    from turns in `replay --json` shape."""
+    scores: dict[str, float] = {}
+    caught: dict[str, int] = {}
+    for row in turns:
+        for cat, value in row["category_scores"].items():
+            scores[cat] = max(scores.get(cat, 0.0), value)
+        for cat in flagged(row):
+            caught.setdefault(cat, row["index"])
+    return scores, caught
+
+
+def measure(
+    labelled: list[Labelled],
+    errors: list[TranscriptError],
+    policy: Policy,
+    target_fpr: float,
+    nothing_labelled: str,
+) -> EvalResult:
+    """The report of every labelled category and every category of `policy`."""
     if not labelled:
         raise DeltaGuardError(nothing_labelled)
-    names = sorted({c for conv in labelled for c in conv.categories} | set(scorer.policy.categories))
-    reports = {name: _report(name, labelled, target_fpr) for name in names}
+    names = sorted({c for conv in labelled for c in conv.categories} | set(policy.categories))
+    reports = {name: _report(name, labelled, target_fpr, policy.threshold(name)) for name in names}
     return EvalResult(labelled, reports, errors, target_fpr)
 
 
-def _report(name: str, convs: Sequence[Labelled], target_fpr: float) -> CategoryReport:
-    pos = [c for c in convs if name in c.categories]
-    neg = [c for c in convs if name not in c.categories]
+def _report(name: str, convs: Sequence[Labelled], target_fpr: float, threshold_now: float) -> CategoryReport:
+    pos = [c for c in convs if c.judged(name) is True]
+    neg = [c for c in convs if c.judged(name) is False]
+    side = [c for c in convs if c.judged(name) is None]
     pos_scores = [c.scores.get(name, 0.0) for c in pos]
     neg_scores = [c.scores.get(name, 0.0) for c in neg]
     report = CategoryReport(
@@ -248,20 +321,54 @@ def _report(name: str, convs: Sequence[Labelled], target_fpr: float) -> Category
         roc_auc(pos_scores, neg_scores),
         average_precision(pos_scores, neg_scores),
         turns_to_catch=[c.caught_at[name] - (c.turn or 0) for c in pos if name in c.caught_at],
+        related=len(side),
+        related_flagged=sum(name in c.caught_at for c in side),
+        threshold_now=threshold_now,
     )
     threshold = threshold_for_fpr(neg_scores, target_fpr)
-    if threshold is not None and pos:
+    if threshold is None or not pos:
+        return report
+    fpr = sum(s >= threshold for s in neg_scores) / len(neg_scores)
+    recall = sum(s >= threshold for s in pos_scores) / len(pos_scores)
+    # Only a threshold that helps: it brings the rate within the target, or catches more there.
+    over_target = report.false_positives / len(neg) > target_fpr
+    catches_more = recall > report.true_positives / len(pos)
+    if (over_target or catches_more) and fpr <= target_fpr:
         report.threshold_for_target = threshold
-        report.fpr_at_target = _ratio(sum(s >= threshold for s in neg_scores), len(neg_scores))
-        report.recall_at_target = _ratio(sum(s >= threshold for s in pos_scores), len(pos_scores))
+        report.fpr_at_target = round(fpr, 4)
+        report.recall_at_target = round(recall, 4)
     return report
 
 
-def markdown(result: EvalResult) -> str:
+def conversation_rows(result: EvalResult) -> list[dict[str, Any]]:
+    """Per conversation: what was expected, what was flagged at which turn, and the outcome,
+    misses and false positives first."""
+    rows = []
+    for c in result.conversations:
+        missed = sorted(c.categories - set(c.caught_at))
+        wrong = sorted(cat for cat in c.caught_at if c.judged(cat) is False)
+        outcome = [f"missed {', '.join(missed)}"] if missed else []
+        outcome += [f"false positive {', '.join(wrong)}"] if wrong else []
+        rows.append(
+            {
+                "id": c.id,
+                "expected": sorted(c.categories),
+                "labelled_turn": c.turn,
+                "flagged": dict(sorted(c.caught_at.items(), key=lambda kv: (kv[1], kv[0]))),
+                "outcome": "; ".join(outcome) or ("caught" if c.categories else "clean"),
+            }
+        )
+    return sorted(rows, key=lambda r: r["outcome"] in ("caught", "clean"))
+
+
+def markdown(result: EvalResult, limit: int | None = None) -> str:
+    """The report: per category, then per conversation (every one, or with `limit` only the
+    first `limit` misses and false positives: what the command prints)."""
     rows = [
-        "| category | positives | negatives | precision | recall [95%] | FPR [95%] | ROC AUC | AP | "
-        f"threshold at FPR <= {result.target_fpr:g} | recall there | turns to catch (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| category | positives | negatives | related (flagged) | precision | recall [95%] | FPR [95%] | "
+        f"ROC AUC | AP | threshold now | suggested for FPR <= {result.target_fpr:g} | recall there | "
+        "turns to catch (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in result.reports.items():
         j = r.to_json()
@@ -270,11 +377,29 @@ def markdown(result: EvalResult) -> str:
         turns = sorted(r.turns_to_catch)
         median = turns[len(turns) // 2] if turns else None
         rows.append(
-            f"| {name} | {r.positives} | {r.negatives} | {_fmt(j['precision'])} | "
-            f"{_fmt(j['recall'])} {_ci(j['recall_95'])} | {_fmt(j['false_positive_rate'])} "
-            f"{_ci(j['false_positive_rate_95'])} | {_fmt(r.auc)} | {_fmt(r.average_precision)} | "
-            f"{_fmt(r.threshold_for_target)} | {_fmt(r.recall_at_target)} | {_fmt(median)} |"
+            f"| {name} | {r.positives} | {r.negatives} | {r.related} ({r.related_flagged}) | "
+            f"{_fmt(j['precision'])} | {_fmt(j['recall'])} {_ci(j['recall_95'])} | "
+            f"{_fmt(j['false_positive_rate'])} {_ci(j['false_positive_rate_95'])} | {_fmt(r.auc)} | "
+            f"{_fmt(r.average_precision)} | {_fmt(r.threshold_now)} | {_fmt(r.threshold_for_target)} | "
+            f"{_fmt(r.recall_at_target)} | {_fmt(median)} |"
         )
+    rows += [f"\nNote: {note}" for note in result.notes]
+    per = conversation_rows(result)
+    shown = per if limit is None else [r for r in per if r["outcome"] not in ("caught", "clean")][:limit]
+    if shown:
+        rows += [
+            "",
+            "| conversation | expected | labelled turn | flagged (first turn) | outcome |",
+            "|---|---|---|---|---|",
+        ]
+        for r in shown:
+            flagged = ", ".join(f"{cat} ({turn})" for cat, turn in r["flagged"].items())
+            rows.append(
+                f"| {r['id']} | {', '.join(r['expected']) or '-'} | {_fmt(r['labelled_turn'])} | "
+                f"{flagged or '-'} | {r['outcome']} |"
+            )
+    if limit is not None and len(shown) < sum(r["outcome"] not in ("caught", "clean") for r in per):
+        rows.append(f"(the first {limit} misses and false positives; every conversation is in eval.md)")
     return "\n".join(rows)
 
 
@@ -286,56 +411,3 @@ def _fmt(value: Any) -> str:
 
 def _ci(interval: list[float] | None) -> str:
     return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
-
-
-def plot_curves(result: EvalResult, out: Path) -> list[Path]:
-    """roc.png and pr.png: one curve per category with positives and negatives."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError as exc:
-        raise DeltaGuardError("the curves need matplotlib: pip install 'deltaguard[bench]'") from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for kind in ("roc", "pr"):
-        fig, ax = plt.subplots(figsize=(5, 5))
-        for name, r in result.reports.items():
-            if not r.positives or not r.negatives:
-                continue
-            pos = sorted(c.scores.get(name, 0.0) for c in result.conversations if name in c.categories)
-            neg = sorted(c.scores.get(name, 0.0) for c in result.conversations if name not in c.categories)
-            cuts = sorted(set(pos + neg + [1.1]), reverse=True)
-            xs, ys = [], []
-            for t in cuts:
-                tp = sum(s >= t for s in pos)
-                fp = sum(s >= t for s in neg)
-                if kind == "roc":
-                    xs.append(fp / len(neg))
-                    ys.append(tp / len(pos))
-                elif tp + fp:
-                    xs.append(tp / len(pos))
-                    ys.append(tp / (tp + fp))
-            ax.plot(xs, ys, label=f"{name} (n+={r.positives})")
-        ax.set_xlabel("false-positive rate" if kind == "roc" else "recall")
-        ax.set_ylabel("recall" if kind == "roc" else "precision")
-        ax.set_title("ROC" if kind == "roc" else "precision-recall")
-        ax.legend(loc="lower right" if kind == "roc" else "lower left", fontsize="small")
-        ax.grid(True, alpha=0.3)
-        path = out / f"{kind}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-def write_outputs(result: EvalResult, out: Path, base: Policy, plots: bool = True) -> dict[str, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out / "eval.json", "markdown": out / "eval.md", "policy": out / "policy.json"}
-    paths["report"].write_text(json.dumps(result.to_json(), indent=2))
-    paths["markdown"].write_text(markdown(result) + "\n")
-    paths["policy"].write_text(json.dumps(result.policy(base), indent=2) + "\n")
-    if plots:
-        for p in plot_curves(result, out):
-            paths[p.stem] = p
-    return paths

@@ -28,6 +28,17 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def tokens_line(mode: str, tokens: int, history_tokens: int) -> str:
+    """One figure per mode: full mode's own count is the cost of rescoring the history (the
+    item-token estimate beside it would contradict it: views and outputs count too)."""
+    if mode == "full":
+        return f"tokens scored: {tokens:,} (the whole history, rescored every turn)"
+    return (
+        f"tokens scored: {tokens:,} (each turn's new items; the history re-read every turn holds "
+        f"{history_tokens:,} item tokens: --mode full measures its cost)"
+    )
+
+
 def replay_summary(result: ReplayResult) -> str:
     turns = [t for conv in result.conversations for t in conv["turns"]]
     decisions = Counter(t["decision"] for t in turns)
@@ -40,7 +51,7 @@ def replay_summary(result: ReplayResult) -> str:
         f"mode {result.mode}: {len(result.conversations)} conversations, {len(turns)} turns, "
         f"{len(result.errors)} bad lines, {result.unscored_items} unscored items kept as history",
         "decisions: " + ", ".join(f"{d} {decisions.get(d, 0)}" for d in ("allow", "flag", "block")),
-        f"tokens scored: {tokens:,} (rescoring the full history every turn: {result.history_tokens:,})",
+        tokens_line(result.mode, tokens, result.history_tokens),
         "",
         table(
             ["latency per turn (ms)", "p50", "p95", "p99", "max"],

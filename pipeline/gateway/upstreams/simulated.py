@@ -1,8 +1,9 @@
 """The embedded simulated models, one per protocol: deterministic coding agents.
 
 Both stream at a set number of tokens per second and, with function tools in the
-request, call the first one a few times after each user message before answering;
-everything they say is a function of the history, so tests and benchmarks repeat.
+request, call the first one a few times after each user message (reading a file of the
+repository) before answering like a coding agent (`agent_text`: what it read, found and
+changed); everything they say is a function of the history, so tests and benchmarks repeat.
 """
 
 from __future__ import annotations
@@ -19,17 +20,13 @@ from typing import Any
 
 from deltaguard.chat_items import chat_history_items
 from deltaguard.errors import ItemError
+from deltaguard.gateway.upstreams.agent_text import read_paths, reply, tool_arguments
 from deltaguard.gateway.upstreams.chat import UpstreamRefused
 from deltaguard.gateway.upstreams.responses import UpstreamCall
 from deltaguard.gateway.wire import new_id, response_object
 from deltaguard.parsing import parse_items
 from deltaguard.state.scoring import chain_of
 from deltaguard.usage import Usage, usage_object
-
-_WORDS = (
-    "the fix is to retry the request after the timeout and keep the cache warm so that the next "
-    "call finds the session token before it expires which makes the failing test pass again"
-).split()
 
 
 class SimulatedModel:
@@ -107,13 +104,17 @@ class SimulatedModel:
         seed = hashlib.sha256(b"".join(i.digest for i in history[-4:]) + str(len(history)).encode()).digest()
         rng = random.Random(seed)
         calls_since_user = 0
+        asked, arguments = "", []
         for item in reversed(history):
             if item.kind == "message" and item.role == "user":
+                asked = item.text
                 break
             calls_since_user += item.kind == "function_call_output"
+            if item.kind == "function_call":
+                arguments.insert(0, str(item.raw.get("arguments", "")))
         tool = next((t for t in call.tools or [] if t.get("type") == "function" and t.get("name")), None)
         if tool is not None and calls_since_user < self.tool_calls:
-            args = json.dumps({"path": f"src/{rng.choice(_WORDS)}_{calls_since_user}.py"})
+            args = tool_arguments(rng, read_paths(arguments))
             tokens = max(1, len(args) // 4)
             await self._pace(start, tokens)
             call_id, name = new_id("call"), str(tool["name"])  # unique, as a real model's are
@@ -126,7 +127,7 @@ class SimulatedModel:
             yield event("response.function_call_arguments.done", **at, name=name, arguments=args), 0
             yield event("response.output_item.done", output_index=0, item=item), tokens
             return
-        words = [rng.choice(_WORDS) for _ in range(self.reply_tokens)]
+        words = reply(rng, self.reply_tokens, asked, read_paths(arguments)).split(" ")
         added = {"id": new_id("msg"), "type": "message", "role": "assistant", "status": "in_progress"}
         added["content"] = []
         at = {"item_id": added["id"], "output_index": 0, "content_index": 0}
@@ -185,20 +186,25 @@ class SimulatedChatModel:
         )
         rng = random.Random(seed.digest())
         since_user = 0
+        asked, arguments = "", []
         for m in reversed(messages):
             if isinstance(m, dict) and m.get("role") == "user":
+                asked = m.get("content") if isinstance(m.get("content"), str) else ""
                 break
             since_user += isinstance(m, dict) and m.get("role") == "tool"
+            for c in (m.get("tool_calls") or []) if isinstance(m, dict) else []:
+                fn = c.get("function") if isinstance(c, dict) else None
+                arguments.insert(0, str(fn.get("arguments", "")) if isinstance(fn, dict) else "")
         tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"]
         name = (tools[0].get("function") or {}).get("name") if tools else None
         if name and since_user < self.tool_calls:
-            args = json.dumps({"path": f"src/{rng.choice(_WORDS)}_{since_user}.py"})
+            args = tool_arguments(rng, read_paths(arguments))
             call = {"id": f"call_{seed.hexdigest()[:24]}", "type": "function"}
             call["function"] = {"name": name, "arguments": args}
             message = {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None}
             completion = max(1, len(args) // 4)
         else:
-            text = " ".join(rng.choice(_WORDS) for _ in range(self.reply_tokens))
+            text = reply(rng, self.reply_tokens, asked, read_paths(arguments))
             message = {"role": "assistant", "content": text, "refusal": None}
             completion = self.reply_tokens
         usage = usage_object(Usage(prompt, cached, completion), "chat")

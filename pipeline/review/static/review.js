@@ -11,6 +11,7 @@ function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k === "class") node.className = v;
+    else if (k === "css") for (const [name, value] of Object.entries(v)) node.style.setProperty(name, value);
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v);
   }
@@ -33,6 +34,24 @@ async function api(path, options = {}) {
     throw new Error((body.error && body.error.message) || `HTTP ${response.status}`);
   }
   return response;
+}
+
+// The first render only: the list (and the conversation the URL names) is fetched while
+// the page is still being parsed, so it is in the page before the page reports it loaded
+// (a screenshot or a test taken at "load" sees it). Later fetches are asynchronous.
+function apiNow(path) {
+  const request = new XMLHttpRequest();
+  request.open("GET", API + path, false);
+  const key = sessionStorage.getItem("deltaguard-key");
+  if (key) request.setRequestHeader("Authorization", `Bearer ${key}`);
+  request.send();
+  if (request.status === 401) {
+    $("#key-form").hidden = false;
+    throw new Error("an API key is needed: enter it above");
+  }
+  const body = JSON.parse(request.responseText || "{}");
+  if (request.status !== 200) throw new Error((body.error && body.error.message) || `HTTP ${request.status}`);
+  return body;
 }
 
 function showError(err) {
@@ -66,29 +85,32 @@ function reviewState(row) {
   return marked.length === row.categories.length ? "reviewed" : marked.length ? "partly" : "-";
 }
 
+function renderList(data) {
+  showError(null);
+  $("#key-form").hidden = true;
+  fillSelect($("[name=category]"), data.categories);
+  fillSelect($("[name=tenant]"), data.tenants);
+  $("#count").textContent = `${data.conversations.length} of ${data.total} recorded conversations`;
+  const rows = data.conversations.map((c) =>
+    el(
+      "tr",
+      { "data-id": c.id, "data-testid": "row", class: c.id === selected ? "selected" : "", onclick: () => go(c.id) },
+      el("td", {}, c.id),
+      el("td", { title: c.conversation_id }, c.conversation_id),
+      el("td", {}, c.tenant ?? "-"),
+      el("td", { class: `decision-${c.decision}` }, c.decision),
+      el("td", {}, c.categories.join(", ")),
+      el("td", {}, c.turns),
+      el("td", { title: when(c.updated_at) }, when(c.updated_at).slice(5, 16)),
+      el("td", { "data-testid": "review-state" }, reviewState(c)),
+    ),
+  );
+  $("#list tbody").replaceChildren(...rows);
+}
+
 async function loadList() {
   try {
-    const data = await (await api("/conversations?" + query())).json();
-    showError(null);
-    $("#key-form").hidden = true;
-    fillSelect($("[name=category]"), data.categories);
-    fillSelect($("[name=tenant]"), data.tenants);
-    $("#count").textContent = `${data.conversations.length} of ${data.total} recorded conversations`;
-    const rows = data.conversations.map((c) =>
-      el(
-        "tr",
-        { "data-id": c.id, "data-testid": "row", class: c.id === selected ? "selected" : "", onclick: () => openDetail(c.id) },
-        el("td", {}, c.id),
-        el("td", {}, c.conversation_id),
-        el("td", {}, c.tenant ?? "-"),
-        el("td", { class: `decision-${c.decision}` }, c.decision),
-        el("td", {}, c.categories.join(", ")),
-        el("td", {}, c.turns),
-        el("td", {}, when(c.updated_at)),
-        el("td", { "data-testid": "review-state" }, reviewState(c)),
-      ),
-    );
-    $("#list tbody").replaceChildren(...rows);
+    renderList(await (await api("/conversations?" + query())).json());
   } catch (err) {
     showError(err);
   }
@@ -110,8 +132,6 @@ function plot(detail) {
     return node;
   };
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.setAttribute("width", W);
-  svg.setAttribute("height", H);
   svg.setAttribute("class", "plot");
   svg.setAttribute("data-testid", "plot");
   for (const v of [0, 0.5, 1]) {
@@ -133,30 +153,43 @@ function plot(detail) {
       add(svg, "line", { x1: L, x2: W - R, y1: y(th), y2: y(th), stroke: color, "stroke-dasharray": "5 4", "data-threshold": cat });
     }
   }
-  const legend = el("div", { class: "legend" }, ...categories.map((c) => el("span", { style: `color:${COLORS[c] || "#57606a"}` }, `— ${c}`)));
+  const legend = el("div", { class: "legend" }, ...categories.map((c) => el("span", { css: { color: COLORS[c] || "#57606a" } }, `— ${c}`)));
   return el("div", {}, svg, legend);
+}
+
+// The flag the keyboard marks: the first not yet marked, else the first.
+function currentFlag(detail) {
+  return detail.categories.find((c) => !detail.labels[c]) ?? detail.categories[0];
+}
+
+async function mark(detail, cat, value) {
+  try {
+    await api(`/conversations/${detail.id}/labels/${cat}`, {
+      method: "PUT",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ verdict: value }),
+    });
+    await openDetail(detail.id);
+    await loadList();
+  } catch (err) {
+    showError(err);
+  }
 }
 
 function flagCard(detail, cat) {
   const verdict = detail.labels[cat] ? detail.labels[cat].verdict : null;
-  const mark = async (value) => {
-    try {
-      await api(`/conversations/${detail.id}/labels/${cat}`, {
-        method: "PUT",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ verdict: value }),
-      });
-      await openDetail(detail.id);
-      await loadList();
-    } catch (err) {
-      showError(err);
-    }
-  };
   const button = (value, text) =>
-    el("button", { type: "button", class: verdict === value ? "active" : "", "data-testid": `mark-${value}`, onclick: () => mark(verdict === value ? null : value) }, text);
+    el("button", { type: "button", class: verdict === value ? "active" : "", "data-testid": `mark-${value}`, onclick: () => mark(detail, cat, verdict === value ? null : value) }, text);
+  const current = cat === currentFlag(detail);
   return el(
     "div",
-    { class: `flag-card label-${verdict || "none"}`, "data-testid": "flag-card", "data-category": cat, "data-verdict": verdict || "" },
+    {
+      class: `flag-card label-${verdict || "none"}${current ? " current" : ""}`,
+      "data-testid": "flag-card",
+      "data-category": cat,
+      "data-verdict": verdict || "",
+      "data-current": current ? "1" : "",
+    },
     el("strong", {}, cat),
     ` first flagged at turn ${detail.flag_turns[cat] ?? "?"}`,
     el("span", { class: "state", "data-testid": "label-state" }, verdict ? verdict.replace("_", " ") : "unreviewed"),
@@ -195,7 +228,7 @@ function highlighted(text, located, turnIndex) {
         {
           class: `finding${covering.length > 1 ? " overlap" : ""}`,
           title: tip.join("\n"),
-          style: `--finding-color:${COLORS[covering[0].f.category] || "#57606a"}`,
+          css: { "--finding-color": COLORS[covering[0].f.category] || "#57606a" },
           "data-testid": "finding-mark",
           "data-findings": covering.map((r) => r.i).join(","),
           "data-categories": [...new Set(covering.map((r) => r.f.category))].join(","),
@@ -262,25 +295,62 @@ function turnView(turn) {
   );
 }
 
+let shown = null; // the conversation on screen, as the API sent it
+
+function renderDetail(detail) {
+  selected = detail.id;
+  shown = detail;
+  for (const row of document.querySelectorAll("#list tbody tr")) row.classList.toggle("selected", Number(row.dataset.id) === detail.id);
+  const pane = $("#detail");
+  pane.replaceChildren(
+    el("h2", {}, `#${detail.id} · ${detail.conversation_id} · tenant ${detail.tenant ?? "-"} · `,
+      el("span", { class: `decision-${detail.decision}` }, detail.decision), detail.redacted ? " · redacted" : ""),
+    el("div", { class: "flags", "data-testid": "flags" }, ...detail.categories.map((c) => flagCard(detail, c))),
+    plot(detail),
+    ...detail.turns.map(turnView),
+  );
+  pane.hidden = false;
+  pane.dataset.id = String(detail.id);
+  showError(null);
+}
+
 async function openDetail(id) {
   try {
-    const detail = await (await api(`/conversations/${id}`)).json();
-    selected = id;
-    for (const row of document.querySelectorAll("#list tbody tr")) row.classList.toggle("selected", Number(row.dataset.id) === id);
-    const pane = $("#detail");
-    pane.replaceChildren(
-      el("h2", {}, `#${detail.id} · ${detail.conversation_id} · tenant ${detail.tenant ?? "-"} · `,
-        el("span", { class: `decision-${detail.decision}` }, detail.decision), detail.redacted ? " · redacted" : ""),
-      el("div", { class: "flags", "data-testid": "flags" }, ...detail.categories.map((c) => flagCard(detail, c))),
-      plot(detail),
-      ...detail.turns.map(turnView),
-    );
-    pane.hidden = false;
-    pane.dataset.id = String(detail.id);
-    showError(null);
+    renderDetail(await (await api(`/conversations/${id}`)).json());
   } catch (err) {
     showError(err);
   }
+}
+
+// A conversation's own URL: /review#conversation=ID (opened on load and on back / forward).
+function hashId() {
+  const match = /^#conversation=(\d+)$/.exec(location.hash);
+  return match ? Number(match[1]) : null;
+}
+
+function go(id) {
+  if (hashId() === id) openDetail(id);
+  else location.hash = `conversation=${id}`; // the hashchange listener opens it
+}
+
+function step(by) {
+  const rows = [...document.querySelectorAll("#list tbody tr")];
+  if (!rows.length) return;
+  const at = rows.findIndex((r) => Number(r.dataset.id) === selected);
+  const next = at < 0 ? (by > 0 ? 0 : rows.length - 1) : at + by;
+  if (next >= 0 && next < rows.length) go(Number(rows[next].dataset.id));
+}
+
+// c: confirm the current flag, f: mark it a false positive, j / k: next / previous conversation.
+function onKey(e) {
+  if (e.ctrlKey || e.metaKey || e.altKey || e.target.closest("input, select, textarea")) return;
+  const cat = shown ? currentFlag(shown) : null;
+  if (e.key === "c" && cat) mark(shown, cat, "confirmed");
+  else if (e.key === "f" && cat) mark(shown, cat, "false_positive");
+  else if (e.key === "j") step(1);
+  else if (e.key === "k") step(-1);
+  else return;
+  e.preventDefault();
 }
 
 async function exportReviewed() {
@@ -297,23 +367,34 @@ async function exportReviewed() {
   }
 }
 
-async function start() {
+function start() {
   $("#filters").addEventListener("submit", (e) => { e.preventDefault(); loadList(); });
   $("#key-form").addEventListener("submit", (e) => {
     e.preventDefault();
     sessionStorage.setItem("deltaguard-key", $("#key").value);
     $("#key").value = "";
-    refresh();
+    refresh().then(() => hashId() !== null && openDetail(hashId()));
   });
   $("#export").addEventListener("click", exportReviewed);
-  await refresh();
+  window.addEventListener("hashchange", () => hashId() !== null && openDetail(hashId()));
+  document.addEventListener("keydown", onKey);
+  try {
+    showSession(apiNow("/session"));
+    renderList(apiNow("/conversations"));
+    if (hashId() !== null) renderDetail(apiNow(`/conversations/${hashId()}`));
+  } catch (err) {
+    showError(err);
+  }
   document.body.dataset.ready = "1";
+}
+
+function showSession(session) {
+  $("#session").textContent = session.tenant ? `tenant ${session.tenant}` : "all tenants";
 }
 
 async function refresh() {
   try {
-    const session = await (await api("/session")).json();
-    $("#session").textContent = session.tenant ? `tenant ${session.tenant}` : "all tenants";
+    showSession(await (await api("/session")).json());
   } catch (err) {
     showError(err);
     return;

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +92,19 @@ def test_full_mode_does_every_turns_work_again(scorer, tmp_path, monkeypatch):
     embedded.clear()
     replay(read_transcripts(path), scorer, "full")
     assert sum(embedded) == 3, embedded
+
+
+@pytest.mark.parametrize("mode", ["delta", "full"])
+def test_the_summary_gives_one_token_figure_per_mode(scorer, tmp_path, capsys, mode):
+    from deltaguard.cli import main
+
+    out = tmp_path / "out.json"
+    demo = Path(__file__).resolve().parents[3] / "eval" / "samples" / "demo.jsonl"
+    assert main(["replay", str(demo), "--mode", mode, "--json", str(out), "--no-progress"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("tokens scored")]
+    scored = sum(t["tokens_scored"] for c in json.loads(out.read_text())["conversations"] for t in c["turns"])
+    figures = [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", line)]
+    # Full mode's own count is the cost of rescoring the history: no second figure beside it.
+    assert figures == ([scored] if mode == "full" else [scored, figures[1]])
+    if mode == "delta":
+        assert figures[1] > scored and "--mode full" in line
