@@ -38,7 +38,8 @@ FlagCallback = Callable[[str, Sequence[str], str], Awaitable[None] | None]
 
 
 class FlagSubscriber:
-    """Calls `callback(conversation_id, categories, tenant)` for every new flag event.
+    """Calls `callback(conversation_id, categories, tenant)` for every new flag event that
+    blocks (decision "block"; an alert blocks nothing).
 
     `callback` may be a function or a coroutine function; an exception it raises is
     logged and the next event is processed. `on_event`, when given, receives the whole
@@ -143,8 +144,9 @@ class FlagSubscriber:
         try:
             if self.on_event is not None:
                 self.on_event(event)
-            result = self.callback(event.conversation_id, event.categories, event.tenant)
-            if inspect.isawaitable(result):
-                await result
+            if event.decision == "block":  # an alert blocks nothing (Policy.monitor_blocking)
+                result = self.callback(event.conversation_id, event.categories, event.tenant)
+                if inspect.isawaitable(result):
+                    await result
         except Exception:
             log.exception("flag subscriber: callback failed for %s", event.event_id)

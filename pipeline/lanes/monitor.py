@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,9 @@ from deltaguard.state.scoring import Fold, Scorer, TurnVerdict, findings_json
 class MonitorOutcome:
     verdict: TurnVerdict
     flag: FlagEvent | None  # None when nothing was flagged
+    # The categories this turn's evidence blocks the conversation in (Policy.monitor_blocking);
+    # a verdict flagged with none of them alerts without blocking (decision "flag").
+    blocking: tuple[str, ...] = ()
 
 
 class MonitorStep:
@@ -53,6 +57,11 @@ class MonitorStep:
         verdict = self.scorer.verdict(fold, prior=prior)
         if not verdict.flagged_categories:
             return MonitorOutcome(verdict, None)
+        blocking = tuple(
+            self.scorer.policy.monitor_blocking(verdict.flagged_categories, fold.item_scores, fold.roles)
+        )
+        if verdict.decision == "block" and not blocking:
+            verdict = dataclasses.replace(verdict, decision="flag")
         flag = FlagEvent.build(
             conversation_id=conversation_id,
             response_id=response_id,
@@ -64,7 +73,7 @@ class MonitorStep:
             tenant=tenant,
             findings=findings_json(verdict.findings),
         )
-        return MonitorOutcome(verdict, flag)
+        return MonitorOutcome(verdict, flag, blocking)
 
 
 def waves(keys: Sequence[Hashable]) -> list[list[int]]:

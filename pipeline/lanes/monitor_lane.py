@@ -163,7 +163,8 @@ class MonitorLane:
                 )
                 self.metrics.observe_turn("monitor", outcome.verdict)
                 if outcome.flag is not None and not job.gate_blocked:
-                    self.mark_flagged(job.conversation_id, outcome.verdict.flagged_categories, job.tenant)
+                    if outcome.blocking:
+                        self.mark_flagged(job.conversation_id, outcome.blocking, job.tenant)
                     await self.flags.put(outcome.flag, job.tenant)
                 outcomes.append(outcome.verdict)
         return outcomes

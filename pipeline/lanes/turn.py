@@ -144,7 +144,7 @@ class Turn:
         if self._monitor_verdict is None:
             return []
         verdict = await asyncio.shield(self._monitor_verdict)
-        if verdict is None:
+        if verdict is None or verdict.decision != "block":  # an alert (Policy.monitor_blocking) holds nothing
             return []
         policy = self._lanes.scorer.policy.categories
         return [c for c in verdict.flagged_categories if c in policy and policy[c].action == "block"]

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from deltaguard.classifiers.base import CATEGORIES, HARM_CATEGORIES
+from deltaguard.classifiers.base import CATEGORIES, HARM_CATEGORIES, Scores
 from deltaguard.errors import PolicyError
 
 Decision = Literal["allow", "flag", "block"]
@@ -32,12 +32,25 @@ class CategoryPolicy(BaseModel):
     # what the model is sent and the turn goes on (deltaguard.lanes.sanitize); a span it
     # cannot cut out blocks.
     action: Literal["block", "flag", "sanitize"] = "flag"
+    # A monitor-lane verdict whose evidence is a user message blocks only at this score or
+    # above; from `threshold` up to it, it alerts (a flag event) without interrupting the
+    # conversation. None: `threshold` blocks, whatever carried the evidence.
+    user_block_threshold: float | None = Field(None, ge=0.0, le=1.0)
+
+
+# The detector's lowest scaled score above every benign user message of the validation
+# split (2,149 benign prompts of the detection corpus, 3,712 user messages of the real
+# agent conversations; `python -m training.user_block`): precision 1.0 there, 39.5% of the
+# validation user attacks reach it, 63.2% reach 0.5.
+USER_BLOCK_THRESHOLD = 0.9
 
 
 def _default_categories() -> dict[str, CategoryPolicy]:
     return {
-        "prompt_injection": CategoryPolicy(threshold=0.5, action="block"),
-        "jailbreak": CategoryPolicy(threshold=0.5, action="block"),
+        "prompt_injection": CategoryPolicy(
+            threshold=0.5, action="block", user_block_threshold=USER_BLOCK_THRESHOLD
+        ),
+        "jailbreak": CategoryPolicy(threshold=0.5, action="block", user_block_threshold=USER_BLOCK_THRESHOLD),
         "toxicity": CategoryPolicy(threshold=0.5, action="flag"),
         "pii": CategoryPolicy(threshold=0.5, action="flag"),
         "secrets": CategoryPolicy(threshold=0.5, action="block"),
@@ -77,6 +90,25 @@ class Policy(BaseModel):
         if any(self.categories[c].action == "block" for c in flagged if c in self.categories):
             return "block", flagged
         return ("flag" if flagged else "allow"), flagged
+
+    def monitor_blocking(
+        self, flagged: Sequence[str], item_scores: Sequence[Scores], roles: Sequence[str]
+    ) -> list[str]:
+        """The flagged block categories that a monitor verdict enforces: those whose
+        evidence in the folded items (`item_scores`, aligned with their `roles`) reaches the
+        block level, `threshold` for anything but a user message and `user_block_threshold`
+        for a user message. A category flagged by earlier turns only was decided then."""
+        out = []
+        for c in flagged:
+            cp = self.categories.get(c)
+            if cp is None or cp.action != "block":
+                continue
+            user_at = cp.threshold if cp.user_block_threshold is None else cp.user_block_threshold
+            for row, role in zip(item_scores, roles, strict=True):
+                if row.get(c, 0.0) >= (user_at if role == "user" else cp.threshold):
+                    out.append(c)
+                    break
+        return out
 
 
 def load_policy(path: Path) -> Policy:

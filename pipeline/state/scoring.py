@@ -104,6 +104,7 @@ class Fold:
     tokens: dict[str, int]  # per classifier
     latency_ms: dict[str, float]  # per classifier
     findings: list[Finding] = field(default_factory=list)
+    roles: tuple[str, ...] = ()  # of the items folded, aligned with `item_scores`
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +149,8 @@ class _FoldBuilder:
             states=MappingProxyType(self.states),
             classifier_scores=MappingProxyType(self.clf_scores),
         )
-        return Fold(snapshot, after, self.item_scores, self.tokens, self.latency, self.findings)
+        roles = tuple(item.role for item in items)
+        return Fold(snapshot, after, self.item_scores, self.tokens, self.latency, self.findings, roles)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,3 +96,27 @@ class SlowInjectionMarker:
         scores = running_max(state["max"], rows)
         self.finished.append(time.monotonic())
         return Update(state={"max": scores}, item_scores=rows, scores=scores, tokens=0)
+
+
+class StatedScore(ItemCounter):
+    """A monitor-lane classifier whose `prompt_injection` score is what an item states:
+    "score=0.7" anywhere in its text gives 0.7 (policy tests need scores between thresholds)."""
+
+    categories = ("prompt_injection",)
+
+    def __init__(self, name: str = "stated", lane: str = "monitor") -> None:
+        super().__init__(name, lane)
+
+    def update(self, state, items):
+        rows = []
+        for item in items:
+            _, found, rest = item.text.partition("score=")
+            rows.append({"prompt_injection": float(rest.split()[0]) if found else 0.0})
+        scores = running_max(state["max"], rows)
+        tokens = sum(count_tokens(i.text) for i in items)
+        return Update(
+            state={"n": state["n"] + len(items), "max": scores},
+            item_scores=rows,
+            scores=scores,
+            tokens=tokens,
+        )

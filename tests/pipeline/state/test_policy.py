@@ -83,3 +83,29 @@ def test_replay_and_serve_take_a_policy_file(tmp_path, capsys):
     assert "missing.json" in capsys.readouterr().err
     scorer = scorer_for(GatewayConfig(policy_path=str(path)))
     assert scorer.policy.categories["pii"].action == "block"
+
+
+def test_monitor_evidence_from_a_user_message_blocks_only_over_its_block_threshold():
+    policy = Policy()
+    at = policy.categories["prompt_injection"].user_block_threshold
+    assert at is not None and at > policy.threshold("prompt_injection")
+    flagged = ["prompt_injection", "toxicity"]  # toxicity's action is flag: never enforced here
+    alert = [{"prompt_injection": 0.7, "toxicity": 0.9}]
+    assert policy.monitor_blocking(flagged, alert, ["user"]) == []
+    assert policy.monitor_blocking(flagged, [{"prompt_injection": at}], ["user"]) == ["prompt_injection"]
+    assert policy.monitor_blocking(
+        flagged, [{"prompt_injection": 0.0}, {"prompt_injection": 0.6}], ["user", "tool"]
+    ) == ["prompt_injection"]
+    # flagged by an earlier turn only: this turn's items carry no evidence of it
+    assert policy.monitor_blocking(flagged, [{"prompt_injection": 0.1}], ["tool"]) == []
+
+
+def test_a_policy_file_sets_or_clears_the_user_block_threshold(tmp_path):
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"categories": {"jailbreak": {"user_block_threshold": None}}}))
+    policy = load_policy(path)
+    assert policy.categories["jailbreak"].user_block_threshold is None
+    assert policy.monitor_blocking(["jailbreak"], [{"jailbreak": 0.5}], ["user"]) == ["jailbreak"]
+    path.write_text(json.dumps({"categories": {"jailbreak": {"user_block_threshold": 1.5}}}))
+    with pytest.raises(PolicyError, match=r"categories\.jailbreak\.user_block_threshold"):
+        load_policy(path)
