@@ -110,7 +110,7 @@ class Gateway:
         chat_upstream: ChatUpstream | None = None,
     ) -> None:
         self.config = config
-        self.metrics = PrometheusMetrics()
+        self.metrics = PrometheusMetrics(tenant_labels=config.metrics_tenant_labels)
         self.kafka: Any = None
         self.flag_subscriber: Any = None
         turn_sink = None
@@ -284,6 +284,12 @@ class Gateway:
         )
 
     async def metrics_endpoint(self, request: Request) -> Response:
+        # The scrape names lanes, queues and (opted in) tenants: behind the metrics key, else
+        # behind any tenant key once keys are configured.
+        key = self.config.metrics_api_key
+        allowed = tenant_for({key: "metrics"}, request.headers) if key else self.tenant_of(request.headers)
+        if allowed is None:
+            return error_response(unauthorized())
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def healthz(self, request: Request) -> Response:

@@ -66,6 +66,11 @@ class GatewayConfig(BaseModel):
 
     # API key -> tenant. Empty: no authentication, every client is tenant "default".
     api_keys: dict[str, str] = Field(default_factory=api_keys_from_env)
+    # GET /metrics: with this key set, only `Authorization: Bearer <it>` may scrape; without
+    # it, any tenant key when keys are configured (open only when nothing is).
+    metrics_api_key: str | None = Field(default_factory=lambda: os.environ.get("DELTAGUARD_METRICS_API_KEY"))
+    # Tenant names as label values of the state metrics (off: summed over tenants as "all").
+    metrics_tenant_labels: bool = False
 
     # The classifier set (classifiers/registry.py), plus any the monitor lane names.
     classifiers: tuple[str, ...] = DEFAULT_NAMES
