@@ -217,7 +217,7 @@ class Gateway:
             self.metrics.requests.labels("http", "invalid_api_key").inc()
             return error_response(unauthorized())
         try:
-            req = self._parse(parse_body(await request.body(), self.config.max_request_bytes))
+            req = self._parse(parse_body(await request.body(), **self.config.json_limits()))
             if not req.stream:
                 final = await self.service.create(req, tenant)
                 self.metrics.requests.labels("http", "ok").inc()
@@ -245,7 +245,7 @@ class Gateway:
         conversation_id = request.path_params.get("conversation_id")
         try:
             if conversation_id is None:
-                body = parse_body(await request.body() or b"{}", self.config.max_request_bytes)
+                body = parse_body(await request.body() or b"{}", **self.config.json_limits())
                 try:
                     items = parse_items(body.get("items") or [], "items")
                 except ItemError as exc:
@@ -339,7 +339,7 @@ class Gateway:
             raw = message.get("text")
             if raw is None:
                 raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
-            body = parse_body(raw, self.config.max_request_bytes)
+            body = parse_body(raw, **self.config.json_limits())
             kind = body.get("type")
             if kind != "response.create":
                 raise RequestError(

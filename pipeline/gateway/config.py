@@ -111,6 +111,16 @@ class GatewayConfig(BaseModel):
     max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
     max_connection_age_s: float = Field(3600.0, gt=0)  # like the hosted API's 60-minute cap
     max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(defaults.MAX_JSON_DEPTH, ge=8)  # containers nested in a request
+    max_json_values: int = Field(defaults.MAX_JSON_VALUES, ge=1000)  # values in a request, in all
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=256)
     max_items_per_request: int = Field(10_000, ge=1)
     max_id_length: int = Field(256, ge=8)
+
+    def json_limits(self) -> dict[str, int]:
+        """What a request body is checked against (`wire.parse_body`'s limits)."""
+        return {
+            "max_bytes": self.max_request_bytes,
+            "max_depth": self.max_json_depth,
+            "max_values": self.max_json_values,
+        }

@@ -304,7 +304,7 @@ class GuardEndpoints:
         try:
             if tenant is None:
                 raise unauthorized()
-            body = parse_body(await request.body(), self.service.config.max_request_bytes)
+            body = parse_body(await request.body(), **self.service.config.json_limits())
             result = await check(body, tenant)
         except RequestError as err:
             self.metrics.requests.labels(name, err.code).inc()
