@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from deltaguard.access import HostOriginGuard
 from deltaguard.errors import ItemError, KafkaPathError, RequestError
 from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstream
 from deltaguard.gateway.config import GatewayConfig
@@ -389,6 +391,9 @@ def create_app(
             *routes,
         ],
         lifespan=gateway.lifespan,
+        middleware=[
+            Middleware(HostOriginGuard, allowed_hosts=config.hosts(), allowed_origins=config.allowed_origins)
+        ],
     )
     app.state.gateway = gateway
     return app

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deltaguard import defaults
+from deltaguard.access import default_hosts
 from deltaguard.classifiers.registry import DEFAULT_NAMES
 from deltaguard.errors import StateBackendError
 from deltaguard.state.backends import parse_state_url
@@ -106,6 +107,13 @@ class GatewayConfig(BaseModel):
     lock_s: float = Field(defaults.LOCK_S, gt=0)
     first_turn_window_s: float = Field(defaults.FIRST_TURN_WINDOW_S, gt=0)
 
+    # Browser access (deltaguard.access): the names a request's Host may carry (None: the
+    # loopback names and the bind address when it names one host; "*": any), and origins
+    # allowed besides the server's own ("*": any). DNS rebinding and cross-site requests
+    # from a page the operator opens are refused with 403.
+    allowed_hosts: tuple[str, ...] | None = None
+    allowed_origins: tuple[str, ...] = ()
+
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)
     max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
@@ -116,6 +124,10 @@ class GatewayConfig(BaseModel):
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=256)
     max_items_per_request: int = Field(10_000, ge=1)
     max_id_length: int = Field(256, ge=8)
+
+    def hosts(self) -> tuple[str, ...]:
+        """The Host names allowed (`allowed_hosts`, or its default for the bind address)."""
+        return self.allowed_hosts if self.allowed_hosts is not None else default_hosts(self.host)
 
     def json_limits(self) -> dict[str, int]:
         """What a request body is checked against (`wire.parse_body`'s limits)."""
