@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -372,6 +372,12 @@ async def _sse(first: dict[str, Any], events: AsyncGenerator[dict[str, Any], Non
         await events.aclose()
 
 
+async def _gone(request: Request, exc: Exception) -> Response:
+    """A client that left before its request was read (or was dropped for reading too
+    slowly): nothing to answer, and nothing to log as the app's failure."""
+    return Response(status_code=499)
+
+
 def create_app(
     config: GatewayConfig, scorer: Scorer, *, routes: Sequence[BaseRoute] = (), **kwargs: Any
 ) -> Starlette:
@@ -391,6 +397,7 @@ def create_app(
             *routes,
         ],
         lifespan=gateway.lifespan,
+        exception_handlers={ClientDisconnect: _gone},
         middleware=[
             Middleware(HostOriginGuard, allowed_hosts=config.hosts(), allowed_origins=config.allowed_origins)
         ],

@@ -114,6 +114,13 @@ class GatewayConfig(BaseModel):
     allowed_hosts: tuple[str, ...] | None = None
     allowed_origins: tuple[str, ...] = ()
 
+    # Slow clients (deltaguard.serving): a connection's request headers must be complete
+    # this long after its first byte (or after it opened), and its body read this long after
+    # the headers; a keep-alive connection idle this long after a response is closed.
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(60.0, gt=0)
+    idle_timeout_s: float = Field(5.0, gt=0)
+
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)
     max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded

@@ -16,6 +16,7 @@ from deltaguard.access import LOOPBACK_HOSTS, HostOriginGuard
 from deltaguard.errors import DeltaGuardError
 from deltaguard.recording import TranscriptStore
 from deltaguard.review.api import PREFIX, review_routes
+from deltaguard.serving import read_deadlines
 from deltaguard.state.scoring import Scorer
 
 
@@ -64,4 +65,4 @@ def serve_review(
     """Serve the review page until interrupted."""
     check_loopback(host)
     app = review_app(path, api_keys, scorer, allowed_hosts=(*LOOPBACK_HOSTS, host))
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=read_deadlines(10.0, 60.0))

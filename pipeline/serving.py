@@ -1,0 +1,91 @@
+"""uvicorn's HTTP protocol with read deadlines, so slow clients cannot hold connections.
+
+uvicorn times out only a keep-alive connection idle after a response: a connection that
+sends nothing, or trickles its headers a byte at a time, is held for as long as the client
+likes, and a few hundred of them exhaust the server's sockets. `read_deadlines(...)` gives
+a protocol class (`uvicorn.Config(http=...)`) that closes a connection whose request
+headers are not complete `header_timeout_s` after its first byte (or after the connection
+opened), or whose body is not read `body_timeout_s` after its headers. Trickling does not
+help: a deadline runs from the start of what it covers, not from the last byte.
+
+    config = uvicorn.Config(app, http=read_deadlines(10.0, 60.0), timeout_keep_alive=5)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+class DeadlineH11Protocol(H11Protocol):
+    """H11Protocol with a header deadline and a whole-request deadline (see the module)."""
+
+    header_timeout_s = 10.0
+    body_timeout_s = 60.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._reading: str | None = None  # "headers" or "body": which deadline is armed
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm("headers", self.header_timeout_s)  # a connection that sends nothing is dropped too
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._follow()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # arms uvicorn's keep-alive (idle) timeout
+        self._follow()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _follow(self) -> None:
+        """Arm, move or drop the deadline as the peer's side of the request moves on."""
+        state = self.conn.their_state
+        if self.transport.get_protocol() is not self:  # upgraded to a WebSocket
+            self._disarm()
+        elif state is h11.IDLE:
+            if self._reading is None and self.timeout_keep_alive_task is None:
+                self._arm("headers", self.header_timeout_s)  # the next request has begun
+        elif state is h11.SEND_BODY:
+            if self._reading == "headers":
+                self._disarm()
+                self._arm("body", self.body_timeout_s)
+        else:  # read whole, switched to WebSocket, or closed
+            self._disarm()
+
+    def _arm(self, what: str, delay: float) -> None:
+        self._disarm()
+        self._reading = what
+        self._deadline = self.loop.call_later(delay, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline, self._reading = None, None
+
+    def _expired(self) -> None:
+        what, self._deadline, self._reading = self._reading, None, None
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:
+            return
+        if what == "headers" and self.conn.their_state is not h11.IDLE:
+            return
+        self.logger.info("dropped a client that did not send its request %s in time", what)
+        self.transport.close()
+
+
+def read_deadlines(header_timeout_s: float, body_timeout_s: float) -> type[DeadlineH11Protocol]:
+    """The protocol class for `uvicorn.Config(http=...)` with these deadlines."""
+    return type(
+        "DeadlineH11Protocol",
+        (DeadlineH11Protocol,),
+        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
+    )
