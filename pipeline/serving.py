@@ -1,4 +1,5 @@
-"""uvicorn's HTTP protocol with read deadlines, so slow clients cannot hold connections.
+"""uvicorn's protocols with read deadlines (slow clients cannot hold connections) and with
+WebSockets drained at shutdown (a turn in flight finishes; `draining_websockets`).
 
 uvicorn times out only a keep-alive connection idle after a response: a connection that
 sends nothing, or trickles its headers a byte at a time, is held for as long as the client
@@ -14,10 +15,12 @@ help: a deadline runs from the start of what it covers, not from the last byte.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 
 class DeadlineH11Protocol(H11Protocol):
@@ -88,4 +91,38 @@ def read_deadlines(header_timeout_s: float, body_timeout_s: float) -> type[Deadl
         "DeadlineH11Protocol",
         (DeadlineH11Protocol,),
         {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
+    )
+
+
+class DrainingWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, drained at shutdown rather than cut: uvicorn closes
+    every socket at once (1012), so a turn in flight is lost to its client. This one tells
+    the app (`on_shutdown`), which finishes the socket's turn in flight and closes it
+    itself; a socket still open `drain_s` later is closed as uvicorn would."""
+
+    drain_s = 8.0
+
+    @staticmethod
+    def on_shutdown() -> None:
+        return None
+
+    def shutdown(self) -> None:
+        if not self.handshake_complete or self.close_sent or self.disconnected:
+            super().shutdown()
+            return
+        type(self).on_shutdown()
+        self.loop.call_later(self.drain_s, self._force_close)
+
+    def _force_close(self) -> None:
+        if not self.disconnected:
+            super().shutdown()
+
+
+def draining_websockets(on_shutdown: Callable[[], None], drain_s: float) -> type[DrainingWebSocketProtocol]:
+    """The protocol class for `uvicorn.Config(ws=...)`: `on_shutdown` is called when the
+    server begins to shut down, and sockets are cut `drain_s` later."""
+    return type(
+        "DrainingWebSocketProtocol",
+        (DrainingWebSocketProtocol,),
+        {"on_shutdown": staticmethod(on_shutdown), "drain_s": drain_s},
     )

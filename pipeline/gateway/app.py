@@ -162,6 +162,9 @@ class Gateway:
         )
         self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant_of, self.metrics)
         self.connections = 0
+        # Set when the server begins to shut down (deltaguard.serving): each WebSocket
+        # finishes its turn in flight, then closes.
+        self.draining = asyncio.Event()
         if self.kafka is not None:
             self.flag_subscriber = FlagSubscriber(settings, self.stage.mark_flagged)
 
@@ -177,6 +180,7 @@ class Gateway:
         try:
             yield
         finally:
+            await self.service.settle()  # responses cut off at shutdown are billed first
             left = await self.stage.aclose()
             if self.kafka is not None:
                 await self.flag_subscriber.aclose()
@@ -310,8 +314,12 @@ class Gateway:
         await ws.accept()
         self.connections += 1
         deadline = time.monotonic() + self.config.max_connection_age_s
+        draining = asyncio.ensure_future(self.draining.wait())
         try:
             while True:
+                if self.draining.is_set():  # shutdown: the turn in flight has finished
+                    await ws.close(code=1012)  # "service restart": the client reconnects
+                    return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     age = self.config.max_connection_age_s
@@ -322,16 +330,21 @@ class Gateway:
                     await ws.send_text(json.dumps(error_event(err)))
                     await ws.close(code=1000)
                     return
-                try:
-                    message = await asyncio.wait_for(ws.receive(), remaining)
-                except TimeoutError:
+                receive = asyncio.ensure_future(ws.receive())
+                await asyncio.wait(
+                    {receive, draining}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not receive.done():
+                    receive.cancel()
                     continue
+                message = receive.result()
                 if message["type"] == "websocket.disconnect":
                     return
                 await self._ws_turn(ws, message, tenant)
         except WebSocketDisconnect:
             return
         finally:
+            draining.cancel()
             self.connections -= 1
 
     async def _ws_turn(self, ws: WebSocket, message: dict[str, Any], tenant: str) -> None:

@@ -120,6 +120,9 @@ class GatewayConfig(BaseModel):
     header_timeout_s: float = Field(10.0, gt=0)
     body_timeout_s: float = Field(60.0, gt=0)
     idle_timeout_s: float = Field(5.0, gt=0)
+    # SIGTERM: how long WebSocket turns in flight may take to finish (then each socket
+    # closes with 1012); HTTP responses get 2 s more. What is cut off is billed to the cut.
+    shutdown_drain_s: float = Field(8.0, gt=0)
 
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)

@@ -15,7 +15,7 @@ import uvicorn
 
 from deltaguard.gateway.app import create_app
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.serving import read_deadlines
+from deltaguard.serving import draining_websockets, read_deadlines
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.policy import load_policy
 from deltaguard.state.scoring import Scorer
@@ -29,9 +29,9 @@ def _uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_l
         log_level=log_level,
         http=read_deadlines(config.header_timeout_s, config.body_timeout_s),
         timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]  (any seconds work)
-        ws="websockets-sansio",
+        ws=draining_websockets(app.state.gateway.draining.set, config.shutdown_drain_s),
         ws_max_size=64 * 1024 * 1024,  # frames are checked against the gateway's own limits
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=int(config.shutdown_drain_s) + 2,
         lifespan="on",
     )
 

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from deltaguard.parsing import instructions_item, parse_item, parse_items
 from deltaguard.state.scoring import findings_json
 from deltaguard.state.tiers import StateMap
 from deltaguard.usage import Usage, usage_from
+
+log = logging.getLogger("deltaguard.gateway")
 
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
 
@@ -119,6 +122,28 @@ class ResponsesService:
             fresh=True,
         )
         self.inflight = 0
+        self._settling: set[asyncio.Task[None]] = set()  # billing of responses clients left
+
+    async def settle(self) -> None:
+        """Wait for the billing of abandoned responses to be queued (before the lanes close)."""
+        while self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+
+    def _bill_abandoned(self, turn: Turn, usage: Usage) -> None:
+        """A response whose client left mid-stream (a disconnect, a socket closed at
+        shutdown): its upstream stream is closed, and it charged for what it generated
+        until then, so that is billed. In a task of its own: the client's task is being
+        cancelled or closed, and may not await."""
+
+        async def bill() -> None:
+            try:
+                await turn.finish([], usage)
+            except Exception:
+                log.exception("billing of the abandoned response %s failed", turn.gate.response_id)
+
+        task = asyncio.get_running_loop().create_task(bill())
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     # -- conversations (the Conversations API) -----------------------------------------
 
@@ -303,6 +328,11 @@ class ResponsesService:
                 "error": {"code": "upstream_error", "message": str(exc)},
             }
             yield {"type": "response.failed", "response": failed}
+        except (GeneratorExit, asyncio.CancelledError):
+            # The client left: the upstream's stream closes with this generator.
+            if req.generate and not turn.finished:
+                self._bill_abandoned(turn, upstream.usage(turn.history))
+            raise
         except MonitorBlocked as blocked:
             # The generation is cancelled (the upstream's stream is closed); nothing of the
             # output joins the history; the upstream's usage is billed as it reported it,

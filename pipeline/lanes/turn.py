@@ -105,6 +105,11 @@ class Turn:
         self._finished = False
 
     @property
+    def finished(self) -> bool:
+        """Whether `finish` ran (the output joined the history; billing, if any, queued)."""
+        return self._finished
+
+    @property
     def history(self) -> list[Item]:
         """Every item the model is sent, oldest first."""
         if self._history is None:
