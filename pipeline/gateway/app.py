@@ -46,6 +46,7 @@ from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.backends import open_backend
 from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import StoreLimits
 from deltaguard.telemetry.metrics import PrometheusMetrics
 from deltaguard.tenants import tenant_for
 
@@ -139,6 +140,9 @@ class Gateway:
             block_limit=config.block_limit,
             lock_s=config.lock_s,
             first_turn_window_s=config.first_turn_window_s,
+            inference_threads=config.inference_threads,
+            tenant_threads=config.tenant_threads(),
+            store=StoreLimits(max_bytes=config.state_max_bytes),
         )
         if stage_config.state is None and self.state is not None:
             stage_config = dataclasses.replace(stage_config, state=self.state)

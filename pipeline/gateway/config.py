@@ -124,6 +124,16 @@ class GatewayConfig(BaseModel):
     # closes with 1012); HTTP responses get 2 s more. What is cut off is billed to the cut.
     shutdown_drain_s: float = Field(8.0, gt=0)
 
+    # Classifier work (deltaguard.lanes.limiter): threads it runs on, and the most of them one
+    # tenant may hold at once (None: all but one when keys name several tenants, else all).
+    # Free threads go to the waiting tenant that has used the least thread time.
+    inference_threads: int = Field(defaults.INFERENCE_THREADS, ge=1)
+    tenant_inference_threads: int | None = Field(None, ge=1)
+    # Responses in flight per tenant (beyond it: 429 tenant_overloaded), and the bytes each
+    # (lane, tenant) conversation store holds in this process, for records and snapshots each.
+    max_inflight_per_tenant: int = Field(256, ge=1)
+    state_max_bytes: int = Field(defaults.STATE_MAX_BYTES, ge=1 << 20)
+
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)
     max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
@@ -138,6 +148,13 @@ class GatewayConfig(BaseModel):
     def hosts(self) -> tuple[str, ...]:
         """The Host names allowed (`allowed_hosts`, or its default for the bind address)."""
         return self.allowed_hosts if self.allowed_hosts is not None else default_hosts(self.host)
+
+    def tenant_threads(self) -> int:
+        """`tenant_inference_threads`, or its default for the configured tenants."""
+        if self.tenant_inference_threads is not None:
+            return min(self.tenant_inference_threads, self.inference_threads)
+        several = len(set(self.api_keys.values())) > 1
+        return max(1, self.inference_threads - 1) if several else self.inference_threads
 
     def json_limits(self) -> dict[str, int]:
         """What a request body is checked against (`wire.parse_body`'s limits)."""

@@ -73,6 +73,10 @@ class ConversationEntry:
     last_response_id: str | None = None
 
 
+def _entry_bytes(entry: ConversationEntry) -> int:
+    return 256 + len(json.dumps(entry.metadata, ensure_ascii=False))
+
+
 def _tool_definitions(tools: list[dict[str, Any]] | None) -> Item | None:
     """Tool definitions as one untrusted item, scored when they change (descriptions and
     schemas are a known tool-poisoning channel). Never forwarded to the model."""
@@ -117,11 +121,12 @@ class ResponsesService:
             ttl_s=ttl,
             encode=lambda e: json.dumps(dataclasses.asdict(e)),
             decode=lambda text: ConversationEntry(**json.loads(text)),
-            size=lambda _: 512,
+            size=_entry_bytes,  # a client's metadata counts as what it weighs
             backend=stage.config.state,
             fresh=True,
         )
         self.inflight = 0
+        self.inflight_by_tenant: dict[str, int] = {}
         self._settling: set[asyncio.Task[None]] = set()  # billing of responses clients left
 
     async def settle(self) -> None:
@@ -252,6 +257,14 @@ class ResponsesService:
         terminal (completed, incomplete or failed). Raises `RequestError` (incl.
         `SafetyBlocked`) before any event; previous responses are looked up in the
         tenant's own state."""
+        mine = self.inflight_by_tenant.get(tenant, 0)
+        if mine >= self.config.max_inflight_per_tenant:  # one tenant cannot take every slot
+            raise RequestError(
+                f"this API key has {mine} responses in flight, its limit; retry later",
+                code="tenant_overloaded",
+                status=429,
+                type="rate_limit_error",
+            )
         if self.inflight >= self.config.max_inflight_responses:
             raise RequestError(
                 f"the gateway has {self.inflight} responses in flight, its limit; retry later",
@@ -260,6 +273,7 @@ class ResponsesService:
                 type="server_error",
             )
         self.inflight += 1
+        self.inflight_by_tenant[tenant] = mine + 1
         try:
             seq = 0
             async with contextlib.aclosing(self._events(req, tenant)) as events:
@@ -269,6 +283,9 @@ class ResponsesService:
                     yield event
         finally:
             self.inflight -= 1
+            left = self.inflight_by_tenant.pop(tenant) - 1
+            if left:
+                self.inflight_by_tenant[tenant] = left
 
     def _rewrite(self, response: dict[str, Any], response_id: str, req: CreateRequest) -> dict[str, Any]:
         """The upstream's response object as the client must see it: the gateway's id (which
