@@ -302,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         "--large-every", type=float, default=10.0, help="seconds between large requests (0: none)"
     )
     parser.add_argument("--out", type=Path, default=OUT / "soak.json")
+    parser.add_argument("--gateway-log", type=Path, help="keep the gateway's log here")
     args = parser.parse_args(argv)
     duration = min(max(args.duration, 1.0), MAX_DURATION_S)
     with tempfile.TemporaryDirectory(prefix="deltaguard-soak-") as tmp:
@@ -318,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             if proc.poll() is None:
                 proc.kill()
         result = report(soak, folder, exit_code)
+        if args.gateway_log:
+            args.gateway_log.write_bytes((folder / "gateway.log").read_bytes())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "rss_mb"}, indent=2))
