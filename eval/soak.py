@@ -53,9 +53,10 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def start_gateway(folder: Path, rate: float) -> tuple[subprocess.Popen[bytes], int]:
+def start_gateway(folder: Path, rate: float, state_max_mb: int) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = {**os.environ, "DELTAGUARD_API_KEYS": ",".join(f"{t}:{k}" for t, k in KEYS.items())}
+    env["DELTAGUARD_STATE_MAX_BYTES"] = str(state_max_mb << 20)  # reached within the soak: RSS levels
     cmd = [sys.executable, "-m", "deltaguard.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--sim-tokens-per-s", str(rate), "--log-level", "warning"]
     cmd += ["--billing", str(folder / "billing.jsonl"), "--spool", str(folder / "spool.jsonl")]
@@ -303,11 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=OUT / "soak.json")
     parser.add_argument("--gateway-log", type=Path, help="keep the gateway's log here")
+    parser.add_argument(
+        "--state-max-mb", type=int, default=16, help="the gateway's state_max_bytes, per store (MiB)"
+    )
     args = parser.parse_args(argv)
     duration = min(max(args.duration, 1.0), MAX_DURATION_S)
     with tempfile.TemporaryDirectory(prefix="deltaguard-soak-") as tmp:
         folder = Path(tmp)
-        proc, port = start_gateway(folder, args.rate)
+        proc, port = start_gateway(folder, args.rate, args.state_max_mb)
         soak = Soak(
             f"http://127.0.0.1:{port}", proc.pid, duration, min(args.max_requests, MAX_REQUESTS), args.seed
         )
