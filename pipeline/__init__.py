@@ -18,8 +18,9 @@ import of the package against both):
       worker                             every default value, the one bounded worker under every
                                          background loop
     parsing, events, artifacts,        wire items to `Item`s, emitted events, hash-checked
-      transcripts, usage, tenants        model files, the transcript file format, token usage,
-                                         tenant API keys
+      transcripts, usage, tenants,       model files, the transcript file format, token usage,
+      access, serving                    tenant API keys, Host and Origin allow-lists, read
+                                         deadlines on uvicorn's connections
     classifiers                        the classifier protocol and the classifiers
     state                              snapshots, the hash chain, the conversation store, policy
     chat_items                         Chat Completions and Responses histories to `Item`s,
@@ -109,7 +110,7 @@ __all__ = [
 # name under `deltaguard` (`deltaguard.state.store` -> "state").
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "items", "models", "defaults", "worker"}),
-    frozenset({"parsing", "events", "artifacts", "transcripts", "usage", "tenants"}),
+    frozenset({"parsing", "events", "artifacts", "transcripts", "usage", "tenants", "access", "serving"}),
     frozenset({"classifiers"}),
     frozenset({"state"}),
     frozenset({"chat_items"}),

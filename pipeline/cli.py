@@ -27,6 +27,10 @@ def _threshold(text: str) -> tuple[str, float]:
     return name, number
 
 
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from deltaguard.classifiers.registry import DEFAULT_NAMES, parse_names
 
@@ -57,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="the gateway (Responses API) with the safety stage attached",
         argument_default=argparse.SUPPRESS,
+        epilog="Every gateway setting, flag or not (limits, timeouts, the metrics key, tenant "
+        "concurrency), is also a key of the --config file and an environment variable "
+        "DELTAGUARD_<SETTING>; `deltaguard config` prints them all (docs/hardening.md).",
     )
     sp.add_argument("--config", type=Path, metavar="FILE", help="a TOML file of settings")
     sp.add_argument("--host", help="bind address (default: loopback only)")
@@ -104,6 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="where conversation state lives: memory:// (default, this process), sqlite:///PATH "
         "(survives restarts), redis://HOST:PORT/DB (shared by replicas)",
+    )
+    sp.add_argument(
+        "--allowed-hosts",
+        type=_comma_list,
+        metavar="NAMES",
+        help="comma-separated names a request's Host may carry ('*': any; default: the loopback "
+        "names and --host); others are refused (DNS rebinding)",
+    )
+    sp.add_argument(
+        "--allowed-origins",
+        type=_comma_list,
+        metavar="ORIGINS",
+        help="comma-separated browser origins allowed besides the gateway's own ('*': any)",
     )
     sp.add_argument("--log-level")
     sp.add_argument(
@@ -202,6 +222,8 @@ SERVE_FLAGS = {
     "record_no_redact": "record_redact",
     "spool": "spool_path",
     "state": "state",
+    "allowed_hosts": "allowed_hosts",
+    "allowed_origins": "allowed_origins",
     "broker": "broker",
     "kafka_config": "kafka_config",
 }

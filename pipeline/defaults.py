@@ -6,6 +6,12 @@ from __future__ import annotations
 HOST = "127.0.0.1"
 PORT = 8400
 
+# A request's JSON, checked before any item is parsed or scored: how deep its containers
+# nest (a body holds items, parts and tool schemas a few levels down) and how many values
+# it holds in all (what a walk over it costs, whatever its size in bytes).
+MAX_JSON_DEPTH = 64
+MAX_JSON_VALUES = 500_000
+
 # Conversation store (per lane and tenant): LRU + TTL bounds.
 MAX_RESPONSES = 100_000
 MAX_SNAPSHOTS = 50_000

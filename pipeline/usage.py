@@ -26,6 +26,10 @@ from typing import Any, Literal
 
 Shape = Literal["responses", "chat"]
 
+# The most tokens one response can be billed for: far beyond any model's context, far
+# below what overflows a billing system's integers.
+MAX_TOKENS = 10**9
+
 # (input, its details, output, its details) in each shape.
 _FIELDS: dict[Shape, tuple[str, str, str, str]] = {
     "responses": ("input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details"),
@@ -81,6 +85,39 @@ def usage_object(usage: Usage, shape: Shape = "responses") -> dict[str, Any]:
         details_out: details[details_out],
         **total,
     }
+
+
+def usage_problem(usage: Any) -> str | None:
+    """Why a client-supplied `usage` cannot be billed (its first bad count), else None.
+
+    Every count either shape names (and `total_tokens`, and the details' counts) must be
+    a whole number in [0, MAX_TOKENS] where present: a client's figure is billed as
+    given, so a negative, fractional, textual or absurd one is refused, never clamped.
+
+    >>> usage_problem({"input_tokens": 3, "output_tokens": -1})
+    'usage.output_tokens must be a whole number from 0 to 1000000000, got -1'
+    >>> usage_problem({"prompt_tokens": 3, "completion_tokens": 2}) is None
+    True
+    """
+    if not isinstance(usage, Mapping):
+        return f"usage must be an object, got {type(usage).__name__}"
+    names = [(name, usage) for fields in _FIELDS.values() for name in (fields[0], fields[2])]
+    names.append(("total_tokens", usage))
+    for fields in _FIELDS.values():
+        for details, count in ((fields[1], "cached_tokens"), (fields[3], "reasoning_tokens")):
+            inner = usage.get(details)
+            if inner is not None and not isinstance(inner, Mapping):
+                return f"usage.{details} must be an object"
+            if isinstance(inner, Mapping):
+                names.append((f"{details}.{count}", inner))
+    for name, where in names:
+        value = where.get(name.rpartition(".")[2])
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+            shown = repr(value)[:40]
+            return f"usage.{name} must be a whole number from 0 to {MAX_TOKENS}, got {shown}"
+    return None
 
 
 def _detail(usage: Mapping[str, Any], details: str, name: str) -> Any:

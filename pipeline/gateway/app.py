@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from deltaguard.access import HostOriginGuard
 from deltaguard.errors import ItemError, KafkaPathError, RequestError
 from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstream
 from deltaguard.gateway.config import GatewayConfig
@@ -44,6 +46,7 @@ from deltaguard.recording import TranscriptRecorder
 from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.backends import open_backend
 from deltaguard.state.scoring import Scorer
+from deltaguard.state.store import StoreLimits
 from deltaguard.telemetry.metrics import PrometheusMetrics
 from deltaguard.tenants import tenant_for
 
@@ -110,7 +113,7 @@ class Gateway:
         chat_upstream: ChatUpstream | None = None,
     ) -> None:
         self.config = config
-        self.metrics = PrometheusMetrics()
+        self.metrics = PrometheusMetrics(tenant_labels=config.metrics_tenant_labels)
         self.kafka: Any = None
         self.flag_subscriber: Any = None
         turn_sink = None
@@ -137,6 +140,9 @@ class Gateway:
             block_limit=config.block_limit,
             lock_s=config.lock_s,
             first_turn_window_s=config.first_turn_window_s,
+            inference_threads=config.inference_threads,
+            tenant_threads=config.tenant_threads(),
+            store=StoreLimits(max_bytes=config.state_max_bytes),
         )
         if stage_config.state is None and self.state is not None:
             stage_config = dataclasses.replace(stage_config, state=self.state)
@@ -160,6 +166,9 @@ class Gateway:
         )
         self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant_of, self.metrics)
         self.connections = 0
+        # Set when the server begins to shut down (deltaguard.serving): each WebSocket
+        # finishes its turn in flight, then closes.
+        self.draining = asyncio.Event()
         if self.kafka is not None:
             self.flag_subscriber = FlagSubscriber(settings, self.stage.mark_flagged)
 
@@ -175,6 +184,7 @@ class Gateway:
         try:
             yield
         finally:
+            await self.service.settle()  # responses cut off at shutdown are billed first
             left = await self.stage.aclose()
             if self.kafka is not None:
                 await self.flag_subscriber.aclose()
@@ -217,7 +227,7 @@ class Gateway:
             self.metrics.requests.labels("http", "invalid_api_key").inc()
             return error_response(unauthorized())
         try:
-            req = self._parse(parse_body(await request.body(), self.config.max_request_bytes))
+            req = self._parse(parse_body(await request.body(), **self.config.json_limits()))
             if not req.stream:
                 final = await self.service.create(req, tenant)
                 self.metrics.requests.labels("http", "ok").inc()
@@ -245,7 +255,7 @@ class Gateway:
         conversation_id = request.path_params.get("conversation_id")
         try:
             if conversation_id is None:
-                body = parse_body(await request.body() or b"{}", self.config.max_request_bytes)
+                body = parse_body(await request.body() or b"{}", **self.config.json_limits())
                 try:
                     items = parse_items(body.get("items") or [], "items")
                 except ItemError as exc:
@@ -284,6 +294,12 @@ class Gateway:
         )
 
     async def metrics_endpoint(self, request: Request) -> Response:
+        # The scrape names lanes, queues and (opted in) tenants: behind the metrics key, else
+        # behind any tenant key once keys are configured.
+        key = self.config.metrics_api_key
+        allowed = tenant_for({key: "metrics"}, request.headers) if key else self.tenant_of(request.headers)
+        if allowed is None:
+            return error_response(unauthorized())
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def healthz(self, request: Request) -> Response:
@@ -302,8 +318,12 @@ class Gateway:
         await ws.accept()
         self.connections += 1
         deadline = time.monotonic() + self.config.max_connection_age_s
+        draining = asyncio.ensure_future(self.draining.wait())
         try:
             while True:
+                if self.draining.is_set():  # shutdown: the turn in flight has finished
+                    await ws.close(code=1012)  # "service restart": the client reconnects
+                    return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     age = self.config.max_connection_age_s
@@ -314,16 +334,21 @@ class Gateway:
                     await ws.send_text(json.dumps(error_event(err)))
                     await ws.close(code=1000)
                     return
-                try:
-                    message = await asyncio.wait_for(ws.receive(), remaining)
-                except TimeoutError:
+                receive = asyncio.ensure_future(ws.receive())
+                await asyncio.wait(
+                    {receive, draining}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not receive.done():
+                    receive.cancel()
                     continue
+                message = receive.result()
                 if message["type"] == "websocket.disconnect":
                     return
                 await self._ws_turn(ws, message, tenant)
         except WebSocketDisconnect:
             return
         finally:
+            draining.cancel()
             self.connections -= 1
 
     async def _ws_turn(self, ws: WebSocket, message: dict[str, Any], tenant: str) -> None:
@@ -333,7 +358,7 @@ class Gateway:
             raw = message.get("text")
             if raw is None:
                 raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
-            body = parse_body(raw, self.config.max_request_bytes)
+            body = parse_body(raw, **self.config.json_limits())
             kind = body.get("type")
             if kind != "response.create":
                 raise RequestError(
@@ -364,6 +389,12 @@ async def _sse(first: dict[str, Any], events: AsyncGenerator[dict[str, Any], Non
         await events.aclose()
 
 
+async def _gone(request: Request, exc: Exception) -> Response:
+    """A client that left before its request was read (or was dropped for reading too
+    slowly): nothing to answer, and nothing to log as the app's failure."""
+    return Response(status_code=499)
+
+
 def create_app(
     config: GatewayConfig, scorer: Scorer, *, routes: Sequence[BaseRoute] = (), **kwargs: Any
 ) -> Starlette:
@@ -383,6 +414,10 @@ def create_app(
             *routes,
         ],
         lifespan=gateway.lifespan,
+        exception_handlers={ClientDisconnect: _gone},
+        middleware=[
+            Middleware(HostOriginGuard, allowed_hosts=config.hosts(), allowed_origins=config.allowed_origins)
+        ],
     )
     app.state.gateway = gateway
     return app

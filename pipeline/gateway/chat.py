@@ -176,7 +176,7 @@ class ChatService:
 
     def parse(self, raw: bytes) -> ChatRequest:
         c = self.config
-        body = parse_body(raw, c.max_request_bytes)
+        body = parse_body(raw, **c.json_limits())
         return parse_chat(
             body, max_item_bytes=c.max_item_bytes, max_items=c.max_items_per_request, cache=self.items
         )

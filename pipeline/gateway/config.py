@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deltaguard import defaults
+from deltaguard.access import default_hosts
 from deltaguard.classifiers.registry import DEFAULT_NAMES
 from deltaguard.errors import StateBackendError
 from deltaguard.state.backends import parse_state_url
@@ -66,6 +67,11 @@ class GatewayConfig(BaseModel):
 
     # API key -> tenant. Empty: no authentication, every client is tenant "default".
     api_keys: dict[str, str] = Field(default_factory=api_keys_from_env)
+    # GET /metrics: with this key set, only `Authorization: Bearer <it>` may scrape; without
+    # it, any tenant key when keys are configured (open only when nothing is).
+    metrics_api_key: str | None = Field(default_factory=lambda: os.environ.get("DELTAGUARD_METRICS_API_KEY"))
+    # Tenant names as label values of the state metrics (off: summed over tenants as "all").
+    metrics_tenant_labels: bool = False
 
     # The classifier set (classifiers/registry.py), plus any the monitor lane names.
     classifiers: tuple[str, ...] = DEFAULT_NAMES
@@ -101,11 +107,59 @@ class GatewayConfig(BaseModel):
     lock_s: float = Field(defaults.LOCK_S, gt=0)
     first_turn_window_s: float = Field(defaults.FIRST_TURN_WINDOW_S, gt=0)
 
+    # Browser access (deltaguard.access): the names a request's Host may carry (None: the
+    # loopback names and the bind address when it names one host; "*": any), and origins
+    # allowed besides the server's own ("*": any). DNS rebinding and cross-site requests
+    # from a page the operator opens are refused with 403.
+    allowed_hosts: tuple[str, ...] | None = None
+    allowed_origins: tuple[str, ...] = ()
+
+    # Slow clients (deltaguard.serving): a connection's request headers must be complete
+    # this long after its first byte (or after it opened), and its body read this long after
+    # the headers; a keep-alive connection idle this long after a response is closed.
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(60.0, gt=0)
+    idle_timeout_s: float = Field(5.0, gt=0)
+    # SIGTERM: how long WebSocket turns in flight may take to finish (then each socket
+    # closes with 1012); HTTP responses get 2 s more. What is cut off is billed to the cut.
+    shutdown_drain_s: float = Field(8.0, gt=0)
+
+    # Classifier work (deltaguard.lanes.limiter): threads it runs on, and the most of them one
+    # tenant may hold at once (None: all but one when keys name several tenants, else all).
+    # Free threads go to the waiting tenant that has used the least thread time.
+    inference_threads: int = Field(defaults.INFERENCE_THREADS, ge=1)
+    tenant_inference_threads: int | None = Field(None, ge=1)
+    # Responses in flight per tenant (beyond it: 429 tenant_overloaded), and the bytes each
+    # (lane, tenant) conversation store holds in this process, for records and snapshots each.
+    max_inflight_per_tenant: int = Field(256, ge=1)
+    state_max_bytes: int = Field(defaults.STATE_MAX_BYTES, ge=1 << 20)
+
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)
     max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
     max_connection_age_s: float = Field(3600.0, gt=0)  # like the hosted API's 60-minute cap
     max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(defaults.MAX_JSON_DEPTH, ge=8)  # containers nested in a request
+    max_json_values: int = Field(defaults.MAX_JSON_VALUES, ge=1000)  # values in a request, in all
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=256)
     max_items_per_request: int = Field(10_000, ge=1)
     max_id_length: int = Field(256, ge=8)
+
+    def hosts(self) -> tuple[str, ...]:
+        """The Host names allowed (`allowed_hosts`, or its default for the bind address)."""
+        return self.allowed_hosts if self.allowed_hosts is not None else default_hosts(self.host)
+
+    def tenant_threads(self) -> int:
+        """`tenant_inference_threads`, or its default for the configured tenants."""
+        if self.tenant_inference_threads is not None:
+            return min(self.tenant_inference_threads, self.inference_threads)
+        several = len(set(self.api_keys.values())) > 1
+        return max(1, self.inference_threads - 1) if several else self.inference_threads
+
+    def json_limits(self) -> dict[str, int]:
+        """What a request body is checked against (`wire.parse_body`'s limits)."""
+        return {
+            "max_bytes": self.max_request_bytes,
+            "max_depth": self.max_json_depth,
+            "max_values": self.max_json_values,
+        }

@@ -24,10 +24,10 @@ from deltaguard.errors import DeltaGuardError
 from deltaguard.gateway.config import GatewayConfig
 
 ENV_PREFIX = "DELTAGUARD_"
-SECRET_FIELDS = frozenset({"upstream_api_key", "api_keys"})  # printed masked
+SECRET_FIELDS = frozenset({"upstream_api_key", "api_keys", "metrics_api_key"})  # printed masked
 # Read from the environment by the field's own default, in its own format
 # (DELTAGUARD_API_KEYS="tenant-a:key1,tenant-b:key2"): a source "env" all the same.
-OWN_ENV = frozenset({"upstream_api_key", "api_keys"})
+OWN_ENV = frozenset({"upstream_api_key", "api_keys", "metrics_api_key"})
 
 
 class ConfigError(DeltaGuardError):

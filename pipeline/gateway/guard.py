@@ -44,7 +44,7 @@ from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import TurnVerdict
-from deltaguard.usage import usage_from
+from deltaguard.usage import usage_from, usage_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +231,9 @@ class GuardService:
         output, usage = self._output_items(body)
         if usage is not None and not isinstance(usage, dict):
             raise RequestError("usage must be an object", code="invalid_type", param="usage")
+        problem = usage_problem(usage) if usage is not None else None
+        if problem is not None:  # billed as given: refused rather than clamped or dropped
+            raise RequestError(problem, code="invalid_usage", param="usage")
         continuation = self._id(body)
         turn: Turn | None = None
         if continuation is not None and not ("messages" in body or "input" in body):
@@ -301,7 +304,7 @@ class GuardEndpoints:
         try:
             if tenant is None:
                 raise unauthorized()
-            body = parse_body(await request.body(), self.service.config.max_request_bytes)
+            body = parse_body(await request.body(), **self.service.config.json_limits())
             result = await check(body, tenant)
         except RequestError as err:
             self.metrics.requests.labels(name, err.code).inc()

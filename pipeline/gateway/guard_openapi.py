@@ -193,7 +193,8 @@ OPENAPI: dict[str, Any] = {
                     },
                     "usage": {
                         "type": "object",
-                        "description": "The model's usage (either shape), billed; default: `response.usage`.",
+                        "description": "The model's usage (either shape), billed; default: `response.usage`. "
+                        "Each count must be a whole number from 0 to 10^9, else 400 `invalid_usage`.",
                     },
                 },
             },

@@ -15,20 +15,23 @@ import uvicorn
 
 from deltaguard.gateway.app import create_app
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.serving import draining_websockets, read_deadlines
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.policy import load_policy
 from deltaguard.state.scoring import Scorer
 
 
-def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
+def _uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        ws="websockets-sansio",
+        http=read_deadlines(config.header_timeout_s, config.body_timeout_s),
+        timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]  (any seconds work)
+        ws=draining_websockets(app.state.gateway.draining.set, config.shutdown_drain_s),
         ws_max_size=64 * 1024 * 1024,  # frames are checked against the gateway's own limits
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=int(config.shutdown_drain_s) + 2,
         lifespan="on",
     )
 
@@ -49,7 +52,7 @@ def serve(
     # uvicorn drains on SIGTERM, then re-raises it to the handler it found: make that
     # handler a no-op so a drained shutdown exits 0 instead of dying by the signal.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.Server(_uvicorn_config(app, config.host, config.port, log_level)).run()
+    uvicorn.Server(_uvicorn_config(app, config, config.host, config.port, log_level)).run()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -66,7 +69,7 @@ async def running_gateway(
     port = config.port or free_port()
     config = config.model_copy(update={"host": "127.0.0.1", "port": port})
     app = create_app(config, scorer or scorer_for(config), **app_kwargs)
-    server = uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port, log_level))
+    server = uvicorn.Server(_uvicorn_config(app, config, "127.0.0.1", port, log_level))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from deltaguard.parsing import instructions_item, parse_item, parse_items
 from deltaguard.state.scoring import findings_json
 from deltaguard.state.tiers import StateMap
 from deltaguard.usage import Usage, usage_from
+
+log = logging.getLogger("deltaguard.gateway")
 
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
 
@@ -68,6 +71,10 @@ class ConversationEntry:
     created_at: int
     metadata: dict[str, Any] = field(default_factory=dict)
     last_response_id: str | None = None
+
+
+def _entry_bytes(entry: ConversationEntry) -> int:
+    return 256 + len(json.dumps(entry.metadata, ensure_ascii=False))
 
 
 def _tool_definitions(tools: list[dict[str, Any]] | None) -> Item | None:
@@ -114,11 +121,34 @@ class ResponsesService:
             ttl_s=ttl,
             encode=lambda e: json.dumps(dataclasses.asdict(e)),
             decode=lambda text: ConversationEntry(**json.loads(text)),
-            size=lambda _: 512,
+            size=_entry_bytes,  # a client's metadata counts as what it weighs
             backend=stage.config.state,
             fresh=True,
         )
         self.inflight = 0
+        self.inflight_by_tenant: dict[str, int] = {}
+        self._settling: set[asyncio.Task[None]] = set()  # billing of responses clients left
+
+    async def settle(self) -> None:
+        """Wait for the billing of abandoned responses to be queued (before the lanes close)."""
+        while self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+
+    def _bill_abandoned(self, turn: Turn, usage: Usage) -> None:
+        """A response whose client left mid-stream (a disconnect, a socket closed at
+        shutdown): its upstream stream is closed, and it charged for what it generated
+        until then, so that is billed. In a task of its own: the client's task is being
+        cancelled or closed, and may not await."""
+
+        async def bill() -> None:
+            try:
+                await turn.finish([], usage)
+            except Exception:
+                log.exception("billing of the abandoned response %s failed", turn.gate.response_id)
+
+        task = asyncio.get_running_loop().create_task(bill())
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     # -- conversations (the Conversations API) -----------------------------------------
 
@@ -227,6 +257,14 @@ class ResponsesService:
         terminal (completed, incomplete or failed). Raises `RequestError` (incl.
         `SafetyBlocked`) before any event; previous responses are looked up in the
         tenant's own state."""
+        mine = self.inflight_by_tenant.get(tenant, 0)
+        if mine >= self.config.max_inflight_per_tenant:  # one tenant cannot take every slot
+            raise RequestError(
+                f"this API key has {mine} responses in flight, its limit; retry later",
+                code="tenant_overloaded",
+                status=429,
+                type="rate_limit_error",
+            )
         if self.inflight >= self.config.max_inflight_responses:
             raise RequestError(
                 f"the gateway has {self.inflight} responses in flight, its limit; retry later",
@@ -235,6 +273,7 @@ class ResponsesService:
                 type="server_error",
             )
         self.inflight += 1
+        self.inflight_by_tenant[tenant] = mine + 1
         try:
             seq = 0
             async with contextlib.aclosing(self._events(req, tenant)) as events:
@@ -244,6 +283,9 @@ class ResponsesService:
                     yield event
         finally:
             self.inflight -= 1
+            left = self.inflight_by_tenant.pop(tenant) - 1
+            if left:
+                self.inflight_by_tenant[tenant] = left
 
     def _rewrite(self, response: dict[str, Any], response_id: str, req: CreateRequest) -> dict[str, Any]:
         """The upstream's response object as the client must see it: the gateway's id (which
@@ -303,6 +345,11 @@ class ResponsesService:
                 "error": {"code": "upstream_error", "message": str(exc)},
             }
             yield {"type": "response.failed", "response": failed}
+        except (GeneratorExit, asyncio.CancelledError):
+            # The client left: the upstream's stream closes with this generator.
+            if req.generate and not turn.finished:
+                self._bill_abandoned(turn, upstream.usage(turn.history))
+            raise
         except MonitorBlocked as blocked:
             # The generation is cancelled (the upstream's stream is closed); nothing of the
             # output joins the history; the upstream's usage is billed as it reported it,

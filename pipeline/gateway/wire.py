@@ -7,14 +7,18 @@ other request fields are passed through to the upstream model unchanged.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from deltaguard import defaults
 from deltaguard.errors import ItemError, RequestError
 from deltaguard.items import Item
 from deltaguard.parsing import parse_items
+
+log = logging.getLogger("deltaguard.gateway")
 
 
 def new_id(prefix: str) -> str:
@@ -42,22 +46,65 @@ class CreateRequest:
         return {k: v for k, v in self.body.items() if k not in skip}
 
 
-def parse_body(raw: bytes | str, max_bytes: int) -> dict[str, Any]:
-    if len(raw) > max_bytes:
-        raise RequestError(
-            f"request is {len(raw)} bytes; the limit is {max_bytes}", code="request_too_large", status=413
-        )
+def parse_body(
+    raw: bytes | str,
+    max_bytes: int,
+    *,
+    max_depth: int = defaults.MAX_JSON_DEPTH,
+    max_values: int = defaults.MAX_JSON_VALUES,
+) -> dict[str, Any]:
+    """A request body as a JSON object, its size and structure checked before anything
+    reads it (`check_structure`); a refusal is logged once, as one line."""
     try:
-        obj = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise RequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        raise RequestError("request body is nested too deeply", code="invalid_json") from None
-    if not isinstance(obj, dict):
-        raise RequestError(
-            f"request body must be a JSON object, got {type(obj).__name__}", code="invalid_request"
-        )
+        if len(raw) > max_bytes:
+            raise RequestError(
+                f"request is {len(raw)} bytes; the limit is {max_bytes}", code="request_too_large", status=413
+            )
+        try:
+            obj = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise RequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+        except RecursionError:
+            raise RequestError("request body is nested too deeply", code="invalid_json") from None
+        if not isinstance(obj, dict):
+            raise RequestError(
+                f"request body must be a JSON object, got {type(obj).__name__}", code="invalid_request"
+            )
+        check_structure(obj, max_depth=max_depth, max_values=max_values)
+    except RequestError as err:
+        log.warning("request refused: %s %s: %s", err.status, err.code, err.message[:200])
+        raise
     return obj
+
+
+def check_structure(obj: Any, *, max_depth: int, max_values: int) -> None:
+    """Refuse JSON nested deeper than `max_depth` containers or holding more than
+    `max_values` values: every later walk (item parsing, text fields, hashing, scoring,
+    recording) recurses, so depth is bounded here, once, without recursing.
+
+    >>> check_structure({"a": [1, {"b": 2}]}, max_depth=3, max_values=10)
+    >>> check_structure({"a": [[1]]}, max_depth=2, max_values=10)
+    Traceback (most recent call last):
+    deltaguard.errors.RequestError: request JSON nests deeper than 2 levels
+    """
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    values = 0
+    while stack:
+        value, depth = stack.pop()
+        values += 1
+        if values > max_values:
+            raise RequestError(
+                f"request JSON holds more than {max_values} values", code="too_many_values", status=413
+            )
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > max_depth:
+            raise RequestError(f"request JSON nests deeper than {max_depth} levels", code="nesting_too_deep")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def check_sizes(entries: list[Any], field: str, *, max_items: int, max_item_bytes: int) -> None:

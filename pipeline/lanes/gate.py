@@ -69,10 +69,17 @@ class GateLane:
         count = len(history if history is not None else new_items or ())
         with lane_span("gate", response_id=response_id, tenant=tenant, items=count):
             if history is not None:
-                tracked = await self.run(tracker.score_history, response_id, history, conversation_id)
+                tracked = await self.run(
+                    tracker.score_history, response_id, history, conversation_id, tenant=tenant
+                )
             else:
                 tracked = await self.run(
-                    tracker.score_turn, response_id, new_items, previous_response_id, conversation_id
+                    tracker.score_turn,
+                    response_id,
+                    new_items,
+                    previous_response_id,
+                    conversation_id,
+                    tenant=tenant,
                 )
         rec = tracked.record
         verdict = self.scorer.verdict(tracked.fold, prior=tracked.rebuild)

@@ -1,23 +1,104 @@
-"""The one thread pool classifier work runs on: created at startup, injected everywhere."""
+"""The one thread pool classifier work runs on: created at startup, injected everywhere,
+shared fairly between tenants.
+
+A fold cannot be interrupted, and one large request costs seconds of CPU: with a plain
+FIFO pool, a tenant that sends a few of them queues every other tenant's trivial turns
+behind them. So each tenant may hold at most `per_tenant` of the threads at once (the
+gateway makes it all but one when it serves several tenants, so another tenant always
+finds one; default: no cap), and when a thread frees up it
+goes to the waiting tenant that has used the least thread time so far (fair queuing by
+time used; a tenant that comes back after idling starts level with the active tenant that
+used the least, not ahead by all it did not use).
+
+    limiter = InferenceLimiter(threads=4, per_tenant=3)
+    verdict = await limiter.run(tracker.score_turn, response_id, items, tenant="acme")
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
 class InferenceLimiter:
-    """Runs classifier folds off the event loop on a fixed number of threads.
+    """Runs classifier folds off the event loop on a fixed number of threads, fairly.
 
     One per process: the safety stage creates it at `start()` unless one is given, and
     whatever shares the stage's classifiers (the LiteLLM adapter) runs on the stage's."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, per_tenant: int | None = None) -> None:
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="deltaguard-infer")
+        self.threads = threads
+        self.per_tenant = min(per_tenant, threads) if per_tenant is not None else threads
+        self._busy = 0
+        self._running: dict[str, int] = {}
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        self._used: dict[str, float] = {}  # thread seconds, per tenant with work running or waiting
 
-    async def run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    async def run(self, fn: Any, *args: Any, tenant: str = "") -> Any:
+        """`fn(*args)` on a thread, once `tenant` is granted one."""
+        await self._acquire(tenant)
+        start = time.perf_counter()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        finally:
+            self._used[tenant] = self._used.get(tenant, 0.0) + time.perf_counter() - start
+            self._release(tenant)
+
+    def waiting(self) -> dict[str, int]:
+        """Jobs waiting for a thread, per tenant."""
+        return {t: len(q) for t, q in self._waiting.items() if q}
+
+    async def _acquire(self, tenant: str) -> None:
+        if tenant not in self._used:  # level with the active tenants that used the least
+            self._used[tenant] = min(self._used.values(), default=0.0)
+        if not self._waiting.get(tenant) and self._can_run(tenant) and not self.waiting():
+            self._take(tenant)
+            return
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(tenant, deque()).append(ticket)
+        self._grant()
+        try:
+            await ticket
+        except asyncio.CancelledError:
+            if ticket.done() and not ticket.cancelled():
+                self._release(tenant)  # granted as it was cancelled: hand the thread on
+            else:
+                self._waiting[tenant].remove(ticket)
+                self._forget(tenant)
+            raise
+
+    def _can_run(self, tenant: str) -> bool:
+        return self._busy < self.threads and self._running.get(tenant, 0) < self.per_tenant
+
+    def _take(self, tenant: str) -> None:
+        self._busy += 1
+        self._running[tenant] = self._running.get(tenant, 0) + 1
+
+    def _release(self, tenant: str) -> None:
+        self._busy -= 1
+        self._running[tenant] -= 1
+        self._forget(tenant)
+        self._grant()
+
+    def _forget(self, tenant: str) -> None:
+        if not self._running.get(tenant) and not self._waiting.get(tenant):
+            self._running.pop(tenant, None)
+            self._waiting.pop(tenant, None)
+            self._used.pop(tenant, None)
+
+    def _grant(self) -> None:
+        """Free threads to the waiting tenants that used the least, within their cap."""
+        while self._busy < self.threads:
+            eligible = [t for t, q in self._waiting.items() if q and self._can_run(t)]
+            if not eligible:
+                return
+            tenant = min(eligible, key=lambda t: self._used.get(t, 0.0))
+            self._take(tenant)
+            self._waiting[tenant].popleft().set_result(None)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

@@ -148,7 +148,11 @@ class MonitorLane:
         trackers = [self.tracker(job.tenant) for job in jobs]
         ids = [job.response_id for job in jobs]
         with lane_span("monitor", response_id=ids[0] if len(ids) == 1 else None, response_ids=ids):
-            tracked = await self.run(_score_wave, scorer, jobs, trackers)
+            # A wave runs as the work of the tenant with most jobs in it: a tenant flooding
+            # the lane is held to its share of the threads, its monitor work included.
+            tenants = [job.tenant for job in jobs]
+            tenant = max(set(tenants), key=tenants.count)
+            tracked = await self.run(_score_wave, scorer, jobs, trackers, tenant=tenant)
             outcomes: list[TurnVerdict | Exception | None] = []
             for job, turn in zip(jobs, tracked, strict=True):
                 if turn is None or isinstance(turn, Exception):

@@ -73,7 +73,9 @@ class PostLane:
         with lane_span("post_inference", response_id=gate.response_id, tenant=gate.tenant):
             output_ms = 0.0
             try:
-                tracked = await self.run(self.tracker(gate.tenant).score_pending, gate.response_id)
+                tracked = await self.run(
+                    self.tracker(gate.tenant).score_pending, gate.response_id, tenant=gate.tenant
+                )
                 output_ms = sum(tracked.fold.latency_ms.values())
                 verdict = self.scorer.verdict(tracked.fold)
                 self.metrics.observe_turn("output", verdict)

@@ -51,6 +51,9 @@ __all__ = ["GateResult", "SafetyStage", "StageConfig", "Turn", "Usage"]
 @dataclass(frozen=True, slots=True)
 class StageConfig:
     inference_threads: int = defaults.INFERENCE_THREADS
+    # The most of those threads one tenant may hold at once (`limiter.InferenceLimiter`);
+    # None: all of them.
+    tenant_threads: int | None = None
     monitor_queue_size: int = defaults.LANE_QUEUE_SIZE
     monitor_batch: int = defaults.MONITOR_BATCH
     post_queue_size: int = defaults.LANE_QUEUE_SIZE
@@ -136,7 +139,9 @@ class SafetyStage:
         self._state.to(Lifecycle.RUNNING, "SafetyStage")  # a second start fails here, before any work
         if self.recorder is not None:  # first: an unusable store fails startup cleanly
             await self.recorder.start()
-        self._limiter = self._limiter or InferenceLimiter(self.config.inference_threads)
+        self._limiter = self._limiter or InferenceLimiter(
+            self.config.inference_threads, self.config.tenant_threads
+        )
         self._lanes = assemble(self, self._trackers, self._limiter.run)
         self._lanes.start()
         self._state = self._state.to(Lifecycle.RUNNING, "SafetyStage")

@@ -105,6 +105,11 @@ class Turn:
         self._finished = False
 
     @property
+    def finished(self) -> bool:
+        """Whether `finish` ran (the output joined the history; billing, if any, queued)."""
+        return self._finished
+
+    @property
     def history(self) -> list[Item]:
         """Every item the model is sent, oldest first."""
         if self._history is None:
@@ -191,7 +196,9 @@ class Turn:
         must judge the answer before it is returned (a guard API). The verdict covers the
         whole conversation; `finish` then finds the output scored (cached)."""
         await self._append(output)
-        tracked = await self._lanes.run(self._tracker.score_pending, self.gate.response_id)
+        tracked = await self._lanes.run(
+            self._tracker.score_pending, self.gate.response_id, tenant=self.gate.tenant
+        )
         return self._lanes.scorer.verdict(tracked.fold)
 
     async def finish(self, output: Sequence[Item], usage: Usage | None, **notes: Any) -> None:

@@ -4,6 +4,11 @@ Redaction reruns the secrets and PII rules (`deltaguard.classifiers.secrets.SECR
 `deltaguard.classifiers.pii.PII_RULES`: their patterns and validators) over each channel's text
 stream, so a value split across two items is found and redacted in both, plus plain
 regexes for PEM private key blocks and JWTs. Each value becomes `[REDACTED:<kind>]`.
+
+Every other string an item carries is redacted on its own by the same rules: the fields
+DeltaGuard does not score (`metadata`, ids, unknown fields, parts of other types) and the
+keys of every object, since a recording stores the whole item and the review page and the
+export show it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ _PEM = re.compile(
 )
 _JWT = re.compile(r"(?<![A-Za-z0-9_.-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{16,}", re.ASCII)
 _RULESETS: tuple[tuple[str, tuple[Rule, ...]], ...] = (("secrets", SECRET_RULES), ("pii", PII_RULES))
-_SKIP_KEYS = frozenset({"type", "role", "id", "call_id", "status"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,18 +161,29 @@ def _apply(edits: dict[tuple[int, Any], tuple[_Ref, list[tuple[int, int, str]]]]
         container[key] = value
 
 
-def _redact_strings(obj: Any, found: Redactions) -> Any:
-    """Redact every string of an unscored item on its own (no cross-item stream)."""
+def _redact_string(text: str, found: Redactions) -> str:
+    spans = find_sensitive(text)
+    for s in reversed(spans):
+        text = text[: s.start] + _mask(s.kind) + text[s.end :]
+        found.add(s)
+    return text
+
+
+def _redact_strings(obj: Any, found: Redactions, done: frozenset[tuple[int, Any]] = frozenset()) -> Any:
+    """Redact every string of `obj` on its own, object keys included, but the places in
+    `done` ((id of container, key): text already redacted in its channel's stream)."""
     if isinstance(obj, str):
-        spans = find_sensitive(obj)
-        for s in reversed(spans):
-            obj = obj[: s.start] + _mask(s.kind) + obj[s.end :]
-            found.add(s)
-        return obj
+        return _redact_string(obj, found)
     if isinstance(obj, list):
-        return [_redact_strings(v, found) for v in obj]
+        return [v if (id(obj), i) in done else _redact_strings(v, found, done) for i, v in enumerate(obj)]
     if isinstance(obj, dict):
-        return {k: v if k in _SKIP_KEYS else _redact_strings(v, found) for k, v in obj.items()}
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            key = _redact_string(k, found) if isinstance(k, str) else k
+            while key in out:  # two keys masked alike: both kept
+                key += "'"
+            out[key] = v if (id(obj), k) in done else _redact_strings(v, found, done)
+        return out
     return obj
 
 
@@ -193,6 +208,7 @@ def redact_items(items: Sequence[Item]) -> tuple[list[dict[str, Any]], Redaction
             out[n] = _redact_strings(out[n], found)
             continue
         if not item.text:
+            out[n] = _redact_strings(out[n], found)
             continue
         segments[n] = segs
         ch = channel(item)
@@ -219,6 +235,8 @@ def redact_items(items: Sequence[Item]) -> tuple[list[dict[str, Any]], Redaction
         _apply(edits)
         for s in spans:
             found.add(s)
+    for n, segs in segments.items():  # the rest of a scored item: metadata, ids, keys...
+        out[n] = _redact_strings(out[n], found, frozenset((id(c), k) for _, (c, k) in segs))
     found.items = [n for n, item in enumerate(items) if out[n] != item.raw]
     for cuts in found.edits.values():
         cuts.sort()

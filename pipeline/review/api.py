@@ -12,6 +12,12 @@ gateway's `Authorization: Bearer KEY` and sees that tenant's recordings only; wi
 keys, the operator on this machine sees every tenant's (the `tenant` filter picks one).
 The page itself carries no data, so it is served without a key and asks for one.
 
+From a browser, only the page itself may drive the API: the app refuses a foreign Host
+(DNS rebinding) or Origin (`deltaguard.access.HostOriginGuard`), a state-changing call must
+be JSON (which no cross-site form can send) and not marked cross-site by the browser's
+`Sec-Fetch-Site`, and the page's responses carry a Content-Security-Policy allowing only
+its own files, `X-Frame-Options: DENY` and `nosniff`.
+
 Each call opens the store in a worker thread (a SQLite connection belongs to its thread),
 so the gateway recording into the same file is never blocked for long (WAL journal).
 """
@@ -32,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from deltaguard.access import PAGE_HEADERS
 from deltaguard.classifiers.base import CATEGORIES
 from deltaguard.errors import RecordingStoreError
 from deltaguard.items import Item
@@ -59,6 +66,18 @@ class ReviewError(Exception):
     def response(self) -> JSONResponse:
         body = {"message": str(self), "code": self.code, "param": self.param}
         return JSONResponse({"error": body}, status_code=self.status)
+
+
+def _check_same_site(request: Request) -> None:
+    """CSRF: a state-changing call is JSON (a cross-site form cannot send that, and a
+    cross-site script must ask first, which this API never grants) and, from a browser,
+    not marked cross-site; a foreign Origin never reaches here (HostOriginGuard)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise ReviewError("a change must be sent as application/json", "csrf_refused", 403)
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise ReviewError(f"a {site} request may not change recordings", "csrf_refused", 403)
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -298,9 +317,13 @@ class ReviewApi:
     async def _call(self, request: Request, work: Callable[[str | Literal["*"]], Response]) -> Response:
         try:
             scope = self._scope(request)
-            return await run_in_threadpool(work, scope)
+            if request.method not in ("GET", "HEAD"):
+                _check_same_site(request)
+            response = await run_in_threadpool(work, scope)
         except ReviewError as err:
-            return err.response()
+            response = err.response()
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     # -- the page
 
@@ -316,7 +339,7 @@ class ReviewApi:
         if name not in _STATIC:
             return ReviewError(f"no such file {name!r}", "not_found", 404).response()
         body = resources.files("deltaguard.review").joinpath("static", name).read_bytes()
-        return Response(body, media_type=_STATIC[name], headers={"Cache-Control": "no-store"})
+        return Response(body, media_type=_STATIC[name], headers={"Cache-Control": "no-store", **PAGE_HEADERS})
 
     # -- the API
 
@@ -369,9 +392,11 @@ class ReviewApi:
 
         def work(scope: str) -> Response:
             rid, category = request.path_params["id"], request.path_params["category"]
+            if len(body) > 4096:  # {"verdict": ...} is a few bytes
+                raise ReviewError("a label is a small JSON object", "invalid_label", 413)
             try:
                 payload = json.loads(body or b"null")
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ReviewError('the body must be JSON: {"verdict": ...}', "invalid_json") from None
             if not isinstance(payload, dict) or "verdict" not in payload:
                 raise ReviewError(

@@ -10,19 +10,50 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from deltaguard.events import Event, FlagEvent
-from deltaguard.items import Item
+from deltaguard.items import DEFINITION_TYPES, MODEL_ITEM_TYPES, SCORED_TYPES, SYNTHETIC_TYPES, Item
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import ConversationStore
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 TOKEN_BUCKETS = (0, 16, 64, 256, 1024, 4096, 16384, 65536, 262144)
+
+# Label values come from closed sets: a client's strings (an item's `type`, an upstream's
+# status) never become a label of their own, or one request could grow /metrics for good.
+OTHER = "other"
+ITEM_TYPE_LABELS = frozenset(
+    {
+        *SCORED_TYPES,
+        *MODEL_ITEM_TYPES,
+        *DEFINITION_TYPES,
+        *SYNTHETIC_TYPES,
+        "item_reference",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "computer_call_output",
+        "mcp_call",
+        "mcp_approval_response",
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+    }
+)
+MAX_OUTCOMES = 64  # distinct request outcomes (error codes, statuses) before `other`
+ALL_TENANTS = "all"  # the tenant label when tenant names are not exported
+
+
+def item_type_label(kind: str) -> str:
+    """The `type` label of an item: its type when DeltaGuard knows it, else `other`."""
+    return kind if kind in ITEM_TYPE_LABELS else OTHER
 
 
 class StageMetrics(Protocol):
@@ -51,9 +82,11 @@ class _StateCollector(Collector):
         self,
         stores: Callable[[], dict[tuple[str, str], ConversationStore]],
         depths: Callable[[], dict[str, int]],
+        tenant_labels: bool = False,
     ):
         self._stores = stores
         self._depths = depths
+        self._tenant_labels = tenant_labels
 
     def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
         cache = CounterMetricFamily(
@@ -66,12 +99,20 @@ class _StateCollector(Collector):
             "Cached entries by lane, tenant and kind",
             labels=["lane", "tenant", "kind"],
         )
+        # Summed over tenants unless the operator opted in: tenant names are theirs to expose.
+        cached: dict[tuple[str, str, str], int] = {}
+        sizes: dict[tuple[str, str, str], int] = {}
         for (lane, tenant), store in list(self._stores().items()):
+            who = tenant if self._tenant_labels else ALL_TENANTS
             stats = store.stats
             for result, value in (("hit", stats.hits), ("miss", stats.misses), ("rebuild", stats.rebuilds)):
-                cache.add_metric([lane, tenant, result], value)
-            entries.add_metric([lane, tenant, "snapshots"], len(store.snapshots))
-            entries.add_metric([lane, tenant, "responses"], len(store.responses))
+                cached[lane, who, result] = cached.get((lane, who, result), 0) + value
+            for kind, value in (("snapshots", len(store.snapshots)), ("responses", len(store.responses))):
+                sizes[lane, who, kind] = sizes.get((lane, who, kind), 0) + value
+        for labels, value in cached.items():
+            cache.add_metric(list(labels), value)
+        for labels, value in sizes.items():
+            entries.add_metric(list(labels), value)
         depth = GaugeMetricFamily(
             "deltaguard_queue_depth", "Jobs or events waiting, by queue", labels=["queue"]
         )
@@ -82,8 +123,26 @@ class _StateCollector(Collector):
         yield depth
 
 
+class _Outcomes:
+    """The gateway's request counter, its outcome label capped at `MAX_OUTCOMES` values."""
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
+        self._seen: set[str] = set()
+
+    def labels(self, transport: str, outcome: str) -> Any:
+        if outcome not in self._seen:
+            if len(self._seen) >= MAX_OUTCOMES or not outcome.isidentifier() or len(outcome) > 64:
+                outcome = OTHER
+            else:
+                self._seen.add(outcome)
+        return self._counter.labels(transport, outcome)
+
+
 class PrometheusMetrics:
-    def __init__(self) -> None:
+    def __init__(self, tenant_labels: bool = False) -> None:
+        """`tenant_labels`: export tenant names as label values (off: summed as "all")."""
+        self.tenant_labels = tenant_labels
         self.registry = CollectorRegistry()
         r = self.registry
         self.classifier_latency = Histogram(
@@ -125,17 +184,19 @@ class PrometheusMetrics:
             ["direction", "type", "scored"],
             registry=r,
         )
-        self.requests = Counter(
-            "deltaguard_requests",
-            "Gateway requests by transport and outcome",
-            ["transport", "outcome"],
-            registry=r,
+        self.requests = _Outcomes(
+            Counter(
+                "deltaguard_requests",
+                "Gateway requests by transport and outcome",
+                ["transport", "outcome"],
+                registry=r,
+            )
         )
 
     def watch(
         self, stores: Callable[[], dict[str, ConversationStore]], depths: Callable[[], dict[str, int]]
     ) -> None:
-        self.registry.register(_StateCollector(stores, depths))
+        self.registry.register(_StateCollector(stores, depths, self.tenant_labels))
 
     def observe_turn(self, lane: str, verdict: TurnVerdict) -> None:
         for name, ms in verdict.latency_ms.items():
@@ -149,9 +210,9 @@ class PrometheusMetrics:
 
     def observe_items(self, direction: str, items: Sequence[Item]) -> None:
         """Items by type and whether they carried text to score: an item type DeltaGuard
-        has no shape for shows up here with its own label, scored all the same."""
+        does not know is counted as `other`, scored all the same."""
         for item in items:
-            self.items.labels(direction, item.kind, "true" if item.scored else "false").inc()
+            self.items.labels(direction, item_type_label(item.kind), "true" if item.scored else "false").inc()
 
     def observe_events(self, sink: str, events: Sequence[Event]) -> None:
         now = time.time()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
+import httpx
 import pytest
 
 from deltaguard.errors import LaneClosed
@@ -224,3 +226,34 @@ async def test_a_recording_that_keeps_failing_is_retried_then_given_up(tmp_path,
     assert len(attempts) == 3 and recorder.failures == 1 and "giving up" in caplog.text
     with pytest.raises(LaneClosed):
         await recorder.submit(event, tracker.record("r1"))
+
+
+def test_secrets_outside_the_scored_text_never_reach_the_store_the_page_or_the_export(tmp_path, scorer):
+    from openai import BadRequestError, OpenAI
+
+    from deltaguard.gateway.config import GatewayConfig
+    from deltaguard.review import review_routes
+    from tests.pipeline.gateway.conftest import gateway_thread
+
+    card = "4111 1111 1111 1111"
+    db = tmp_path / "gw.db"
+    config = GatewayConfig(port=0, sim_tokens_per_s=50_000, record_path=str(db))
+    with gateway_thread(config, scorer, routes=review_routes(db, None, scorer)) as (base, _app):
+        client = OpenAI(base_url=base + "/v1", api_key="test", max_retries=0)
+        hidden = [
+            {"role": "user", "content": "hello", "metadata": {"note": f"key {AWS_KEY}", f"card {card}": "x"}},
+            {"type": "mystery_result", "data": {f"card {card}": f"mail {AWS_KEY}"}},
+        ]
+        with pytest.raises(BadRequestError):  # the flag that records the conversation
+            client.responses.create(model="sim", input=hidden)
+        deadline = time.monotonic() + 20
+        while not (db.exists() and read_recorded(db)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (rec,) = read_recorded(db)
+        page = httpx.get(f"{base}/review/api/conversations/{rec.id}").text
+        export = httpx.get(f"{base}/review/api/export").text
+    stored = db_bytes(db)
+    for value in (AWS_KEY, card):
+        assert value.encode() not in stored and value not in page, value
+    assert "[REDACTED:aws_access_key_id]" in page
+    assert AWS_KEY not in export

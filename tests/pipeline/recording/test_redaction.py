@@ -53,3 +53,29 @@ def test_cuts_move_a_range_onto_the_redacted_text():
     lo, hi = redacted_range(found.edits[0], 0, at + 3)
     assert redacted[lo:hi] == "mail [REDACTED:email]"
     assert mask_text(text) == (redacted, found.edits[0])
+
+
+CARD = "4111 1111 1111 1111"
+
+
+def test_fields_that_are_not_scored_and_object_keys_are_redacted_too():
+    items = parse_items(
+        [
+            {"role": "user", "content": "hello", "metadata": {"note": f"key {AWS_KEY}", f"card {CARD}": 1}},
+            {
+                "type": "function_call_output",
+                "call_id": "c",
+                "output": "ok",
+                "extra": [{"type": "custom_part", "blob": {f"mail {EMAIL}": ["x"]}}],
+            },
+            {"type": "mystery_result", "id": f"id-{AWS_KEY}", "data": {f"key {AWS_KEY}": f"card {CARD}"}},
+            {"role": "user", "content": [{"type": "input_image", "detail": f"by {EMAIL}"}]},
+        ]
+    )
+    wire, found = redact_items(items)
+    text = json.dumps(wire)
+    for value in (AWS_KEY, CARD, EMAIL):
+        assert value not in text, value
+    assert wire[0]["content"] == "hello" and wire[1]["output"] == "ok"  # scored text: untouched here
+    assert wire[0]["metadata"]["note"] == "key [REDACTED:aws_access_key_id]"
+    assert found.items == [0, 1, 2, 3] and {"aws_access_key_id", "email"} <= set(found.kinds)

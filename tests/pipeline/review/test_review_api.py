@@ -120,7 +120,8 @@ def test_labels_are_stored_exported_and_calibrated(review_gateway, scorer, tmp_p
         api + f"/conversations/{inj['id']}/labels/pii", json={"verdict": "confirmed"}, headers=A
     )
     assert wrong.status_code == 400 and "not flagged for 'pii'" in wrong.json()["error"]["message"]
-    assert httpx.put(url, content=b"{", headers=A).json()["error"]["code"] == "invalid_json"
+    malformed = httpx.put(url, content=b"{", headers={**A, "Content-Type": "application/json"})
+    assert malformed.json()["error"]["code"] == "invalid_json"
     assert httpx.put(url, json={"verdict": "confirmed"}, headers=B).status_code == 404
 
     assert httpx.put(url, json={"verdict": "confirmed"}, headers=A).status_code == 200
@@ -205,7 +206,7 @@ def test_loopback_only(review_gateway):
     check_loopback("::1")
     assert main(["review", str(db), "--host", "0.0.0.0"]) == 2
     # A client from any other address is refused, page and API alike.
-    with TestClient(review_app(db), client=("192.0.2.7", 5000)) as client:
+    with TestClient(review_app(db), base_url="http://localhost", client=("192.0.2.7", 5000)) as client:
         assert client.get("/review").status_code == 403
         assert client.get("/review/api/conversations").json()["error"]["code"] == "forbidden"
 

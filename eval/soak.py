@@ -1,0 +1,336 @@
+"""Soak: two tenants against a live gateway for a bounded time, attacks mixed into the load.
+
+    python -m eval.soak --duration 600          # ten minutes (at most an hour, 500k requests)
+
+Starts `deltaguard serve` (the simulated model, tenant keys, billing, spool and recording
+to files in a temporary folder) on 127.0.0.1 and nowhere else, then:
+
+1. warm-up (a tenth of the time, at least 20 s or a third): the well-behaved tenant alone, for its
+   unloaded latency;
+2. load: the well-behaved tenant as before, while the other sends a mixed load (JSON, SSE
+   and WebSocket turns, guard checks) and the attacks of `eval/soak_attacks.py` (random
+   1 MiB-scale item type names, large and deeply nested requests, bad usage, cross-site
+   and rebound requests, secrets in unscored fields, disconnects mid-stream, slow headers);
+3. SIGTERM with a burst of HTTP and WebSocket turns in flight.
+
+Reports requests, outcomes by code, billing events against the responses that had to be
+billed (lost, doubled), RSS over time, p50/p99 per tenant and phase, the size of /metrics,
+and whether a secret reached the recording store. Writes eval/out/soak.json and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import websockets
+
+from deltaguard.gateway.server import free_port
+from eval.soak_attacks import ATTACKS, AWS_KEY, CARD, Tally, bearer, large_request, outcome_of, slow_headers
+
+OUT = Path(__file__).resolve().parent / "out"
+KEYS = {"steady": "key-steady", "noisy": "key-noisy"}
+MAX_DURATION_S = 3600
+MAX_REQUESTS = 500_000
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def start_gateway(folder: Path, rate: float, state_max_mb: int) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    env = {**os.environ, "DELTAGUARD_API_KEYS": ",".join(f"{t}:{k}" for t, k in KEYS.items())}
+    env["DELTAGUARD_STATE_MAX_BYTES"] = str(state_max_mb << 20)  # reached within the soak: RSS levels
+    cmd = [sys.executable, "-m", "deltaguard.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--sim-tokens-per-s", str(rate), "--log-level", "warning"]
+    cmd += ["--billing", str(folder / "billing.jsonl"), "--spool", str(folder / "spool.jsonl")]
+    cmd += ["--record", str(folder / "recorded.db")]
+    log = (folder / "gateway.log").open("wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError((folder / "gateway.log").read_text()[-3000:])
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc, port
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the gateway did not start in 120 s")
+
+
+class Soak:
+    def __init__(
+        self,
+        base: str,
+        pid: int,
+        duration_s: float,
+        max_requests: int,
+        seed: int,
+        large_every_s: float = 10.0,
+    ) -> None:
+        self.large_every_s = large_every_s
+        self.base, self.pid = base, pid
+        self.t0 = time.monotonic()
+        self.warmup_s = max(min(20.0, duration_s / 3), duration_s / 10)
+        self.end = self.t0 + duration_s
+        self.max_requests = max_requests
+        self.rng = random.Random(seed)
+        self.tally = Tally()
+        self.rss: list[tuple[float, float]] = []
+
+    def running(self) -> bool:
+        return time.monotonic() < self.end and sum(self.tally.requests.values()) < self.max_requests
+
+    def loaded(self) -> bool:
+        return time.monotonic() - self.t0 >= self.warmup_s
+
+    async def steady(self, n: int) -> None:
+        """The well-behaved tenant: an agent continuing its conversation, turn after turn."""
+        async with httpx.AsyncClient(base_url=self.base, timeout=60) as client:
+            previous, turns = None, 0
+            while self.running():
+                body: dict[str, Any] = {"model": "m", "input": f"step {n}: read the next file and fix it"}
+                if previous is not None and turns % 50:  # a new task every 50 turns
+                    body["previous_response_id"] = previous
+                t = time.monotonic()
+                try:
+                    r = await client.post("/v1/responses", json=body, headers=bearer(KEYS["steady"]))
+                except httpx.HTTPError as exc:
+                    self.tally.saw("steady", f"transport {type(exc).__name__}")
+                    continue
+                self.tally.latency_s.setdefault("steady", []).append((t - self.t0, time.monotonic() - t))
+                self.tally.saw("steady", outcome_of(r))
+                previous = r.json()["id"] if r.status_code == 200 else None
+                if previous:
+                    self.tally.billable.add(previous)
+                turns += 1
+                await asyncio.sleep(0.05)
+
+    async def noisy(self, n: int) -> None:
+        """The other tenant's mixed load, from the end of the warm-up."""
+        key = KEYS["noisy"]
+        async with httpx.AsyncClient(base_url=self.base, timeout=120) as client:
+            while self.running():
+                if not self.loaded():
+                    await asyncio.sleep(0.5)
+                    continue
+                kind = self.rng.choice(("json", "sse", "ws", "guard"))
+                t = time.monotonic()
+                try:
+                    await getattr(self, f"_{kind}")(client, key)
+                except (httpx.HTTPError, websockets.WebSocketException, OSError) as exc:
+                    self.tally.saw(f"noisy:{kind}", f"transport {type(exc).__name__}")
+                self.tally.latency_s.setdefault("noisy", []).append((t - self.t0, time.monotonic() - t))
+                await asyncio.sleep(0.05)
+
+    async def _json(self, client: httpx.AsyncClient, key: str) -> None:
+        r = await client.post("/v1/responses", json={"model": "m", "input": "summarise"}, headers=bearer(key))
+        if r.status_code == 200:
+            self.tally.billable.add(r.json()["id"])
+        self.tally.saw("noisy:json", outcome_of(r))
+
+    async def _sse(self, client: httpx.AsyncClient, key: str) -> None:
+        body = {"model": "m", "input": "stream it", "stream": True}
+        async with client.stream("POST", "/v1/responses", json=body, headers=bearer(key)) as r:
+            terminal = str(r.status_code)
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    event = json.loads(line[6:])
+                    if event["type"] == "response.completed":
+                        self.tally.billable.add(event["response"]["id"])
+                        terminal = "200 ok"
+        self.tally.saw("noisy:sse", terminal)
+
+    async def _ws(self, client: httpx.AsyncClient, key: str, turns: int = 3) -> None:
+        url = self.base.replace("http://", "ws://") + "/v1/responses"
+        async with websockets.connect(url, additional_headers=bearer(key), max_size=None) as ws:
+            previous = None
+            for turn in range(turns):
+                body = {"type": "response.create", "model": "m", "input": f"turn {turn}"}
+                if previous:
+                    body["previous_response_id"] = previous
+                await ws.send(json.dumps(body))
+                while True:
+                    event = json.loads(await ws.recv())
+                    if event["type"] in ("response.completed", "response.failed", "error"):
+                        break
+                code = event.get("error", {}).get("code", "ok") if event["type"] == "error" else "ok"
+                self.tally.saw("noisy:ws", f"{event['type']} {code}")
+                if event["type"] == "response.completed":
+                    previous = event["response"]["id"]
+                    self.tally.billable.add(previous)
+
+    async def _guard(self, client: httpx.AsyncClient, key: str) -> None:
+        body = {
+            "messages": [{"role": "user", "content": f"question {self.rng.randrange(10**9)}"}],
+            "message": {"role": "assistant", "content": "an answer"},
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3},
+        }
+        r = await client.post("/v1/guard/output", json=body, headers=bearer(key))
+        if r.status_code == 200:
+            self.tally.billable.add(r.json()["continuation_id"])
+        self.tally.saw("noisy:guard", outcome_of(r))
+
+    async def attacks(self) -> None:
+        """One attack a second, a large request every `large_every_s`, slow headers every minute."""
+        key = KEYS["noisy"]
+        last_large = last_slow = 0.0
+        async with httpx.AsyncClient(base_url=self.base, timeout=120) as client:
+            while self.running():
+                if not self.loaded():
+                    await asyncio.sleep(0.5)
+                    continue
+                now = time.monotonic()
+                attack = self.rng.choice(ATTACKS)
+                if self.large_every_s and now - last_large >= self.large_every_s:
+                    attack, last_large = large_request, now
+                elif now - last_slow >= 60:
+                    attack, last_slow = slow_headers, now
+                try:
+                    await attack(client, key, self.tally, self.rng)
+                except (httpx.HTTPError, websockets.WebSocketException, OSError) as exc:
+                    self.tally.saw(f"attack:{attack.__name__}", f"transport {type(exc).__name__}")
+                await asyncio.sleep(1.0)
+
+    async def sample_rss(self) -> None:
+        while self.running():
+            self.rss.append((round(time.monotonic() - self.t0, 1), round(rss_mb(self.pid), 1)))
+            await asyncio.sleep(5.0)
+
+    async def run(self) -> None:
+        workers = [self.steady(n) for n in range(4)] + [self.noisy(n) for n in range(6)]
+        await asyncio.gather(*workers, self.attacks(), self.sample_rss())
+
+    async def shutdown_burst(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGTERM with ten HTTP and ten WebSocket turns in flight."""
+        async with httpx.AsyncClient(base_url=self.base, timeout=60) as client:
+            self.tally.billable.discard("")
+            jobs = [self._json(client, KEYS["noisy"]) for _ in range(10)]
+            jobs += [self._ws(client, KEYS["noisy"], turns=1) for _ in range(10)]
+            tasks = [asyncio.ensure_future(j) for j in jobs]
+            await asyncio.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+                if isinstance(outcome, Exception):
+                    self.tally.saw("shutdown_burst", f"transport {type(outcome).__name__}")
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {}
+    q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else samples * 99
+    return {"n": len(samples), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}
+
+
+def billing_report(folder: Path, billable: set[str]) -> dict[str, Any]:
+    events = []
+    for name in ("billing.jsonl", "spool.jsonl"):
+        path = folder / name
+        if path.exists():
+            events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    billed = [e["response_id"] for e in events if e.get("kind") == "billing"]
+    counts: dict[str, int] = {}
+    for rid in billed:
+        counts[rid] = counts.get(rid, 0) + 1
+    return {
+        "responses_to_bill": len(billable),
+        "billing_events": len(billed),
+        "lost": len(billable - set(counts)),
+        "doubled": sum(1 for n in counts.values() if n > 1),
+        "billed_unseen_by_client": len(set(counts) - billable),
+    }
+
+
+def report(soak: Soak, folder: Path, exit_code: int | None) -> dict[str, Any]:
+    warm = soak.warmup_s
+    lat = soak.tally.latency_s
+    steady_warm = percentiles([s for at, s in lat.get("steady", []) if at < warm])
+    steady_load = percentiles([s for at, s in lat.get("steady", []) if at >= warm])
+    after_warmup = [mb for at, mb in soak.rss if at >= warm]
+    stored = b"".join(p.read_bytes() for p in folder.glob("recorded.db*"))
+    return {
+        "duration_s": round(time.monotonic() - soak.t0, 1),
+        "warmup_s": warm,
+        "requests": sum(soak.tally.requests.values()),
+        "requests_by_kind": dict(sorted(soak.tally.requests.items())),
+        "outcomes": dict(sorted(soak.tally.outcomes.items())),
+        "billing": billing_report(folder, soak.tally.billable),
+        "rss_mb": {
+            "samples": soak.rss,
+            "after_warmup_first": after_warmup[0] if after_warmup else None,
+            "after_warmup_last": after_warmup[-1] if after_warmup else None,
+            "max": max((mb for _, mb in soak.rss), default=None),
+        },
+        "latency": {
+            "steady_unloaded": steady_warm,
+            "steady_loaded": steady_load,
+            "noisy_loaded": percentiles([s for at, s in lat.get("noisy", []) if at >= warm]),
+            "steady_p99_ratio": round(steady_load["p99_ms"] / steady_warm["p99_ms"], 2)
+            if steady_warm and steady_load
+            else None,
+        },
+        "metrics_bytes_max": soak.tally.notes.get("metrics_bytes"),
+        "secrets_in_store": [s for s in (AWS_KEY, CARD) if s.encode() in stored],
+        "gateway_exit_code": exit_code,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds (at most 3600)")
+    parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS)
+    parser.add_argument("--rate", type=float, default=2000.0, help="simulated model, tokens/s")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--large-every", type=float, default=10.0, help="seconds between large requests (0: none)"
+    )
+    parser.add_argument("--out", type=Path, default=OUT / "soak.json")
+    parser.add_argument("--gateway-log", type=Path, help="keep the gateway's log here")
+    parser.add_argument(
+        "--state-max-mb", type=int, default=16, help="the gateway's state_max_bytes, per store (MiB)"
+    )
+    args = parser.parse_args(argv)
+    duration = min(max(args.duration, 1.0), MAX_DURATION_S)
+    with tempfile.TemporaryDirectory(prefix="deltaguard-soak-") as tmp:
+        folder = Path(tmp)
+        proc, port = start_gateway(folder, args.rate, args.state_max_mb)
+        soak = Soak(
+            f"http://127.0.0.1:{port}", proc.pid, duration, min(args.max_requests, MAX_REQUESTS), args.seed
+        )
+        try:
+            asyncio.run(soak.run())
+            asyncio.run(soak.shutdown_burst(proc))
+            exit_code = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        result = report(soak, folder, exit_code)
+        if args.gateway_log:
+            args.gateway_log.write_bytes((folder / "gateway.log").read_bytes())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "rss_mb"}, indent=2))
+    print("rss_mb:", json.dumps({k: v for k, v in result["rss_mb"].items() if k != "samples"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Two tenants, one flooding the gateway: the other keeps a classifier thread and its
+response slots (the fair scheduling itself: tests/pipeline/lanes/test_limiter.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from deltaguard.gateway.config import GatewayConfig
+from tests.pipeline.gateway.conftest import gateway_thread
+from tests.support.upstreams import SlowUpstream
+
+KEYS = {"key-hog": "hog", "key-small": "small"}
+
+
+def post(base: str, key: str, text: str) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    r = httpx.post(
+        base + "/v1/responses",
+        json={"model": "m", "input": text},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=120,
+    )
+    return r.status_code, time.perf_counter() - t0
+
+
+def test_several_tenants_hold_all_but_one_classifier_thread_each():
+    assert GatewayConfig(api_keys=KEYS).tenant_threads() == 1  # of 2: the other tenant finds one
+    assert GatewayConfig(api_keys={"k": "only"}, inference_threads=4).tenant_threads() == 4
+    assert GatewayConfig(api_keys=KEYS, tenant_inference_threads=9).tenant_threads() == 2
+
+
+def test_one_tenant_cannot_take_every_response_slot(scorer):
+    config = GatewayConfig(port=0, api_keys=KEYS, max_inflight_per_tenant=2, upstream_stall_timeout_s=10)
+    with gateway_thread(config, scorer, upstream=SlowUpstream(1.0)) as (base, _):
+        hog: list[tuple[int, float]] = []
+        threads = [threading.Thread(target=lambda: hog.append(post(base, "key-hog", "hi"))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        r = httpx.post(
+            base + "/v1/responses",
+            json={"model": "m", "input": "hi"},
+            headers={"Authorization": "Bearer key-hog"},
+        )
+        small = post(base, "key-small", "hi")
+        for t in threads:
+            t.join()
+    assert r.status_code == 429 and r.json()["error"]["code"] == "tenant_overloaded"
+    assert sorted(code for code, _ in hog) == [200, 200, 429, 429] and small[0] == 200
+
+
+def test_conversation_metadata_counts_in_the_stores_byte_limit(scorer):
+    with gateway_thread(GatewayConfig(port=0), scorer) as (base, app):
+        metadata = {f"k{i}": "v" * 1000 for i in range(50)}
+        r = httpx.post(base + "/v1/conversations", json={"metadata": metadata})
+        assert r.status_code == 200
+        assert app.state.gateway.service.conversations.nbytes >= 50_000
