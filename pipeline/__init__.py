@@ -25,7 +25,8 @@ import of the package against both):
     state                              snapshots, the hash chain, the conversation store, policy
     chat_items                         Chat Completions and Responses histories to `Item`s,
                                          canonically, with a bounded cache of parsed items
-    telemetry, sinks                   metrics and tracing; where events go
+    telemetry, sinks, journal          metrics and tracing; where events go; billing kept
+                                         on disk until its sink has it
     lanes                              gate, monitor and post-inference lanes; the safety stage
     recording                          flagged conversations to SQLite, and their review labels
     kafka                              distributed mode: publisher, subscriber, faust worker
@@ -114,7 +115,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"classifiers"}),
     frozenset({"state"}),
     frozenset({"chat_items"}),
-    frozenset({"telemetry", "sinks"}),
+    frozenset({"telemetry", "sinks", "journal"}),
     frozenset({"lanes"}),
     frozenset({"recording"}),
     frozenset({"kafka"}),

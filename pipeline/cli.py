@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--flags", help="append flag events to this JSONL file")
     sp.add_argument("--billing", help="append billing events to this JSONL file")
+    sp.add_argument(
+        "--billing-journal",
+        metavar="PATH",
+        help="keep each billing event in this file until its sink has it (none lost to a kill)",
+    )
     sp.add_argument("--record", metavar="PATH", help="record flagged conversations to this SQLite file")
     sp.add_argument(
         "--record-no-redact", action="store_true", help="keep secret and PII values in the recordings"
@@ -218,6 +223,7 @@ SERVE_FLAGS = {
     "policy": "policy_path",
     "flags": "flags_path",
     "billing": "billing_path",
+    "billing_journal": "billing_journal_path",
     "record": "record_path",
     "record_no_redact": "record_redact",
     "spool": "spool_path",

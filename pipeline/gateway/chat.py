@@ -213,6 +213,7 @@ class ChatService:
     async def complete(self, req: ChatRequest, turn: Turn) -> dict[str, Any]:
         """A JSON chat completion: the upstream's object, plus `safety`."""
         self.inflight += 1
+        turn.generating()
         try:
             response = await asyncio.wait_for(
                 self.upstream.complete(req.body), self.config.upstream_timeout_s + 1.0
@@ -248,6 +249,7 @@ class ChatService:
             body = {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
         answer = _Answer()
         first = True
+        turn.generating()
         chunks = _with_stall_timeout(self.upstream.stream(body), self.config.upstream_stall_timeout_s)
         hold = self._hold(turn)
         if hold is not None:

@@ -83,6 +83,9 @@ class GatewayConfig(BaseModel):
     # Events that could not be delivered by the shutdown deadline are appended here.
     spool_path: str = "deltaguard-undelivered.jsonl"
     billing_path: str | None = None  # JSONL file for billing events (in memory when unset)
+    # Billing kept on disk from the start of each generation until the billing sink has it
+    # (deltaguard.journal): a gateway killed meanwhile re-sends it at its next start.
+    billing_journal_path: str | None = None
     # Flagged conversations recorded to this SQLite file (deltaguard.recording), replayable
     # with `deltaguard replay --from-store`; not recorded when unset.
     record_path: str | None = None

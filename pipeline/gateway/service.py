@@ -312,6 +312,8 @@ class ResponsesService:
             tools=tools,
         )
         last: dict[str, Any] | None = None  # the newest response object seen
+        if req.generate:
+            turn.generating()
         upstream = _UpstreamTap(
             _with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from deltaguard.journal import BillingJournal
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.gate import GateLane
 from deltaguard.lanes.lockout import ConversationLockout
@@ -107,10 +108,22 @@ class LaneSet:
         await self.monitor.worker.drain()  # output-only jobs queued meanwhile
 
 
-def assemble(stage: Stage, trackers: TrackerTable, run: Callable[..., Awaitable[Any]]) -> LaneSet:
+def assemble(
+    stage: Stage,
+    trackers: TrackerTable,
+    run: Callable[..., Awaitable[Any]],
+    journal: BillingJournal | None = None,
+) -> LaneSet:
     c, m = stage.config, stage.metrics
 
     def observer(name: str) -> Callable[[Sequence[Any]], None]:
+        if name == "billing" and journal is not None:
+
+            def delivered(events: Sequence[Any]) -> None:
+                m.observe_events(name, events)
+                journal.done(events)
+
+            return delivered
         return lambda events: m.observe_events(name, events)
 
     sinks = {"flags": stage.flag_sink, "billing": stage.billing_sink}
@@ -143,6 +156,7 @@ def assemble(stage: Stage, trackers: TrackerTable, run: Callable[..., Awaitable[
         m,
         run,
         maxsize=c.post_queue_size,
+        journal=journal,
     )
     turn = TurnLanes(
         stage.gate_scorer,
@@ -152,6 +166,7 @@ def assemble(stage: Stage, trackers: TrackerTable, run: Callable[..., Awaitable[
         watcher,
         monitor.judge,
         post.put,
+        post.owe,
         m,
         stage.stream_classifiers,
         stage.sanitized,

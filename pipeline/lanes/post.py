@@ -15,6 +15,7 @@ from typing import Any
 
 from deltaguard.events import BillingEvent, FlagEvent
 from deltaguard.items import Item
+from deltaguard.journal import BillingJournal
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.turn import GateResult
 from deltaguard.sinks import SinkWriter
@@ -49,7 +50,10 @@ class PostLane:
         run: Callable[..., Awaitable[Any]],
         *,
         maxsize: int,
+        journal: BillingJournal | None = None,
     ) -> None:
+        """`journal`: where each billing event is kept from the start of its generation
+        (`owe`) until the billing sink has it."""
         self.scorer = scorer
         self.tracker = tracker
         self.flag_output = flag_output
@@ -57,10 +61,20 @@ class PostLane:
         self.billing = billing
         self.metrics = metrics
         self.run = run
+        self.journal = journal
         self.worker: BoundedWorker[PostJob] = BoundedWorker("lane:post", self._run, maxsize=maxsize, log=log)
 
+    def owe(self, gate: GateResult, usage: Usage) -> None:
+        """A generation starts: what it will cost at least (the counted input) is journalled,
+        so a process killed before the response completes still bills it."""
+        if self.journal is not None:
+            self.journal.note(billing_event(PostJob(gate, (), usage), 0.0))
+
     async def put(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
-        await self.worker.put(PostJob(gate, output, usage))
+        job = PostJob(gate, output, usage)
+        if self.journal is not None:  # the usage is known: journalled before the job waits
+            self.journal.note(billing_event(job, 0.0))
+        await self.worker.put(job)
 
     async def aclose(self, deadline: float) -> list[BillingEvent]:
         """Stop at `deadline`; the billing events of the jobs never started."""

@@ -26,12 +26,14 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from deltaguard import defaults
 from deltaguard.errors import LaneClosed
 from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event
 from deltaguard.items import Item
+from deltaguard.journal import BillingJournal
 from deltaguard.lanes.assembly import TrackerTable, assemble
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.lockout import ConversationLockout
@@ -76,6 +78,10 @@ class StageConfig:
     # count together (`lockout.ConversationLockout`).
     lock_s: float = defaults.LOCK_S
     first_turn_window_s: float = defaults.FIRST_TURN_WINDOW_S
+    # An append-only file that keeps each billing event from the start of its generation
+    # until the billing sink has it (`deltaguard.journal`): a process killed meanwhile
+    # loses none, the next start re-sends them. None: billing lives in memory until sent.
+    billing_journal: Path | None = None
 
 
 class SafetyStage:
@@ -134,6 +140,7 @@ class SafetyStage:
         self.sanitized = SanitizedItems(c.store.max_responses, c.store.ttl_s)
         self._state = Lifecycle.NEW
         self.undelivered: list[Event] = []  # not delivered by the shutdown deadline: spool them
+        self._journal: BillingJournal | None = None
 
     async def start(self) -> None:
         self._state.to(Lifecycle.RUNNING, "SafetyStage")  # a second start fails here, before any work
@@ -142,8 +149,12 @@ class SafetyStage:
         self._limiter = self._limiter or InferenceLimiter(
             self.config.inference_threads, self.config.tenant_threads
         )
-        self._lanes = assemble(self, self._trackers, self._limiter.run)
+        self._journal = BillingJournal(self.config.billing_journal) if self.config.billing_journal else None
+        owed = self._journal.recover() if self._journal is not None else []
+        self._lanes = assemble(self, self._trackers, self._limiter.run, self._journal)
         self._lanes.start()
+        for event in owed:  # billed before a kill, never confirmed by the sink
+            await self._lanes.writers["billing"].put(event)
         self._state = self._state.to(Lifecycle.RUNNING, "SafetyStage")
 
     async def aclose(self) -> dict[str, int]:
@@ -170,6 +181,8 @@ class SafetyStage:
             left["recordings"] = await self.recorder.aclose(max(0.0, deadline - time.monotonic()))
         if self._own_limiter and self._limiter is not None:
             self._limiter.close()
+        if self._journal is not None:  # what it still owes is re-sent by the next start
+            self._journal.close()
         self._state = self._state.to(Lifecycle.CLOSED, "SafetyStage")
         return left
 

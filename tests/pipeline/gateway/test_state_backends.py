@@ -4,6 +4,7 @@ behind a real round-robin proxy (redis) give the verdicts of one uninterrupted g
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -132,7 +133,10 @@ def uninterrupted():
 
 @pytest.mark.slow
 def test_a_gateway_killed_mid_loop_continues_on_sqlite_with_the_same_verdicts(tmp_path, uninterrupted):
+    billing = tmp_path / "billing.jsonl"
     args = ["--state", f"sqlite://{tmp_path}/state.db", "--block-limit", "2"]
+    args += ["--billing", str(billing), "--billing-journal", str(tmp_path / "billing.journal")]
+    args += ["--sim-tokens-per-s", "40"]  # about a second per answer: the kill lands mid-answer
     gw = start(args)
     try:
         client = openai.OpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=0)
@@ -141,7 +145,7 @@ def test_a_gateway_killed_mid_loop_continues_on_sqlite_with_the_same_verdicts(tm
         stream = client.responses.create(
             model="sim", input=turn_input(4), previous_response_id=previous, stream=True
         )
-        next(iter(stream))
+        killed = next(iter(stream)).response.id
         gw.kill()
         gw = start(args, port=gw.port, log=gw.log)
         # The client retries the turn that failed, from the same previous response.
@@ -150,6 +154,13 @@ def test_a_gateway_killed_mid_loop_continues_on_sqlite_with_the_same_verdicts(tm
     finally:
         stop(gw)
     assert [*verdicts, v, *rest] == uninterrupted
+    # Every response the upstream was asked for is billed, the one cut by the kill too
+    # (its counted input, from the journal); at least once, under one stable id each.
+    billed = [json.loads(line) for line in billing.read_text().splitlines()]
+    answered = sum("error" not in x for x in [*verdicts, v, *rest])
+    assert len({b["response_id"] for b in billed}) == answered + 1
+    [cut] = {b["event_id"]: b for b in billed if b["response_id"] == killed}.values()
+    assert cut["input_tokens"] > 0 and cut["output_tokens"] == 0
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.events import FlagEvent
+from deltaguard.lanes.monitor import MonitorStep
 from deltaguard.state.scoring import Scorer
 from deltaguard.state.store import ConversationTracker
 from deltaguard.tools.rollouts import agent_rollout
@@ -80,13 +81,16 @@ def expected_flags(convs: list[Conversation], scorer: Scorer) -> dict[str, dict[
     judges a turn: on its input, the previous turn's output carried in (a replay row's
     scores also include the turn's own output, which a worker sees with the next turn)."""
     tracker = ConversationTracker(scorer)
+    step = MonitorStep(scorer)
     out = {}
     for conv in convs:
         previous: str | None = None
         for t, turn in enumerate(conv.turns):
             tracked = f"{conv.line}:{response_id(conv, t)}"
             scored = tracker.score_turn(tracked, turn.input, previous)
-            verdict = scorer.verdict(scored.fold, prior=scored.rebuild)
+            verdict = step.judge(
+                scored.fold, conversation_id=str(conv.line), response_id=tracked, prior=scored.rebuild
+            ).verdict  # the monitor step's decision: an alert on a user message blocks nothing
             if verdict.flagged_categories:
                 out[response_id(conv, t)] = {
                     "decision": verdict.decision,
