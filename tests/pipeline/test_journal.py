@@ -72,3 +72,16 @@ async def test_a_stage_killed_mid_generation_bills_it_at_its_next_start(tmp_path
         conversation_id=owed.conversation_id, response_id="r2", input_tokens=0,
         cached_input_tokens=0, output_tokens=0, classifier_ms=0.0,
     ).event_id  # fmt: skip
+
+
+def test_the_file_is_rewritten_to_what_is_owed_when_it_outgrows_its_bound(tmp_path):
+    journal = BillingJournal(tmp_path / "billing.journal", compact_bytes=4096)
+    journal.recover()
+    for i in range(200):  # each response owed at its start, billed, then taken by the sink
+        journal.note(bill(f"r{i}"))
+        journal.note(bill(f"r{i}", output_tokens=5))
+        if i != 150:
+            journal.done([bill(f"r{i}", output_tokens=5)])
+    assert journal.path.stat().st_size <= 4096 + 1024
+    journal.close()
+    assert [e.response_id for e in BillingJournal(journal.path).recover()] == ["r150"]
