@@ -31,14 +31,14 @@ def billing(i: int, conv: str = "") -> BillingEvent:
     )
 
 
-def flag(i: int, tenant: str = "default") -> FlagEvent:
+def flag(i: int, tenant: str = "default", decision: str = "flag", category: str = "pii") -> FlagEvent:
     return FlagEvent.build(
         conversation_id=f"conv-{i % 7}",
         response_id=f"resp-{i}",
         lane="gate",
-        decision="flag",
-        categories=["pii"],
-        scores={"pii": 0.9},
+        decision=decision,
+        categories=[category],
+        scores={category: 0.9},
         classifier_versions={"pii": "1"},
         tenant=tenant,
     )
@@ -228,10 +228,12 @@ async def test_flag_subscriber_calls_back_once_per_event(broker: Broker, tmp_pat
     await subscriber.start()
     try:
         await subscriber.ready(10)
-        # A duplicate, as a retry would make; the tenant travels with the flag.
-        await sink.send([flag(2), flag(3, tenant="tenant-a"), flag(2)])
+        # A duplicate, as a retry would make; the tenant travels with the flag; an alert
+        # (decision "flag", Policy.monitor_blocking) blocks nothing, so it calls nothing.
+        blocks = {"decision": "block", "category": "prompt_injection"}
+        await sink.send([flag(2, **blocks), flag(3, tenant="tenant-a", **blocks), flag(2, **blocks), flag(4)])
         for _ in range(100):
-            if len(calls) >= 2:
+            if len(calls) >= 2 and subscriber.received >= 3:
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)
@@ -239,5 +241,8 @@ async def test_flag_subscriber_calls_back_once_per_event(broker: Broker, tmp_pat
         await sink.aclose()
         await subscriber.aclose()
     # Partitions: no global order.
-    assert sorted(calls) == [("conv-2", ["pii"], "default"), ("conv-3", ["pii"], "tenant-a")]
-    assert subscriber.duplicates == 1
+    assert sorted(calls) == [
+        ("conv-2", ["prompt_injection"], "default"),
+        ("conv-3", ["prompt_injection"], "tenant-a"),
+    ]
+    assert subscriber.duplicates == 1 and subscriber.received == 3  # the alert was read, and skipped
