@@ -158,8 +158,8 @@ class ConversationLockout:
         return flags | set(lock.categories) if lock is not None else flags
 
     def mark(self, tenant: str, conversation_id: str, categories: Sequence[str]) -> None:
-        key = (tenant, conversation_id)
-        self._flags.put(key, (self._flags.get(key) or frozenset()) | set(categories))
+        # read-modify-write in the backend, atomically: two replicas' marks both stay
+        self._flags.update((tenant, conversation_id), lambda old: (old or frozenset()) | set(categories))
 
     def count_blocked_turn(
         self,
@@ -178,9 +178,12 @@ class ConversationLockout:
         if self.block_limit is None or not probing:
             return None
         key = (tenant, conversation_id)
-        count, seen = self._blocked.get(key) or (0, frozenset())
-        count, seen = count + 1, seen | set(probing)
-        self._blocked.put(key, (count, seen))
+
+        def counted(old: tuple[int, frozenset[str]] | None) -> tuple[int, frozenset[str]]:
+            count, seen = old or (0, frozenset())
+            return count + 1, seen | set(probing)
+
+        count, seen = self._blocked.update(key, counted)  # atomic: replicas' blocks all count
         if count != self.block_limit:
             return None
         why = f"{count} turns of this conversation were blocked"
@@ -203,8 +206,13 @@ class ConversationLockout:
         if self.block_limit is None or not probing:
             return None
         key, now = (tenant, client), self.clock()
-        times = (*(t for t in self._first_turns.get(key) or () if t > now - self.first_turn_window_s), now)
-        self._first_turns.put(key, times[-self.block_limit :])
+        limit = self.block_limit
+
+        def counted(old: tuple[float, ...] | None) -> tuple[float, ...]:
+            # one past the limit kept: the turn that reaches it locks, the next ones do not
+            return (*(t for t in old or () if t > now - self.first_turn_window_s), now)[-(limit + 1) :]
+
+        times = self._first_turns.update(key, counted)  # atomic: replicas' blocks all count
         if len(times) != self.block_limit:
             return None
         window = f"{self.first_turn_window_s:g} s"

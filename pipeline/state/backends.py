@@ -24,7 +24,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +47,11 @@ class StateBackend(Protocol):
     def get(self, key: str) -> str | None: ...
 
     def put(self, key: str, value: str, ttl_s: float, group: str | None = None) -> None: ...
+
+    def update(self, key: str, change: Callable[[str | None], str], ttl_s: float) -> str:
+        """Atomically: the key's value (None when absent) through `change`, written back
+        and returned; a counter two replicas raise at once loses neither raise."""
+        ...
 
     def delete(self, key: str) -> None: ...
 
@@ -164,6 +169,29 @@ class SqliteBackend:
                 self._purge(expires - ttl_s)
             self._db.execute("COMMIT")
 
+    def update(self, key: str, change: Callable[[str | None], str], ttl_s: float) -> str:
+        now = self._clock()
+        with self._lock, _sqlite_errors(self.path):
+            self._db.execute("BEGIN IMMEDIATE")  # the write lock first: no other writer between
+            try:
+                row = self._db.execute(
+                    "SELECT e.value, e.expires, g.expires FROM entries e "
+                    "LEFT JOIN groups g ON g.grp = e.grp WHERE e.key = ?",
+                    (key,),
+                ).fetchone()
+                old = str(row[0]) if row is not None and max(row[1], row[2] or 0.0) > now else None
+                value = change(old)
+                self._db.execute(
+                    "INSERT INTO entries (key, value, grp, expires) VALUES (?, ?, NULL, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, expires = excluded.expires",
+                    (key, value, now + ttl_s),
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return value
+
     def _purge(self, now: float) -> None:
         self._db.execute(
             "DELETE FROM entries WHERE key IN (SELECT e.key FROM entries e LEFT JOIN groups g "
@@ -247,6 +275,19 @@ class RedisBackend:
                 group_key = self.prefix + "group:" + group
                 keys = [self.prefix + key, group_key, group_key + ":renewed"]
                 self._put_grouped(keys=keys, args=[value, ms])
+
+    def update(self, key: str, change: Callable[[str | None], str], ttl_s: float) -> str:
+        full, ms = self.prefix + key, max(1, int(ttl_s * 1000))
+
+        def attempt(pipe: Any) -> str:  # retried by redis-py while another client wrote the key
+            old = pipe.get(full)
+            value = change(None if old is None else str(old))
+            pipe.multi()
+            pipe.set(full, value, px=ms)
+            return value
+
+        with _redis_errors(self.url):
+            return str(self._client.transaction(attempt, full, value_from_callable=True))
 
     def delete(self, key: str) -> None:
         with _redis_errors(self.url):

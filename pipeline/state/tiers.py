@@ -188,6 +188,23 @@ class StateMap(Generic[K, V]):
             size = len(text if text is not None else self._encode(value))
         self._keep(key, size, value)
 
+    def update(self, key: K, change: Callable[[V | None], V]) -> V:
+        """Atomically, in the backend when there is one: the value (None when absent)
+        through `change`, kept and returned (read-modify-write that replicas share)."""
+        if self.backend is None:
+            with self._lock:
+                value = change(self.cached(key))
+                self.put(key, value)
+                return value
+
+        def encoded(old: str | None) -> str:
+            return self._encode(change(None if old is None else self._decode(old)))
+
+        text = self.backend.update(self._key(key), encoded, self.ttl_s)
+        value = self._decode(text)
+        self._keep(key, self._size(value) if self._size else len(text), value)
+        return value
+
     def discard(self, key: K) -> None:
         """Forget the key here and in the backend."""
         with self._lock:

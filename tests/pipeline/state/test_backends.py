@@ -4,6 +4,7 @@ tenants, expiry, the lock-out; Redis is a real redis-server on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -169,3 +170,49 @@ def test_an_unreachable_redis_fails_with_a_state_error():
     backend = open_backend("redis://127.0.0.1:1/0")
     with pytest.raises(StateBackendError, match=r"127\.0\.0\.1:1"):
         backend.ping()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_updates_from_two_clients_at_once_lose_nothing(kind, tmp_path, request):
+    """Two replicas (two connections) raising one counter at once, as two gateways count
+    blocked turns of one conversation: every raise is kept."""
+    url = f"sqlite://{tmp_path}/state.db" if kind == "sqlite" else request.getfixturevalue("redis_url")
+    clients = [open_backend(url) for _ in range(2)]
+    clients[0].delete("counter")
+
+    def raise_counter(backend, times=150):
+        for _ in range(times):
+            backend.update("counter", lambda old: str(int(old or 0) + 1), ttl_s=60)
+
+    threads = [threading.Thread(target=raise_counter, args=(b,)) for b in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert clients[0].get("counter") == clients[1].get("counter") == "300"
+    for b in clients:
+        b.close()
+
+
+def test_the_lockout_counts_blocked_turns_through_the_backend_atomically(redis_url):
+    """Blocked turns of one conversation counted by two replicas at once: the limit is
+    reached exactly once, at the limit-th block."""
+    backends = [open_backend(redis_url) for _ in range(2)]
+    backends[0]._client.flushdb()
+    replicas = [ConversationLockout(block_limit=40, backend=b) for b in backends]
+    locked: list[list[str]] = []
+
+    def block(lockout, times=20):
+        for _ in range(times):
+            found = lockout.count_blocked_turn("t", "c1", ["jailbreak"])
+            if found is not None:
+                locked.append(found)
+
+    threads = [threading.Thread(target=block, args=(r,)) for r in replicas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert locked == [["jailbreak"]]
+    for b in backends:
+        b.close()
