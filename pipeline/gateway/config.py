@@ -1,4 +1,4 @@
-"""Gateway settings, with documented defaults (README, "The gateway": "Limits and faults")."""
+"""Gateway settings, with documented defaults (docs/gateway.md, "Limits and faults"; docs/hardening.md)."""
 
 from __future__ import annotations
 
