@@ -11,7 +11,7 @@ that scores tool outputs scores them too, and the item takes the max. The extra
 normalised view's tokens are added to the update's `tokens`.
 
 Untrusted text (tool outputs, attached files) is read piece by piece as well as whole by
-an artifact trained that way (lexical-v5): a piece over its head's threshold is reported
+an artifact trained that way (lexical-v5 and later): a piece over its head's threshold is reported
 as a located finding (item, start, end, score), and an artifact with
 `untrusted_thresholds` judges untrusted text at thresholds of its own, reporting its
 scores on the category thresholds' scale (classifiers/scaled.py `rescale`).
@@ -187,7 +187,7 @@ class LexicalClassifier:
 
     def _on_user_scale(self, rows: np.ndarray) -> np.ndarray:
         """Untrusted text's scores expressed on the category thresholds' scale: an artifact
-        with `untrusted_thresholds` (lexical-v5) judges tool outputs, which it also reads
+        with `untrusted_thresholds` (lexical-v5 and later) judges tool outputs, which it also reads
         piece by piece, at thresholds of their own, chosen per conversation."""
         own = (self._entry or {}).get("untrusted_thresholds")
         if not own:

@@ -21,7 +21,7 @@ An artifact whose config names a normaliser version (`"normalize"`, lexical-v3 o
 scored on the views of classifiers/normalize.py: the primary view and, when something was
 hidden or encoded, the extra view; a text takes the max over its views. Long texts are
 scored in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in
-the text length. An artifact whose config says `"pieces": true` (lexical-v5) also reads
+the text length. An artifact whose config says `"pieces": true` (lexical-v5 and later) also reads
 untrusted text piece by piece (`score_located`, classifiers/segments.py).
 
 Speed: all chunks of all texts of one call are scored in one call of the compiled
@@ -199,7 +199,7 @@ class LexicalModel:
             raise ValueError(f"normalize version {self.normalizer!r} is not one of {normalize.VERSIONS}")
         if self.normalizer is not None:
             normalize.warm()
-        # Trained on pieces of real text (lexical-v5): untrusted text is read piece by piece
+        # Trained on pieces of real text (lexical-v5 and later): untrusted text is read piece by piece
         # too (`score_located`); older artifacts read it whole, as they were trained.
         self.by_piece = bool(config.get("pieces", False))
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])

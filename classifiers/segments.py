@@ -24,6 +24,7 @@ PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters
 MIN_PIECE_CHARS = 20  # shorter pieces join the next one
 LONG_TEXT_CHARS = 400  # texts up to this long are read whole only: they are one piece already
 
+_SENTENCE_ENDS = frozenset(".!?;。！？；")
 _SENTENCE_END = re.compile(r"(?<=[.!?;])[ \t]+|(?<=[。！？；])")
 
 
@@ -39,11 +40,16 @@ _LINE = re.compile(r"\S(?:[^\n]*\S)?")  # a line's text without its surrounding 
 
 
 def _lines(text: str) -> list[tuple[int, int]]:
-    """Non-empty lines, stripped, short ones joined to the next."""
+    """Non-empty lines, stripped, short ones joined to a neighbour: a short line that ends
+    a sentence ("invocation.") to the line before it, whose sentence it ends; any other
+    (a heading, `Usage:`, a bare `}`) to the line after it, which it introduces."""
     out: list[tuple[int, int]] = []
     pending: int | None = None  # start of short lines waiting for the next one
     for m in _LINE.finditer(text):
         a, b = m.span()
+        if pending is None and out and b - a < MIN_PIECE_CHARS and text[b - 1] in _SENTENCE_ENDS:
+            out[-1] = (out[-1][0], b)
+            continue
         if pending is not None:
             a = pending
         if b - a < MIN_PIECE_CHARS:

@@ -4,7 +4,7 @@
 1,000 tokens each, one per update, as an agent turn's delta) through every gate-lane
 classifier of the default set, and through the same set with the lexical view on
 lexical-v4, lexical-v3 and lexical-v2, interleaved item by item so that all see the same machine
-load (lexical-v5 reads each tool output piece by piece as well as whole). CPU time of
+load (lexical-v5 and later read each tool output piece by piece as well as whole). CPU time of
 this thread (`time.thread_time`), p50 and p95 per classifier and for the lane. Writes
 eval/out/gate_cost.md.
 """

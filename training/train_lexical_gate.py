@@ -1,4 +1,4 @@
-"""Train the gate lane's injection / jailbreak model (lexical-v5): `python -m training.train_lexical_gate`.
+"""Train the gate lane's injection / jailbreak model (lexical-v6): `python -m training.train_lexical_gate`.
 
 The model reads untrusted text (tool outputs, attached files) piece by piece as well as
 whole (classifiers/segments.py), so that an injected sentence scores inside a 16 KB file
@@ -14,7 +14,7 @@ themselves. One command, deterministic, about fifteen minutes on 2 busy cores:
    documents (random ones and those lexical-v3 scores highest);
 2. fit the normalised TF-IDF + logistic model of training/lexical_fit.py on train,
    calibrate on validation;
-3. export `models/lexical-v5.npz` (plain arrays) and check that the serving code
+3. export `models/lexical-v6.npz` (plain arrays) and check that the serving code
    reproduces sklearn on test texts within 1e-6;
 4. choose each head's threshold on validation only, through the serving path (normaliser
    views, 2,000-character chunks and, for tool outputs, pieces; max): max F1 subject to a false-positive
@@ -47,7 +47,7 @@ from training.detection_data import FP_SETS, SPLITS, Row, all_rows
 from training.lexical_fit import HEADS, POSITIVE, FitSettings, fit, head_rows, log, parity, to_model
 
 NAME = "lexical"  # the entry the lexical view serves
-VERSION = "5"
+VERSION = "6"
 SCREEN_ENTRY = "lexical-v3"  # the detector's screen stays on the model its floor was chosen for
 ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 # Per head, on validation, with room under what the pipeline may flag (chat 1%, tool

@@ -34,6 +34,14 @@ def test_short_lines_join_the_next_one() -> None:
     assert first[0] == 0 and text[first[0] : first[1]].startswith("}\n\nUsage:\n    assert")
 
 
+def test_a_short_line_that_ends_a_sentence_joins_the_line_before_it() -> None:
+    lines = CODE.split("\n")
+    text = "\n".join([*lines[:5], "the invocation.", "", INJECTION, *lines[5:]])
+    found = [text[a:b] for a, b in pieces(text)]
+    assert f"{lines[4].strip()}\nthe invocation." in found
+    assert INJECTION in found  # not diluted by the sentence end before it
+
+
 def test_a_paragraph_is_cut_at_its_sentences() -> None:
     sentence = "The parser reads one token at a time and keeps a small stack of open brackets. "
     text = sentence * 8 + INJECTION + " " + sentence * 8
