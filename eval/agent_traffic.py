@@ -11,7 +11,8 @@ otherwise) and reports, per agent kind, the share of conversations with any fals
     harm     a turn flags toxicity or a finer harm category
     any      either (the headline: what a user of an agent feels)
 
-pii and secrets are reported apart (a customer record holds an e-mail address). Wilson
+pii and secrets are reported apart (a customer record holds an e-mail address); held-back
+chat messages are also scored one by one (how many one message alone flags). Wilson
 95% intervals. Needs the fetched repositories (training/lib/real_text.py) and writes
 eval/out/agent_traffic.md and .json, and the transcript file it replayed.
 """
@@ -95,6 +96,28 @@ def summarise(convs: list[dict[str, Any]], verdicts: dict[str, list[dict[str, An
     return out
 
 
+def chat_messages_flagged(split: str, models: Path | None, names: str | None) -> dict[str, Any]:
+    """The split's held-back chat messages, each scored on its own (user and assistant in
+    turn, as the chats send them) through the pipeline's classifiers: how many one message
+    alone flags for an attack or harm category (the per-message side of the chat budget)."""
+    from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers, parse_names
+    from deltaguard.models import MODELS_DIR
+    from deltaguard.parsing import parse_item
+    from deltaguard.state.scoring import Scorer
+
+    scorer = Scorer(load_classifiers(parse_names(names) if names else DEFAULT_NAMES, models or MODELS_DIR))
+    k = n = 0
+    for chat in held_back_chats(split):
+        for i, text in enumerate(chat):
+            if not text.strip():
+                continue
+            item = parse_item({"role": "user" if i % 2 == 0 else "assistant", "content": text})
+            verdict = scorer.verdict(scorer.fold(scorer.empty(), [item]))
+            n += 1
+            k += bool(set(verdict.flagged_categories) & (ATTACK | HARM))
+    return {"k": k, "n": n, "rate": k / n if n else 0.0, "ci": wilson(k, n)}
+
+
 def report(summary: dict[str, Any], seconds: float, split: str, extra: list[str]) -> list[str]:
     def cell(r: dict[str, Any]) -> str:
         lo, hi = r["ci"]
@@ -120,6 +143,12 @@ def report(summary: dict[str, Any], seconds: float, split: str, extra: list[str]
             f"{cell(r['harm'])} | {cell(r['pii/secrets'])} |"
         )
     lines += ["", "Categories flagged (conversations): " + json.dumps(summary["categories"].get("all", {}))]
+    if "chat_messages" in summary:
+        m = summary["chat_messages"]
+        lines += [
+            "",
+            f"Held-back chat messages flagged alone (attack or harm): {m['k']} of {m['n']}, {cell(m)}.",
+        ]
     lines += ["", "## First flagged items (up to 40)", ""]
     for e in summary["examples"]:
         text = e["text"].replace("\n", " ").replace("|", "\\|")
@@ -145,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     convs = write_transcripts(args.split, src, args.scale)
     verdicts, seconds = replay(src, work / f"agent_traffic-{args.split}-verdicts.json", extra)
     summary = summarise(convs, verdicts)
+    summary["chat_messages"] = chat_messages_flagged(args.split, args.models, args.classifiers)
     args.out.with_suffix(".json").parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     write_report(args.out, report(summary, seconds, args.split, extra))
