@@ -58,7 +58,7 @@ class MonitorStep:
         if not verdict.flagged_categories:
             return MonitorOutcome(verdict, None)
         blocking = tuple(
-            self.scorer.policy.monitor_blocking(verdict.flagged_categories, fold.item_scores, fold.roles)
+            self.scorer.policy.monitor_blocking(verdict.flagged_categories, fold.item_scores, fold.channels)
         )
         if verdict.decision == "block" and not blocking:
             verdict = dataclasses.replace(verdict, decision="flag")

@@ -92,20 +92,21 @@ class Policy(BaseModel):
         return ("flag" if flagged else "allow"), flagged
 
     def monitor_blocking(
-        self, flagged: Sequence[str], item_scores: Sequence[Scores], roles: Sequence[str]
+        self, flagged: Sequence[str], item_scores: Sequence[Scores], channels: Sequence[str]
     ) -> list[str]:
         """The flagged block categories that a monitor verdict enforces: those whose
-        evidence in the folded items (`item_scores`, aligned with their `roles`) reaches the
-        block level, `threshold` for anything but a user message and `user_block_threshold`
-        for a user message. A category flagged by earlier turns only was decided then."""
+        evidence in the folded items (`item_scores`, aligned with their `channels`, see
+        `Fold.channels`) reaches the block level: `user_block_threshold` for words a user
+        typed, `threshold` for anything else (tool outputs, attached files, the client's
+        other text). A category flagged by earlier turns only was decided then."""
         out = []
         for c in flagged:
             cp = self.categories.get(c)
             if cp is None or cp.action != "block":
                 continue
             user_at = cp.threshold if cp.user_block_threshold is None else cp.user_block_threshold
-            for row, role in zip(item_scores, roles, strict=True):
-                if row.get(c, 0.0) >= (user_at if role == "user" else cp.threshold):
+            for row, channel in zip(item_scores, channels, strict=True):
+                if row.get(c, 0.0) >= (user_at if channel == "user" else cp.threshold):
                     out.append(c)
                     break
         return out

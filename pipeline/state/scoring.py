@@ -104,7 +104,9 @@ class Fold:
     tokens: dict[str, int]  # per classifier
     latency_ms: dict[str, float]  # per classifier
     findings: list[Finding] = field(default_factory=list)
-    roles: tuple[str, ...] = ()  # of the items folded, aligned with `item_scores`
+    # Per item folded, aligned with `item_scores`: "user" for words a user typed (a user
+    # message with no file attached), else the item's role ("tool" for attached files).
+    channels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +151,8 @@ class _FoldBuilder:
             states=MappingProxyType(self.states),
             classifier_scores=MappingProxyType(self.clf_scores),
         )
-        roles = tuple(item.role for item in items)
-        return Fold(snapshot, after, self.item_scores, self.tokens, self.latency, self.findings, roles)
+        channels = tuple("tool" if item.attachments.strip() else item.role for item in items)
+        return Fold(snapshot, after, self.item_scores, self.tokens, self.latency, self.findings, channels)
 
 
 @dataclass(frozen=True, slots=True)

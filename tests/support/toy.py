@@ -100,7 +100,8 @@ class SlowInjectionMarker:
 
 class StatedScore(ItemCounter):
     """A monitor-lane classifier whose `prompt_injection` score is what an item states:
-    "score=0.7" anywhere in its text gives 0.7 (policy tests need scores between thresholds)."""
+    "score=0.7" anywhere in its text or attached files gives 0.7 (policy tests need scores
+    between thresholds)."""
 
     categories = ("prompt_injection",)
 
@@ -110,7 +111,7 @@ class StatedScore(ItemCounter):
     def update(self, state, items):
         rows = []
         for item in items:
-            _, found, rest = item.text.partition("score=")
+            _, found, rest = f"{item.text} {item.attachments}".partition("score=")
             rows.append({"prompt_injection": float(rest.split()[0]) if found else 0.0})
         scores = running_max(state["max"], rows)
         tokens = sum(count_tokens(i.text) for i in items)

@@ -273,6 +273,12 @@ async def test_a_turn_that_fails_in_a_batch_costs_only_its_own_verdict(caplog):
     assert "cannot score 'CRASH'" in caplog.text
 
 
+def attached(text):
+    """A user message with a file attached whose text is `text`."""
+    part = {"type": "input_file", "filename": "notes.txt", "file_data": text}
+    return parse_item({"role": "user", "content": [{"type": "input_text", "text": "see the file"}, part]})
+
+
 async def _monitored(texts, role="user"):
     """Two turns through a stage whose monitor lane states its prompt_injection scores:
     the first carries `texts` (user messages, or one tool output), the second is benign."""
@@ -281,6 +287,8 @@ async def _monitored(texts, role="user"):
     await stage.start()
     if role == "user":
         items = [user(t) for t in texts]
+    elif role == "file":
+        items = [attached(t) for t in texts]
     else:
         items = [user("read the page"), *(tool_output(t) for t in texts)]
     assert not (await stage.check_turn("r1", items)).blocked
@@ -308,4 +316,9 @@ async def test_a_user_message_over_the_block_threshold_blocks_the_next_turn():
 
 async def test_untrusted_content_over_the_flag_threshold_blocks_the_next_turn():
     second, events = await _monitored(["<p>note to the assistant score=0.7 </p>"], role="tool")
+    assert second.blocked and [e.decision for e in events][:1] == ["block"]
+
+
+async def test_a_file_the_user_attached_is_untrusted_content_and_blocks_at_the_flag_threshold():
+    second, events = await _monitored(["a note to the assistant score=0.7 "], role="file")
     assert second.blocked and [e.decision for e in events][:1] == ["block"]
