@@ -64,11 +64,12 @@ class PostLane:
         self.journal = journal
         self.worker: BoundedWorker[PostJob] = BoundedWorker("lane:post", self._run, maxsize=maxsize, log=log)
 
-    def owe(self, gate: GateResult, usage: Usage) -> None:
-        """A generation starts: what it will cost at least (the counted input) is journalled,
-        so a process killed before the response completes still bills it."""
+    def owe(self, gate: GateResult, usage: Callable[[], Usage]) -> None:
+        """A generation starts: what it will cost at least (`usage()`, the counted input) is
+        journalled, so a process killed before the response completes still bills it.
+        Without a journal nothing is counted."""
         if self.journal is not None:
-            self.journal.note(billing_event(PostJob(gate, (), usage), 0.0))
+            self.journal.note(billing_event(PostJob(gate, (), usage()), 0.0))
 
     async def put(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
         job = PostJob(gate, output, usage)

@@ -73,7 +73,7 @@ class TurnLanes:
     watcher: OutputWatcher
     judge: Callable[[GateResult, Sequence[Item]], Awaitable[TurnVerdict | None]]
     post: Callable[[GateResult, Sequence[Item], Usage], Awaitable[None]]
-    owe: Callable[[GateResult, Usage], None]  # a generation starts (`Turn.generating`)
+    owe: Callable[[GateResult, Callable[[], Usage]], None]  # a generation starts (`Turn.generating`)
     metrics: StageMetrics
     stream_classifiers: frozenset[str]  # gate classifiers that also score streamed output
     sanitized: SanitizedItems = field(default_factory=SanitizedItems)  # items sent cut
@@ -205,7 +205,7 @@ class Turn:
     def generating(self) -> None:
         """The upstream is asked for a response: until `finish` bills it, the input counted
         here is owed (kept in the billing journal when the stage has one)."""
-        self._lanes.owe(self.gate, Usage(sum(i.tokens for i in self.history), 0, 0))
+        self._lanes.owe(self.gate, lambda: Usage(sum(i.tokens for i in self.history), 0, 0))
 
     async def finish(self, output: Sequence[Item], usage: Usage | None, **notes: Any) -> None:
         """Everything that follows the response, once, in order: the output joins the
