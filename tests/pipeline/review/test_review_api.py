@@ -258,8 +258,10 @@ def test_located_findings_pass_through_onto_the_recorded_text(findings_review):
     api = base + "/review/api"
     for row in httpx.get(api + "/conversations").json()["conversations"]:
         d = httpx.get(api + f"/conversations/{row['id']}").json()
-        (located,) = [(t, f) for t in d["turns"] for f in t["findings"] if "start" in f]
-        turn, f = located
-        assert (f["item"], f["category"], f["in"]) == (1, "prompt_injection", "text") and f["score"] >= 0.9
-        assert turn["items"][f["item"]]["text"][f["start"] : f["end"]] == INJECTED_LINE
-        assert ("preview" in f) is not d["redacted"]  # dropped at recording when redacting
+        located = [(t, f) for t in d["turns"] for f in t["findings"] if "start" in f]
+        # the injected line, found as an injection (and, "developer mode", as a jailbreak)
+        assert max(f["score"] for _, f in located if f["category"] == "prompt_injection") >= 0.9
+        for turn, f in located:
+            assert (f["item"], f["in"]) == (1, "text") and f["score"] >= 0.5  # over its threshold
+            assert turn["items"][f["item"]]["text"][f["start"] : f["end"]] == INJECTED_LINE
+            assert ("preview" in f) is not d["redacted"]  # dropped at recording when redacting

@@ -88,15 +88,18 @@ def test_located_findings_are_highlighted_and_linked(browser_ready, findings_rev
     for conversation in ("p1", "r1"):
         page = seen[conversation]
         # The injected line, and only it, is marked, in the tool output: as text (its
-        # "<!--" shown, not parsed), though emoji before it count twice in UTF-16.
+        # "<!--" shown, not parsed), though emoji before it count twice in UTF-16. It reads
+        # as an injection and ("developer mode") a jailbreak: one mark, both categories.
         (mark,) = page["marks"]
         assert mark["text"] == INJECTED_LINE, mark
-        assert mark["categories"] == "prompt_injection" and "function_call_output" in mark["item"]
-        category, score, kind = mark["title"].split(" ")
+        assert "prompt_injection" in mark["categories"].split(",") and "function_call_output" in mark["item"]
+        category, score, kind = mark["title"].split("\n")[0].split(" ")
         assert (category, kind) == ("prompt_injection", "(lexical)") and float(score) >= 0.9
-        assert mark["background"] == "rgb(255, 209, 204)"
+        # one finding's colour, or the overlap's when both categories cover the line
+        overlap = "," in mark["categories"]
+        assert mark["background"] == ("rgb(245, 168, 160)" if overlap else "rgb(255, 209, 204)")
         # The turn's findings list links to the mark; following the link shows it.
-        assert page["links"] == 1
+        assert page["links"] == len(mark["categories"].split(","))  # one per finding
         assert any("prompt_injection/lexical" in e and "chars" in e for e in page["entries"])
         assert page["current"] == {"count": 1, "text": INJECTED_LINE, "visible": True}
         with Image.open(tmp_path / f"{conversation}.png") as img:
@@ -137,7 +140,7 @@ def test_layout_links_keys_and_the_list_at_load(browser_ready, findings_review, 
     assert seen["detail_after_typing"] == str(second)
     with TranscriptStore(db).open(create=False) as store:
         marks = store.labels([second])[second]
-    assert {c: m["verdict"] for c, m in marks.items()} == dict(seen["after_c"])
+    assert {c: m["verdict"] for c, m in marks.items()} == {c: v for c, v in seen["after_c"] if v}
     # 900 px: the list above the transcript, still every column, nothing sideways.
     narrow = seen["narrow"]
     assert narrow["detail"]["top"] >= narrow["list"]["bottom"]
