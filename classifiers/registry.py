@@ -98,11 +98,11 @@ def load_classifiers(
         elif name == "pii":
             out.append(PiiClassifier())
         elif name == "lexical":
-            roles = LEXICAL_ROLES - CONVERSATION_ROLES if "conversation" in names else LEXICAL_ROLES
-            min_chars = {}
-            if split_users:
-                roles, min_chars = LEXICAL_ROLES, {role: LONG_USER_CHARS for role in CONVERSATION_ROLES}
-            view = LexicalClassifier(models_dir, roles=roles, artifact=LEXICAL_ARTIFACT, min_chars=min_chars)
+            # beside the conversation view, only the user messages too long for it
+            min_chars = {role: LONG_USER_CHARS for role in CONVERSATION_ROLES} if split_users else {}
+            view = LexicalClassifier(
+                models_dir, roles=LEXICAL_ROLES, artifact=LEXICAL_ARTIFACT, min_chars=min_chars
+            )
             view.share(models[LEXICAL_ARTIFACT])
             out.append(ThresholdScaled(view, model_thresholds(LEXICAL_ARTIFACT, models_dir)))
         elif name == "conversation":

@@ -137,13 +137,16 @@ class SqliteBackend:
             )
 
     def get(self, key: str) -> str | None:
-        now = self._clock()
         with self._lock, _sqlite_errors(self.path):
-            row = self._db.execute(
-                "SELECT e.value, e.expires, g.expires FROM entries e "
-                "LEFT JOIN groups g ON g.grp = e.grp WHERE e.key = ?",
-                (key,),
-            ).fetchone()
+            return self._read(key, self._clock())
+
+    def _read(self, key: str, now: float) -> str | None:
+        """(Under the lock.) The key's live value: its own or its group's expiry not past."""
+        row = self._db.execute(
+            "SELECT e.value, e.expires, g.expires FROM entries e "
+            "LEFT JOIN groups g ON g.grp = e.grp WHERE e.key = ?",
+            (key,),
+        ).fetchone()
         if row is None or max(row[1], row[2] or 0.0) <= now:
             return None
         return str(row[0])
@@ -174,13 +177,7 @@ class SqliteBackend:
         with self._lock, _sqlite_errors(self.path):
             self._db.execute("BEGIN IMMEDIATE")  # the write lock first: no other writer between
             try:
-                row = self._db.execute(
-                    "SELECT e.value, e.expires, g.expires FROM entries e "
-                    "LEFT JOIN groups g ON g.grp = e.grp WHERE e.key = ?",
-                    (key,),
-                ).fetchone()
-                old = str(row[0]) if row is not None and max(row[1], row[2] or 0.0) > now else None
-                value = change(old)
+                value = change(self._read(key, now))
                 self._db.execute(
                     "INSERT INTO entries (key, value, grp, expires) VALUES (?, ?, NULL, ?) "
                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value, expires = excluded.expires",
