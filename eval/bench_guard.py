@@ -90,7 +90,7 @@ async def run(turns: int, tool_tokens: int, conversations: int) -> dict[str, Any
                 gate = await stage.check_turn(f"r{c}_{turn}", chat_history_items(new), parent)
                 times["stage"].append((time.perf_counter() - t0) * 1000)
                 tokens["stage"].append(gate.verdict.tokens_scored)
-                await stage.check_output(gate, chat_output_items(answer))
+                await stage.resume(gate.tenant, gate.response_id).check_output(chat_output_items(answer))
                 parent = gate.response_id
                 # The guard API with a continuation id: only the new messages.
                 body = {"messages": new, **({"continuation_id": cid} if cid else {})}

@@ -38,7 +38,8 @@ from deltaguard.parsing import parse_item
 from deltaguard.state.backends import StateBackend, open_backend
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.state.store import ConversationStore, StoreLimits
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import parse_conversation
 from deltaguard.usage import Usage

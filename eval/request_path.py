@@ -91,7 +91,9 @@ class Tracer:
         for i, (kind, fid, *_rest) in enumerate(self.events):
             if kind == "return":
                 last_return[fid] = i
-        calls = [(i, fid, m, n) for i, (kind, fid, m, n, new) in enumerate(self.events) if kind == "call" and new]
+        calls = [
+            (i, fid, m, n) for i, (kind, fid, m, n, new) in enumerate(self.events) if kind == "call" and new
+        ]
         spans = [(m, i, last_return.get(fid, len(self.events))) for i, fid, m, _n in calls]
         entered: set[str] = set()
         out = []
@@ -129,8 +131,12 @@ def trace() -> list[Step]:
         with gateway_thread(GatewayConfig(port=0, sim_tokens_per_s=20_000), scorer) as (base, _app):
             url = base.replace("http://", "ws://") + "/v1/responses"
             with connect(url, additional_headers={"Authorization": "Bearer test"}) as ws:
-                first = _turn(ws, {"input": [{"role": "user", "content": "Read setup.py; list its dependencies."}]})
-                output = f"from setuptools import setup\nsetup(name='demo', install_requires={['requests']!r})\n"
+                first = _turn(
+                    ws, {"input": [{"role": "user", "content": "Read setup.py; list its dependencies."}]}
+                )
+                output = (
+                    f"from setuptools import setup\nsetup(name='demo', install_requires={['requests']!r})\n"
+                )
                 item = {"type": "function_call_output", "call_id": "call_1", "output": output}
                 tracer.on = True
                 last = _turn(ws, {"previous_response_id": first["response"]["id"], "input": [item]})

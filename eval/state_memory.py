@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from deltaguard.state.loading import build_scorer
-from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.state.store import ConversationStore, StoreLimits
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import parse_conversation
 

@@ -59,7 +59,8 @@ from deltaguard.sinks import EventSink, JsonlSink, MemorySink
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.policy import CategoryPolicy, Policy, load_policy
 from deltaguard.state.scoring import Scorer, Snapshot, TurnVerdict
-from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.state.store import ConversationStore, StoreLimits
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.usage import Usage
 
 __version__ = "0.1.0"

@@ -109,6 +109,15 @@ class Item:
         return self.raw
 
 
+def new_item(
+    kind: str, role: str | None, text: str, raw: dict[str, Any], identity: Any = None, **fields: Any
+) -> Item:
+    """An `Item` with the fields derived once, where it is parsed: `tokens`, and `digest`,
+    the hash of `identity` (what classifiers see of the item), else of `raw` itself."""
+    digest = hashlib.sha256(canonical_json(identity)).digest() if identity is not None else raw_digest(raw)
+    return Item(kind, role, text, digest, raw, count_tokens(text), **fields)
+
+
 def canonical_json(obj: Any) -> bytes:
     """Deterministic JSON bytes: sorted keys, no whitespace, UTF-8."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import io
 import logging
 import re
@@ -29,9 +28,7 @@ from deltaguard.items import (
     MODEL_ITEM_TYPES,
     TEXT_PART_TYPES,
     Item,
-    canonical_json,
-    count_tokens,
-    raw_digest,
+    new_item,
 )
 
 Role = Literal["user", "assistant", "system", "developer"]
@@ -199,16 +196,7 @@ def parse_item(obj: Any, *, from_client: bool = False) -> Item:
             role = DEFINITIONS_ROLE
         elif item_type == INSTRUCTIONS:
             role = INSTRUCTIONS_ROLE
-        return Item(
-            item_type,
-            role,
-            text,
-            raw_digest(obj),
-            obj,
-            count_tokens(text),
-            scored=bool(text),
-            from_client=from_client,
-        )
+        return new_item(item_type, role, text, obj, scored=bool(text), from_client=from_client)
     try:
         wire = model.model_validate(obj)
     except ValidationError as exc:
@@ -232,17 +220,7 @@ def parse_item(obj: Any, *, from_client: bool = False) -> Item:
         role = "tool"
     call_id = getattr(wire, "call_id", None)
     seen = [item_type, role, call_id, text, *([attachments] if attachments else [])]
-    digest = hashlib.sha256(canonical_json(seen)).digest()
-    return Item(
-        kind=item_type,
-        role=role,
-        text=text,
-        digest=digest,
-        raw=obj,
-        tokens=count_tokens(text),
-        from_client=from_client,
-        attachments=attachments,
-    )
+    return new_item(item_type, role, text, obj, seen, from_client=from_client, attachments=attachments)
 
 
 # Fields that are never text to score: ids, references, and opaque or binary payloads.

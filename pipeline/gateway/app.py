@@ -39,7 +39,7 @@ from deltaguard.gateway.upstreams import (
     Upstream,
     WebSocketUpstream,
 )
-from deltaguard.gateway.wire import error_event, parse_body, parse_create
+from deltaguard.gateway.wire import error_event, parse_body, read_create
 from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.parsing import parse_items
 from deltaguard.recording import TranscriptRecorder
@@ -113,6 +113,13 @@ class Gateway:
         chat_upstream: ChatUpstream | None = None,
     ) -> None:
         self.config = config
+        # What a `response.create` is checked against, read once (`wire.read_create`).
+        self._create_limits = {
+            **config.json_limits(),
+            "max_item_bytes": config.max_item_bytes,
+            "max_items": config.max_items_per_request,
+            "max_id_length": config.max_id_length,
+        }
         self.metrics = PrometheusMetrics(tenant_labels=config.metrics_tenant_labels)
         self.kafka: Any = None
         self.flag_subscriber: Any = None
@@ -212,23 +219,13 @@ class Gateway:
 
     # -- HTTP --------------------------------------------------------------------------
 
-    def _parse(self, body: dict[str, Any]) -> Any:
-        """A `response.create` body, already read as JSON (each frame is read once)."""
-        c = self.config
-        return parse_create(
-            body,
-            max_item_bytes=c.max_item_bytes,
-            max_items=c.max_items_per_request,
-            max_id_length=c.max_id_length,
-        )
-
     async def create_response(self, request: Request) -> Response:
         tenant = self.tenant_of(request.headers)
         if tenant is None:
             self.metrics.requests.labels("http", "invalid_api_key").inc()
             return error_response(unauthorized())
         try:
-            req = self._parse(parse_body(await request.body(), **self.config.json_limits()))
+            req = read_create(await request.body(), self._create_limits)
             if not req.stream:
                 final = await self.service.create(req, tenant)
                 self.metrics.requests.labels("http", "ok").inc()
@@ -359,15 +356,7 @@ class Gateway:
             raw = message.get("text")
             if raw is None:
                 raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
-            body = parse_body(raw, **self.config.json_limits())
-            kind = body.get("type")
-            if kind != "response.create":
-                raise RequestError(
-                    f"unknown event type {kind!r}; expected 'response.create'",
-                    code="unknown_event",
-                    param="type",
-                )
-            req = self._parse({k: v for k, v in body.items() if k not in ("type", "stream")})
+            req = read_create(raw, self._create_limits, frame=True)
             status = "ok"
             async with contextlib.aclosing(self.service.events(req, tenant)) as events:
                 async for event in events:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import time
@@ -34,9 +33,9 @@ from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
-from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json, count_tokens
+from deltaguard.items import SYNTHETIC_TYPES, Item, count_tokens
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
-from deltaguard.parsing import instructions_item, parse_item, parse_items
+from deltaguard.parsing import parse_items
 from deltaguard.state.scoring import findings_json
 from deltaguard.state.tiers import StateMap
 from deltaguard.usage import Usage, usage_from
@@ -77,14 +76,6 @@ def _entry_bytes(entry: ConversationEntry) -> int:
     return 256 + len(json.dumps(entry.metadata, ensure_ascii=False))
 
 
-def _tool_definitions(tools: list[dict[str, Any]] | None) -> Item | None:
-    """Tool definitions as one untrusted item, scored when they change (descriptions and
-    schemas are a known tool-poisoning channel). Never forwarded to the model."""
-    if not tools:
-        return None
-    return parse_item({"type": TOOL_DEFINITIONS, "tools": tools})
-
-
 def end_user(body: dict[str, Any]) -> str:
     """The end-user a request names (`safety_identifier`, or the older `user`); "" if none."""
     for key in ("safety_identifier", "user"):
@@ -94,12 +85,8 @@ def end_user(body: dict[str, Any]) -> str:
     return ""
 
 
-def _digest(value: Any) -> bytes:
-    return hashlib.sha256(canonical_json(value)).digest()
-
-
 def _wire(items: Sequence[Item]) -> list[dict[str, Any]]:
-    return [i.to_wire() for i in items if i.kind not in SYNTHETIC_TYPES]
+    return [i.raw for i in items if i.kind not in SYNTHETIC_TYPES]
 
 
 class ResponsesService:
@@ -189,44 +176,27 @@ class ResponsesService:
 
     # -- the gate ------------------------------------------------------------------------
 
-    async def _begin(self, req: CreateRequest, tenant: str) -> tuple[Turn, list[dict[str, Any]] | None]:
-        """Gate the turn; resolve its history and the tools it inherits (the turn, its tools)."""
-        prev = req.previous_response_id
-        conversation_id = None
-        if req.conversation is not None:
-            prev = self.conversation(req.conversation, tenant).last_response_id
-            conversation_id = req.conversation
-        notes: dict[str, Any] = {}
-        if prev is not None:
-            try:
-                notes = self.stage.resume(tenant, prev).record.notes
-            except PreviousResponseNotFound:
-                raise not_found(prev) from None
-        tools = req.tools if req.tools is not None or prev is None else notes.get("tools")
-        changed = _digest(tools or []) != notes.get("tools_digest")
-        definitions = _tool_definitions(tools) if changed else None
-        # The client's instructions are judged like its system messages, once per change.
-        instructed = _digest(req.instructions or "") != notes.get("instructions_digest")
-        instructions = instructions_item(req.instructions) if req.instructions and instructed else None
-        items = [*(i for i in (definitions, instructions) if i is not None), *req.items]
+    async def _begin(self, req: CreateRequest, tenant: str) -> Turn:
+        """Gate the turn: continuing the response it names (by id or by conversation), or
+        the whole history a stateless client resent. Tool definitions and instructions are
+        judged when they change; a continuation without tools inherits its parent's."""
+        prev, conversation_id = req.previous_response_id, req.conversation
+        if conversation_id is not None:
+            prev = self.conversation(conversation_id, tenant).last_response_id
+        kind = "new_items" if prev is not None or conversation_id is not None else "history"
         try:
-            if prev is None and conversation_id is None:
-                # A stateless client: its whole history, tool definitions and instructions first.
-                turn = await self.stage.begin(
-                    tenant, history=items, response_id=new_id("resp"), client=end_user(req.body)
-                )
-                return turn, tools
-            turn = await self.stage.begin(
+            return await self.stage.begin(
                 tenant,
-                new_items=items,
                 previous_response_id=prev,
                 conversation_id=conversation_id,
-                response_id=new_id("resp"),
+                response_id=req.response_id,
                 client=end_user(req.body),
+                tools=req.tools,
+                instructions=req.instructions,
+                **{kind: req.items},
             )
         except PreviousResponseNotFound:
             raise not_found(prev or "") from None
-        return turn, tools
 
     # -- one response ----------------------------------------------------------------------
 
@@ -296,24 +266,22 @@ class ResponsesService:
         return out
 
     async def _events(self, req: CreateRequest, tenant: str) -> AsyncGenerator[dict[str, Any], None]:
-        turn, tools = await self._begin(req, tenant)
+        turn = await self._begin(req, tenant)
         gate = turn.gate
         response_id = gate.response_id
         if gate.blocked:
             raise gate.refusal()
-        parent, new = turn.forward()
+        sent = turn.forward(generate=req.generate)
         call = UpstreamCall(
-            body=req.upstream_body(),
-            history=_wire(turn.upstream_history),
-            new_items=_wire(new),
-            parent=parent,
+            body=req.upstream_body,
+            history=sent.history,
+            new_items=sent.new_items,
+            parent=sent.parent,
             conversation=f"{tenant}\x1f{gate.conversation_id}",
             generate=req.generate,
-            tools=tools,
+            tools=turn.tools,
         )
         last: dict[str, Any] | None = None  # the newest response object seen
-        if req.generate:
-            turn.generating()
         upstream = _UpstreamTap(
             _with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
         )
@@ -328,7 +296,7 @@ class ResponsesService:
                     upstream_response = event["response"]
                     last = self._rewrite(upstream_response, response_id, req)
                     if kind in ("response.completed", "response.incomplete"):
-                        yield await self._complete(req, turn, tools, event, upstream_response, last)
+                        yield await self._complete(req, turn, event, upstream_response, last)
                         return
                     yield {**event, "response": last}
                     if kind == "response.failed":
@@ -370,7 +338,6 @@ class ResponsesService:
         self,
         req: CreateRequest,
         turn: Turn,
-        tools: list[dict[str, Any]] | None,
         event: dict[str, Any],
         upstream_response: dict[str, Any],
         final: dict[str, Any],
@@ -385,9 +352,6 @@ class ResponsesService:
         await turn.finish(
             output_items,
             usage_from(upstream_response.get("usage"), "responses") if req.generate else None,
-            tools=tools,
-            tools_digest=_digest(tools or []),
-            instructions_digest=_digest(req.instructions or ""),
             **({"upstream_id": upstream_id} if isinstance(upstream_id, str) else {}),
         )
         if req.conversation is not None:

@@ -38,12 +38,15 @@ class CreateRequest:
     body: dict[str, Any] = field(repr=False)
     conversation: str | None = None  # the Conversations API id this turn continues
     generate: bool = True  # false: prime the state with the input, generate nothing
+    # The id the gateway gives the response, named as the request is read.
+    response_id: str = field(default_factory=lambda: new_id("resp"))
+    # The request fields forwarded to the model as the client sent them: all but the input
+    # and the state references, which the gateway resolves itself.
+    upstream_body: dict[str, Any] = field(init=False, repr=False)
 
-    def upstream_body(self) -> dict[str, Any]:
-        """The request fields forwarded to the model as the client sent them: all but the
-        input and the state references, which the gateway resolves itself."""
+    def __post_init__(self) -> None:
         skip = ("input", "previous_response_id", "conversation", "stream", "type", "generate")
-        return {k: v for k, v in self.body.items() if k not in skip}
+        self.upstream_body = {k: v for k, v in self.body.items() if k not in skip}
 
 
 def parse_body(
@@ -149,6 +152,27 @@ def _id_field(body: dict[str, Any], name: str, max_len: int) -> str | None:
     if len(value) > max_len:
         raise RequestError(f"{name} is longer than {max_len} characters", code="invalid_value", param=name)
     return value
+
+
+def read_create(raw: bytes | str, limits: dict[str, int], *, frame: bool = False) -> CreateRequest:
+    """A `response.create` request from its bytes: an HTTP body, or (`frame`) a WebSocket
+    frame, whose `type` must say so. `limits`: `parse_body`'s and `parse_create`'s."""
+    body = parse_body(
+        raw, limits["max_bytes"], max_depth=limits["max_depth"], max_values=limits["max_values"]
+    )
+    if frame:
+        kind = body.get("type")
+        if kind != "response.create":
+            raise RequestError(
+                f"unknown event type {kind!r}; expected 'response.create'", code="unknown_event", param="type"
+            )
+        body = {k: v for k, v in body.items() if k not in ("type", "stream")}
+    return parse_create(
+        body,
+        max_item_bytes=limits["max_item_bytes"],
+        max_items=limits["max_items"],
+        max_id_length=limits["max_id_length"],
+    )
 
 
 def parse_create(

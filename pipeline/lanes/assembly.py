@@ -27,7 +27,8 @@ from deltaguard.lanes.turn import TurnLanes
 from deltaguard.sinks import EventSink, FlagRecorder, SinkWriter
 from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.state.store import ConversationStore, StoreLimits
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.telemetry.metrics import StageMetrics
 
 
@@ -87,6 +88,31 @@ class TrackerTable:
         return self.get("monitor", tenant) if self.scorers["monitor"] is not None else None
 
 
+def split_lanes(scorer: Scorer, monitor: Sequence[str]) -> tuple[Scorer, Scorer | None]:
+    """The gate lane's scorer and the monitor lane's (None: no monitor classifiers): the
+    classifiers named in `monitor`, and those whose `lane` is "monitor", move to it."""
+    unknown = set(monitor) - {c.name for c in scorer.classifiers}
+    if unknown:
+        raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
+    watched = [c for c in scorer.classifiers if c.name in monitor or c.lane == "monitor"]
+    gate = Scorer([c for c in scorer.classifiers if c not in watched], scorer.policy)
+    return gate, Scorer(watched, scorer.policy) if watched else None
+
+
+def lockout_of(config: Any) -> ConversationLockout:
+    """The lock-out a stage's `StageConfig` asks for, bounded like its conversation store."""
+    c = config
+    return ConversationLockout(
+        c.block_limit,
+        c.probe_categories,
+        c.store.max_responses,
+        c.store.ttl_s,
+        lock_s=c.lock_s,
+        first_turn_window_s=c.first_turn_window_s,
+        backend=c.state,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class LaneSet:
     """The running parts of a started stage."""
@@ -101,6 +127,11 @@ class LaneSet:
     def start(self) -> None:
         for worker in (*self.writers.values(), self.monitor.worker, self.post.worker):
             worker.start()
+
+    def depths(self) -> dict[str, int]:
+        """Each lane's and sink writer's queue depth."""
+        depths = {"monitor": self.monitor.worker.depth, "post": self.post.worker.depth}
+        return {**depths, **{name: writer.depth for name, writer in self.writers.items()}}
 
     async def drain(self) -> None:
         await self.monitor.worker.drain()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from deltaguard.errors import PreviousResponseNotFound
 from deltaguard.events import FlagEvent
 from deltaguard.sinks import FlagRecorder, SinkWriter
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 
 log = logging.getLogger("deltaguard.stage")
 

@@ -18,7 +18,8 @@ from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.sanitize import SanitizedItems, is_untrusted
 from deltaguard.lanes.turn import GateResult
 from deltaguard.state.scoring import Scorer, findings_json
-from deltaguard.state.store import ConversationTracker, ResponseRecord
+from deltaguard.state.store import ResponseRecord
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.telemetry.metrics import StageMetrics
 from deltaguard.telemetry.tracing import lane_span
 
@@ -62,10 +63,12 @@ class GateLane:
         previous_response_id: str | None,
         conversation_id: str | None,
         client: str = "",
+        tracker: ConversationTracker | None = None,
     ) -> tuple[GateResult, ResponseRecord]:
         """Score the turn and record it; (its gate result, its record). `client`: the
-        end-user the request names (blocked first turns count per tenant and client)."""
-        tracker = self.tracker(tenant)
+        end-user the request names (blocked first turns count per tenant and client).
+        `tracker`: the tenant's, when the caller holds it."""
+        tracker = tracker if tracker is not None else self.tracker(tenant)
         count = len(history if history is not None else new_items or ())
         with lane_span("gate", response_id=response_id, tenant=tenant, items=count):
             if history is not None:

@@ -20,7 +20,8 @@ from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.monitor import MonitorStep, waves
 from deltaguard.lanes.turn import GateResult
 from deltaguard.state.scoring import Fold, Scorer, TurnVerdict
-from deltaguard.state.store import ConversationTracker, PendingTurn, ResponseRecord, TrackedTurn
+from deltaguard.state.store import ResponseRecord
+from deltaguard.state.tracker import ConversationTracker, PendingTurn, TrackedTurn
 from deltaguard.telemetry.metrics import StageMetrics
 from deltaguard.telemetry.tracing import lane_span
 from deltaguard.worker import BoundedWorker, Leftovers

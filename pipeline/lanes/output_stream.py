@@ -57,6 +57,11 @@ class OutputStreamScorer:
             return []
         return self._score()
 
+    def raised(self, delta: str, flagged: Collection[str]) -> list[str]:
+        """`feed` a delta; the categories its findings raise beyond `flagged`."""
+        found = self.feed(delta)
+        return new_categories(found, flagged) if found else []
+
     def flush(self) -> list[Finding]:
         return self._score() if self._pending else []
 

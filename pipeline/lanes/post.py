@@ -20,7 +20,7 @@ from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.turn import GateResult
 from deltaguard.sinks import SinkWriter
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.telemetry.metrics import StageMetrics
 from deltaguard.telemetry.tracing import lane_span
 from deltaguard.usage import Usage

@@ -34,11 +34,10 @@ from deltaguard.errors import LaneClosed
 from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event
 from deltaguard.items import Item
 from deltaguard.journal import BillingJournal
-from deltaguard.lanes.assembly import TrackerTable, assemble
+from deltaguard.lanes.assembly import TrackerTable, assemble, lockout_of, split_lanes
 from deltaguard.lanes.limiter import InferenceLimiter
-from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.sanitize import SanitizedItems
-from deltaguard.lanes.turn import GateResult, Turn
+from deltaguard.lanes.turn import GateResult, Turn, TurnContext
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
 from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import Scorer, TurnVerdict
@@ -107,12 +106,7 @@ class SafetyStage:
         `aclose()`). `queue_monitor=False`: the caller runs the monitor lane per turn
         (`Turn.monitor`). `stream_classifiers`: gate classifiers `Turn.watch` runs."""
         self.config = config or StageConfig()
-        unknown = set(monitor) - {c.name for c in scorer.classifiers}
-        if unknown:
-            raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
-        watched = [c for c in scorer.classifiers if c.name in monitor or c.lane == "monitor"]
-        self.gate_scorer = Scorer([c for c in scorer.classifiers if c not in watched], scorer.policy)
-        self.monitor_scorer = Scorer(watched, scorer.policy) if watched else None
+        self.gate_scorer, self.monitor_scorer = split_lanes(scorer, monitor)
         self.queue_monitor = queue_monitor
         self.stream_classifiers = frozenset(stream_classifiers)
         self._limiter = limiter
@@ -127,17 +121,8 @@ class SafetyStage:
         self.turn_sink = turn_sink
         self.metrics = metrics or NullMetrics()
         self.recorder = recorder
-        c = self.config
-        self.lockout = ConversationLockout(
-            c.block_limit,
-            c.probe_categories,
-            c.store.max_responses,
-            c.store.ttl_s,
-            lock_s=c.lock_s,
-            first_turn_window_s=c.first_turn_window_s,
-            backend=c.state,
-        )
-        self.sanitized = SanitizedItems(c.store.max_responses, c.store.ttl_s)
+        self.lockout = lockout_of(self.config)
+        self.sanitized = SanitizedItems(self.config.store.max_responses, self.config.store.ttl_s)
         self._state = Lifecycle.NEW
         self.undelivered: list[Event] = []  # not delivered by the shutdown deadline: spool them
         self._journal: BillingJournal | None = None
@@ -204,11 +189,7 @@ class SafetyStage:
 
     @property
     def queue_depths(self) -> dict[str, int]:
-        if self._state is Lifecycle.NEW:
-            return {}
-        lanes = self._lanes
-        depths = {"monitor": lanes.monitor.worker.depth, "post": lanes.post.worker.depth}
-        return {**depths, **{name: writer.depth for name, writer in lanes.writers.items()}}
+        return {} if self._state is Lifecycle.NEW else self._lanes.depths()
 
     @property
     def stores(self) -> dict[tuple[str, str], ConversationStore]:
@@ -225,23 +206,39 @@ class SafetyStage:
         conversation_id: str | None = None,
         response_id: str | None = None,
         client: str = "",
+        tools: list[dict[str, Any]] | None = None,
+        instructions: str | None = None,
     ) -> Turn:
         """Gate a turn: `new_items` continuing `previous_response_id` (stateful clients), or
         a whole `history` resent (stateless clients: only its unseen suffix is scored).
         `client`: the end-user the request names, if any (`safety_identifier`, `user`):
-        the lock-out counts blocked first turns per tenant and client.
+        the lock-out counts blocked first turns per tenant and client. `tools` and
+        `instructions`: a request's, judged when they change (`turn.TurnContext`).
         Raises `PreviousResponseNotFound` for an unknown or evicted previous response."""
         self._require_running()
         response_id = response_id or f"turn_{uuid.uuid4().hex}"
-        new = None if history is not None else new_items
+        tracker = self._trackers.gate(tenant)
+        parent_notes = tracker.record(previous_response_id).notes if previous_response_id else {}
+        context = TurnContext.of(
+            parent_notes, tools, instructions, continues=previous_response_id is not None
+        )
+        new = None if history is not None else [*context.items, *new_items]
+        resent = [*context.items, *history] if history is not None else None
         gate, rec = await self._lanes.gate.check(
-            tenant, response_id, new, history, previous_response_id, conversation_id, client
+            tenant, response_id, new, resent, previous_response_id, conversation_id, client, tracker
         )
         # The gate verdict is a note on the record, so that the turn can be resumed (a guard
         # API's output check) by this process or another on the same state backend.
-        rec = self._trackers.gate(tenant).annotate(response_id, {"gate": _gate_json(gate)}, record=rec)
+        rec = tracker.annotate(response_id, {"gate": _gate_json(gate), **context.notes}, record=rec)
         verdict = await self._lanes.watcher.submit_turn(gate, rec, resent=history is not None)
-        return Turn(self._lanes.turn, gate, rec, resent=history is not None, monitor_verdict=verdict)
+        return Turn(
+            self._lanes.turn,
+            gate,
+            rec,
+            resent=history is not None,
+            monitor_verdict=verdict,
+            tools=context.tools,
+        )
 
     def resume(self, tenant: str, response_id: str) -> Turn:
         """The turn that created `response_id`, to check or finish it later (a guard API's
@@ -257,7 +254,8 @@ class SafetyStage:
         return (self._turn_of(rec), k) if rec is not None else (None, 0)
 
     def _turn_of(self, rec: ResponseRecord) -> Turn:
-        return Turn(self._lanes.turn, _gate_from_json(rec.notes["gate"]), rec, resent=rec.parent_id is None)
+        gate = _gate_from_json(rec.notes["gate"])
+        return Turn(self._lanes.turn, gate, rec, resent=rec.parent_id is None, tools=rec.notes.get("tools"))
 
     def mark_flagged(
         self, conversation_id: str, categories: Sequence[str], tenant: str = DEFAULT_TENANT
@@ -283,10 +281,6 @@ class SafetyStage:
             response_id=response_id,
         )
         return turn.gate
-
-    async def check_output(self, gate: GateResult, output: Sequence[Item]) -> TurnVerdict:
-        """`resume(...).check_output(output)`: the answer to a gated turn, scored now."""
-        return await self.resume(gate.tenant, gate.response_id).check_output(output)
 
 
 def _gate_json(gate: GateResult) -> dict[str, Any]:

@@ -2,13 +2,15 @@
 
     turn = await stage.begin(tenant, new_items=items, previous_response_id="resp_1")
     if turn.blocked: ...                        # refused before the upstream model is called
-    parent, new = turn.forward()                # what the upstream needs to continue
+    sent = turn.forward(generate=True)          # what the upstream needs to continue
     async for delta in model: await turn.watch(delta)
     await turn.finish(output_items, usage, upstream_id="up_9")
 
-A `Turn` carries its gate verdict (`gate`), the history the model is sent (`history`)
-and its record in the stage's conversation store (`record`, whose `notes` hold what an
-adapter keeps for the turn's continuations: tools, their digest, the upstream's id).
+A `Turn` carries its gate verdict (`gate`), the tools it runs with (`tools`: the
+request's, else those of the response it continues), the history the model is sent
+(`history`) and its record in the stage's conversation store (`record`, whose `notes`
+hold what its continuations inherit: its tools and the digests of its tools and
+instructions, the upstream's id).
 `watch` scores the model's text while it streams; `finish` does everything that follows
 the response, once and in order: the output joins the history, the notes are kept, and
 output scoring and billing are queued for the post-inference lane.
@@ -17,18 +19,21 @@ output scoring and billing are queued for the post-inference lane.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deltaguard.errors import ConversationLocked, LifecycleError, SafetyBlocked
 from deltaguard.events import FlagEvent
-from deltaguard.items import Item
+from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.lockout import Lock
-from deltaguard.lanes.output_stream import OutputStreamScorer, new_categories
+from deltaguard.lanes.output_stream import OutputStreamScorer
 from deltaguard.lanes.sanitize import SanitizedItems
+from deltaguard.parsing import instructions_item, parse_item
 from deltaguard.state.scoring import Scorer, TurnVerdict
-from deltaguard.state.store import ConversationTracker, ResponseRecord
+from deltaguard.state.store import ResponseRecord
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.telemetry.metrics import StageMetrics
 from deltaguard.usage import Usage
 
@@ -79,6 +84,55 @@ class TurnLanes:
     sanitized: SanitizedItems = field(default_factory=SanitizedItems)  # items sent cut
 
 
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """What a request brings beside its items: its tools (those it continues when it names
+    none) and, as items to judge, its tool definitions and instructions when they differ
+    from what it continues (schemas and descriptions are a tool-poisoning channel; the
+    instructions are a system message by another name). `notes`: kept on the record."""
+
+    items: tuple[Item, ...] = ()
+    tools: list[dict[str, Any]] | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        parent_notes: dict[str, Any],
+        tools: list[dict[str, Any]] | None,
+        instructions: str | None,
+        continues: bool,
+    ) -> TurnContext:
+        """`continues`: the turn continues a response (whose notes are `parent_notes`)."""
+        if tools is None and instructions is None and "tools_digest" not in parent_notes:
+            return cls()  # nothing to judge, nothing for continuations to inherit
+        if tools is None and continues:
+            tools = parent_notes.get("tools")
+        tools_digest = hashlib.sha256(canonical_json(tools or [])).hexdigest()
+        instructions_digest = hashlib.sha256(canonical_json(instructions or "")).hexdigest()
+        items = []
+        if tools and tools_digest != parent_notes.get("tools_digest"):
+            items.append(parse_item({"type": TOOL_DEFINITIONS, "tools": tools}))
+        if instructions and instructions_digest != parent_notes.get("instructions_digest"):
+            items.append(instructions_item(instructions))
+        notes = {"tools": tools, "tools_digest": tools_digest, "instructions_digest": instructions_digest}
+        return cls(tuple(items), tools, notes)
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """What the upstream model is sent for a turn (`Turn.forward`), as wire items."""
+
+    parent: str | None  # the upstream's id of the response it continues; None: send `history`
+    new_items: list[dict[str, Any]]  # what that response has not seen
+    history: list[dict[str, Any]]  # every item, oldest first
+
+
+def _wire(items: Sequence[Item]) -> list[dict[str, Any]]:
+    """Items as the upstream is sent them: synthetic ones stand for request fields."""
+    return [i.raw for i in items if i.kind not in SYNTHETIC_TYPES]
+
+
 class Turn:
     """One turn: its gate verdict, history and record (see the module docstring)."""
 
@@ -90,25 +144,32 @@ class Turn:
         *,
         resent: bool = False,
         monitor_verdict: asyncio.Future[TurnVerdict | None] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tracker: ConversationTracker | None = None,
     ) -> None:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
         history a stateless client resent (else the items after its parent's).
         `monitor_verdict`: the queued monitor lane's verdict on the turn, when it carries
-        untrusted input (None: nothing to wait for)."""
+        untrusted input (None: nothing to wait for). `tools`: see `TurnContext`.
+        `tracker`: the tenant's gate tracker, when the caller holds it."""
         self._lanes = lanes
         self._monitor_verdict = monitor_verdict
-        self._tracker = lanes.tracker(gate.tenant)
+        self._tracker = tracker if tracker is not None else lanes.tracker(gate.tenant)
         self.gate = gate
+        self.response_id = gate.response_id
+        self.conversation_id = gate.conversation_id
+        self.blocked = gate.blocked
+        self.verdict = gate.verdict
+        self.tools = tools
+        # The monitor lane is judging this turn's untrusted input (`monitor_verdict`).
+        self.awaits_monitor = monitor_verdict is not None
+        # `finish` ran: the output joined the history; billing, if any, is queued.
+        self.finished = False
         self._begun = record
         self._resent = resent
         self._history: list[Item] | None = None
         self._stream: OutputStreamScorer | None = None
-        self._finished = False
-
-    @property
-    def finished(self) -> bool:
-        """Whether `finish` ran (the output joined the history; billing, if any, queued)."""
-        return self._finished
+        self._appended = False  # the output joined the history (`check_output`)
 
     @property
     def history(self) -> list[Item]:
@@ -118,30 +179,9 @@ class Turn:
         return self._history
 
     @property
-    def response_id(self) -> str:
-        return self.gate.response_id
-
-    @property
-    def conversation_id(self) -> str:
-        return self.gate.conversation_id
-
-    @property
-    def blocked(self) -> bool:
-        return self.gate.blocked
-
-    @property
-    def verdict(self) -> TurnVerdict:
-        return self.gate.verdict
-
-    @property
     def record(self) -> ResponseRecord:
         """The turn's record in the store, as of now (its output once appended)."""
         return self._tracker.record(self.gate.response_id)
-
-    @property
-    def awaits_monitor(self) -> bool:
-        """The monitor lane is judging this turn's untrusted input (`monitor_verdict`)."""
-        return self._monitor_verdict is not None
 
     async def monitor_verdict(self) -> list[str]:
         """Wait for the monitor lane's verdict on the turn's untrusted input; the block
@@ -161,10 +201,14 @@ class Turn:
         (policy action `sanitize`), in this turn or an earlier one, in their sanitised form."""
         return self._lanes.sanitized.apply(self.gate.tenant, self.history)
 
-    def forward(self) -> tuple[str | None, list[Item]]:
+    def forward(self, *, generate: bool = False) -> Forward:
         """What the upstream needs to continue this turn: the upstream's id of the response
-        it continues (None: send the whole history) and the items that response has not
-        seen, sanitised (`upstream_history`). Counts those items in the input-items metric."""
+        it continues (None: send the whole history), the items that response has not seen
+        and the whole history, sanitised (`upstream_history`). Counts the unseen items in
+        the input-items metric. `generate`: the upstream is asked for a response now
+        (`generating`)."""
+        if generate:
+            self.generating()
         if not self._resent:
             parent = self._begun.parent
             upstream = parent.notes.get("upstream_id") if parent is not None else None
@@ -174,7 +218,9 @@ class Turn:
             upstream = rec.notes.get("upstream_id") if rec is not None else None
             new = list(self.history[k:] if upstream is not None else self.history)
         self._lanes.metrics.observe_items("input", new)
-        return upstream, self._lanes.sanitized.apply(self.gate.tenant, new)
+        sanitized = self._lanes.sanitized
+        history = sanitized.apply(self.gate.tenant, self.history)
+        return Forward(upstream, _wire(sanitized.apply(self.gate.tenant, new)), _wire(history))
 
     async def watch(self, delta: str) -> list[str]:
         """Score a piece of the model's streamed text; flags (and returns) the categories
@@ -182,7 +228,7 @@ class Turn:
         if self._stream is None:
             names = self._lanes.stream_classifiers
             self._stream = OutputStreamScorer([c for c in self._lanes.scorer.classifiers if c.name in names])
-        flagged = new_categories(self._stream.feed(delta), self.gate.verdict.flagged_categories)
+        flagged = self._stream.raised(delta, self.gate.verdict.flagged_categories)
         if flagged:
             await self._lanes.flag_output(self.gate, flagged, dict(self._stream.scores))
         return flagged
@@ -213,12 +259,13 @@ class Turn:
         `upstream_id` note also indexes the record by its history, for resent histories),
         the output is counted, and output scoring and billing are queued (not awaited;
         `usage` None: nothing to bill, nothing queued)."""
-        if self._finished:
+        if self.finished:
             raise LifecycleError(f"turn {self.gate.response_id} is already finished")
-        self._finished = True
-        if output and self.record.outputs == 0:
-            await self._append(output)
-        if notes:
+        self.finished = True
+        if output and not self._appended and self._begun.outputs == 0:
+            self._tracker.finish(self.gate.response_id, output, notes, index="upstream_id" in notes)
+            await self._lanes.watcher.submit_output(self.gate, output)
+        elif notes:
             self.annotate(index="upstream_id" in notes, **notes)
         self._lanes.metrics.observe_items("output", output)
         if usage is not None:
@@ -232,4 +279,5 @@ class Turn:
     async def _append(self, output: Sequence[Item]) -> None:
         """The output joins the history, unscored (cheap), and goes to the monitor lane."""
         self._tracker.append_output(self.gate.response_id, output)
+        self._appended = True
         await self._lanes.watcher.submit_output(self.gate, output)

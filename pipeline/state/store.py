@@ -10,15 +10,13 @@ Two bounded LRU+TTL maps:
   Snapshots are the cache; records are what lets a continuation be rebuilt when its
   snapshot was evicted.
 
-`ConversationTracker.resume` finds the longest prefix of a history that has a snapshot
-(walking back from its end) and folds only what follows. Forks come for free: snapshots
+`tracker.ConversationTracker` scores on top of them. Forks come for free: snapshots
 and records are immutable, so two children of one parent share it (copy-on-write).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +27,7 @@ from deltaguard import defaults
 from deltaguard.errors import PreviousResponseNotFound
 from deltaguard.items import Item
 from deltaguard.state.backends import StateBackend
-from deltaguard.state.scoring import CHAIN_ROOT, Fold, FoldRequest, Scorer, Snapshot, chain_of, longest_prefix
+from deltaguard.state.scoring import CHAIN_ROOT, Snapshot, chain_of
 from deltaguard.state.tiers import StateMap
 
 K = TypeVar("K")
@@ -389,8 +387,11 @@ class ConversationStore:
                 return conversation
         return None
 
-    def extend_record(self, response_id: str, items: Sequence[Item]) -> ResponseRecord:
-        """Append items (the model's output) to a response, keeping its id."""
+    def extend_record(
+        self, response_id: str, items: Sequence[Item], notes: dict[str, Any] | None = None
+    ) -> ResponseRecord:
+        """Append items (the model's output) to a response, keeping its id; `notes` join
+        its notes in the same write."""
         rec = self.record(response_id)
         new = ResponseRecord(
             response_id=response_id,
@@ -402,7 +403,7 @@ class ConversationStore:
             length=rec.length + len(items),
             outputs=rec.outputs + len(items),
             answered=rec.answered or bool(items),
-            notes=rec.notes,
+            notes={**rec.notes, **notes} if notes else rec.notes,
             history_bytes=rec.history_bytes + items_bytes(items),
         )
         self.responses.put(response_id, new)
@@ -422,220 +423,3 @@ class ConversationStore:
 
     def put_snapshot(self, snapshot: Snapshot) -> None:
         self.snapshots.put(snapshot.chain, snapshot)
-
-
-@dataclass(frozen=True, slots=True)
-class TrackedTurn:
-    """The outcome of scoring one turn: the fold of its new items, and any rebuild."""
-
-    fold: Fold
-    record: ResponseRecord
-    rebuild: Fold | None = None  # history refolded because its snapshot was evicted
-
-
-@dataclass(frozen=True, slots=True)
-class PendingTurn:
-    """A turn prepared for scoring: the fold to run (`request`) and what to record after."""
-
-    request: FoldRequest
-    response_id: str
-    parent: ResponseRecord | None
-    items: Sequence[Item]  # the turn's new items (or the whole resent history)
-    chains: Sequence[bytes]
-    conversation_id: str | None
-    rebuild: Fold | None = None  # history refolded because its snapshot was evicted
-
-
-class ConversationTracker:
-    """Scores conversations delta-only on top of a `ConversationStore`.
-
-    Thread-safe: store lookups and updates happen under one lock; classifier folds,
-    which are pure, run outside it, so turns of different conversations score in
-    parallel.
-    """
-
-    def __init__(self, scorer: Scorer, store: ConversationStore | None = None) -> None:
-        self.scorer = scorer
-        self.store = store or ConversationStore()
-        self._lock = threading.Lock()
-
-    def _snapshot_at(self, rec: ResponseRecord | None) -> tuple[Snapshot, Fold | None]:
-        """The snapshot at the end of `rec`'s history, rebuilt from history if evicted.
-
-        Walks back to the newest cached snapshot in the history and folds what follows
-        (from the empty state when none is cached). The result is cached again.
-        """
-        if rec is None:
-            return self.scorer.empty(), None
-        pending: list[Item] = []
-        pending_chains: list[bytes] = []
-        with self._lock:
-            snapshots = self.store.snapshots
-            base = snapshots.get(rec.chain)
-            if base is not None:
-                self.store.stats.hits += 1
-                return base, None
-            for node, i in rec.positions():
-                base = snapshots.get(node.chains[i])
-                if base is not None:
-                    break
-                pending.append(node.items[i])
-                pending_chains.append(node.chains[i])
-            # Output appended after the turn was scored is expected to be pending;
-            # anything more means the snapshot had been evicted.
-            if len(pending) <= rec.outputs and base is not None:
-                self.store.stats.hits += 1
-            else:
-                self.store.stats.rebuilds += 1
-        if base is None:
-            base = self.scorer.empty()
-        pending.reverse()
-        pending_chains.reverse()
-        fold = self.scorer.fold(base, pending, chains=pending_chains)
-        with self._lock:
-            self.store.put_snapshot(fold.after)
-        return fold.after, fold
-
-    def record(self, response_id: str) -> ResponseRecord:
-        """The response's record; `PreviousResponseNotFound` when unknown or evicted."""
-        with self._lock:
-            return self.store.record(response_id)
-
-    def score_turn(
-        self,
-        response_id: str,
-        new_items: Sequence[Item],
-        previous_response_id: str | None = None,
-        conversation_id: str | None = None,
-    ) -> TrackedTurn:
-        """Score a turn that continues `previous_response_id` with `new_items`.
-
-        Only `new_items` are scored when the previous response's snapshot is cached.
-        Raises `PreviousResponseNotFound` when the previous response is unknown or
-        its record expired, rather than scoring the turn without its history.
-        """
-        return self.score_now(
-            self.prepare_turn(response_id, new_items, previous_response_id, conversation_id)
-        )
-
-    def score_now(self, pending: PendingTurn) -> TrackedTurn:
-        """Fold a prepared turn alone and record it."""
-        return self.commit(pending, self.scorer.fold_many([pending.request])[0])
-
-    def prepare_turn(
-        self,
-        response_id: str,
-        new_items: Sequence[Item],
-        previous_response_id: str | None = None,
-        conversation_id: str | None = None,
-    ) -> PendingTurn:
-        """What `score_turn` folds, without folding it: `commit` records the fold.
-
-        Turns of different conversations prepared together can then be folded in one
-        `Scorer.fold_many` (the monitor lane batches them). Two turns of one conversation
-        cannot: the second resumes from the first's snapshot."""
-        parent = self.record(previous_response_id) if previous_response_id else None
-        chains = chain_of(new_items, parent.chain if parent else CHAIN_ROOT)
-        # Items resent after the previous response that an earlier turn from the same
-        # point already scored (a client that names the same previous response on every
-        # step of a turn) are found by the chain and not scored again.
-        with self._lock:
-            k, known = longest_prefix(chains, self.store.snapshots.get)
-        if known is not None:
-            base, rebuild = known, None
-        else:
-            base, rebuild = self._snapshot_at(parent)
-        return PendingTurn(
-            FoldRequest(base, new_items[k:], chains[k:]),
-            response_id,
-            parent,
-            new_items,
-            chains,
-            conversation_id,
-            rebuild,
-        )
-
-    def commit(self, pending: PendingTurn, fold: Fold) -> TrackedTurn:
-        """Record a prepared turn with its fold (`fold_many` of its request)."""
-        with self._lock:
-            self.store.put_snapshot(fold.after)
-            rec = self.store.add_record(
-                pending.response_id, pending.parent, pending.items, pending.chains, pending.conversation_id
-            )
-        return TrackedTurn(fold, rec, pending.rebuild)
-
-    def append_output(self, response_id: str, output_items: Sequence[Item]) -> ResponseRecord:
-        """Append a response's output to its history, unscored (cheap: no classifier runs).
-
-        Done before the response is returned, so a continuation that arrives at once
-        already sees the output in its history; `score_pending` scores it later.
-        """
-        with self._lock:
-            return self.store.extend_record(response_id, output_items)
-
-    def annotate(
-        self,
-        response_id: str,
-        notes: dict[str, Any],
-        *,
-        index: bool = False,
-        record: ResponseRecord | None = None,
-    ) -> ResponseRecord:
-        """Add `notes` to a response's record (`record`: the caller holds it); `index`:
-        `ended_at` finds it by its history."""
-        with self._lock:
-            rec = self.store.annotate(response_id, notes, record)
-            if index:
-                self.store.ends.put(rec.chain, response_id)
-        return rec
-
-    def ended_at(self, items: Sequence[Item]) -> tuple[ResponseRecord | None, int]:
-        """The indexed response whose whole history is the longest prefix of `items`, and
-        that prefix's length ((None, 0) when there is none)."""
-        chains = chain_of(items)
-        with self._lock:
-            for k in range(len(chains), 0, -1):
-                response_id = self.store.ends.get(chains[k - 1])
-                rec = self.store.responses.get(response_id) if response_id is not None else None
-                if rec is not None:
-                    return rec, k
-        return None, 0
-
-    def score_pending(self, response_id: str) -> TrackedTurn:
-        """Score what the response's history has beyond its newest snapshot (its output)."""
-        rec = self.record(response_id)
-        base, fold = self._snapshot_at(rec)
-        return TrackedTurn(fold if fold is not None else self.scorer.fold(base, []), rec)
-
-    def score_output(self, response_id: str, output_items: Sequence[Item]) -> TrackedTurn:
-        """Append a response's output items to its history and score them."""
-        self.append_output(response_id, output_items)
-        return self.score_pending(response_id)
-
-    def score_history(
-        self, response_id: str, items: Sequence[Item], conversation_id: str | None = None
-    ) -> TrackedTurn:
-        """Score a full history resent by a stateless client: only the unseen suffix.
-
-        The longest prefix whose snapshot is cached is found through the hash chain.
-        """
-        return self.score_now(self.prepare_history(response_id, items, conversation_id))
-
-    def prepare_history(
-        self, response_id: str, items: Sequence[Item], conversation_id: str | None = None
-    ) -> PendingTurn:
-        """What `score_history` folds, without folding it (see `prepare_turn`)."""
-        chains = chain_of(items)
-        with self._lock:
-            if conversation_id is None:
-                conversation_id = self.store.conversation_of(chains)
-            k, base = longest_prefix(chains, self.store.snapshots.get)
-            if base is None:
-                self.store.stats.misses += 1
-            else:
-                self.store.stats.hits += 1
-        if base is None:
-            base = self.scorer.empty()
-        return PendingTurn(
-            FoldRequest(base, items[k:], chains[k:]), response_id, None, items, chains, conversation_id
-        )

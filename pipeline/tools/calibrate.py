@@ -27,7 +27,7 @@ from deltaguard.errors import TranscriptError
 from deltaguard.recording import RecordedTranscript, TranscriptStore
 from deltaguard.recording.labels import is_reviewed, labelled_line
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.evaluate import (
     EvalResult,
     Labelled,

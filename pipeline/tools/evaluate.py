@@ -42,7 +42,7 @@ from deltaguard.classifiers.base import HARM_CATEGORIES
 from deltaguard.errors import DeltaGuardError, TranscriptError
 from deltaguard.state.policy import Policy
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.replay import replay_delta
 from deltaguard.transcripts import Conversation, read_transcripts
 

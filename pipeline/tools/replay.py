@@ -23,7 +23,7 @@ from deltaguard.classifiers.base import count_tokens
 from deltaguard.errors import TranscriptError
 from deltaguard.items import Item
 from deltaguard.state.scoring import Fold, Scorer, turn_json
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.transcripts import Conversation
 
 Mode = Literal["delta", "full"]

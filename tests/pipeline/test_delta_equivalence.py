@@ -25,7 +25,8 @@ from deltaguard.classifiers.base import Update
 from deltaguard.lanes.output_stream import OutputStreamScorer
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.state.store import ConversationStore, StoreLimits
+from deltaguard.state.tracker import ConversationTracker
 
 BENIGN = [
     "what time does the bakery open tomorrow?",

@@ -36,7 +36,7 @@ from deltaguard.classifiers.base import Classifier, State, Update
 from deltaguard.errors import TranscriptError
 from deltaguard.items import Item
 from deltaguard.state.scoring import Scorer, TurnVerdict, unmemoised
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.bench.result import BenchResult
 from deltaguard.tools.bench.samples import PIPELINE, TOTAL, BenchConfig, TurnSample
 from deltaguard.tools.rollouts import agent_rollout

@@ -16,7 +16,7 @@ from typing import Any
 from deltaguard.events import FlagEvent
 from deltaguard.lanes.monitor import MonitorStep
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import Conversation, parse_conversation, read_transcripts
 from tests.support.turn_events import interleaved_turn_events, response_id

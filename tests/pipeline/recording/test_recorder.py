@@ -14,7 +14,7 @@ from deltaguard.lanes.stage import SafetyStage, Usage
 from deltaguard.parsing import parse_item
 from deltaguard.recording.recorder import TranscriptRecorder
 from deltaguard.recording.store import read_recorded
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.replay import replay
 from tests.pipeline.recording.conftest import AWS_KEY, EMAIL, call, db_bytes, flag, tool, user
 

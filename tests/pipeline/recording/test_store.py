@@ -7,7 +7,7 @@ import sqlite3
 
 from deltaguard.recording.recorder import TranscriptRecorder
 from deltaguard.recording.store import read_recorded
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.transcripts import parse_conversation
 from tests.pipeline.recording.conftest import AWS_KEY, EMAIL, flag, user
 

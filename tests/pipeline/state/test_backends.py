@@ -14,7 +14,8 @@ from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.parsing import parse_item
 from deltaguard.state.backends import SqliteBackend, open_backend, parse_state_url
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationStore, ConversationTracker, StoreLimits
+from deltaguard.state.store import ConversationStore, StoreLimits
+from deltaguard.state.tracker import ConversationTracker
 from tests.support.state_servers import redis_server
 from tests.support.toy import ItemCounter
 

@@ -5,7 +5,8 @@ import pytest
 from deltaguard.errors import PreviousResponseNotFound
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationStore, ConversationTracker, LruTtlMap, StoreLimits
+from deltaguard.state.store import ConversationStore, LruTtlMap, StoreLimits
+from deltaguard.state.tracker import ConversationTracker
 from tests.support.toy import ItemCounter
 
 

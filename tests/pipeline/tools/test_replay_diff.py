@@ -16,7 +16,7 @@ from deltaguard.models import MODELS_DIR
 from deltaguard.recording import TranscriptRecorder, read_recorded
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.policy import Policy
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.replay_diff import diff_report, diff_turns, replay_store
 from deltaguard.transcripts import parse_conversation
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationTracker
+from deltaguard.state.tracker import ConversationTracker
 from deltaguard.tools.bench.measure import TimedClassifier, bench_conversation, timed_scorer
 from deltaguard.tools.rollouts import agent_rollout
 from deltaguard.transcripts import parse_conversation
