@@ -31,11 +31,12 @@ from typing import Any
 
 from websockets.sync.client import connect
 
+import deltaguard
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.state.loading import build_scorer
 from tests.pipeline.gateway.conftest import gateway_thread
 
-PACKAGE = str(Path(__file__).resolve().parents[1] / "pipeline") + "/"
+PACKAGE = str(Path(deltaguard.__file__).parent) + "/"
 OUT = Path(__file__).resolve().parent / "out"
 _HIDDEN = ("<genexpr>", "<lambda>", "<listcomp>", "<dictcomp>", "<setcomp>")
 _FOLD_WIDTH = 12  # the longest block of steps folded as a loop
@@ -167,10 +168,15 @@ def report(steps: list[Step]) -> str:
                 tag = f"  (x{count}" + (f", a block of {len(block)} steps" if len(block) > 1 else "") + ")"
             lines.append(f"{n:4}. {mark} pipeline/{step.module}:{step.function}{tag}")
     folded = [s for block, _count in fold(steps) for s in block]
+    seen: set[str] = set()
+    moves = 0  # steps into a module seen before, other than the previous step's
+    for prev, step in zip([None, *folded], folded, strict=False):
+        moves += step.module in seen and (prev is None or prev.module != step.module)
+        seen.add(step.module)
     summary = (
         f"{len(folded)} steps through {len({(s.module, s.function) for s in folded})} functions in "
-        f"{len({s.module for s in folded})} modules; returns to a module already left (<): "
-        f"{sum(s.returns for s in folded)}"
+        f"{len(seen)} modules; returns to a module already left (<): {sum(s.returns for s in folded)}; "
+        f"steps into a module seen before, counting calls within an open one: {moves}"
     )
     return "\n".join([summary, "", *lines, ""])
 

@@ -121,3 +121,13 @@ class StatedScore(ItemCounter):
             scores=scores,
             tokens=tokens,
         )
+
+
+class ManualClock:
+    """A clock a test moves by hand (`clock.now = 11`)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -1,34 +1,13 @@
+"""The bounded maps the conversation store keeps its records and snapshots in."""
+
 from __future__ import annotations
 
-import pytest
-
-from deltaguard.errors import PreviousResponseNotFound
-from deltaguard.parsing import parse_item
-from deltaguard.state.scoring import Scorer
-from deltaguard.state.store import ConversationStore, LruTtlMap, StoreLimits
-from deltaguard.state.tracker import ConversationTracker
-from tests.support.toy import ItemCounter
-
-
-def user(text):
-    return parse_item({"role": "user", "content": text})
-
-
-def tracker(**limits):
-    clf = ItemCounter()
-    return ConversationTracker(Scorer([clf]), ConversationStore(StoreLimits(**limits))), clf
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
+from deltaguard.state.store import LruTtlMap
+from tests.support.toy import ManualClock
 
 
 def test_lru_ttl_map_evicts_oldest_and_expires():
-    clock = FakeClock()
+    clock = ManualClock()
     m = LruTtlMap(2, ttl_s=10, clock=clock)
     m.put("a", 1)
     m.put("b", 2)
@@ -37,94 +16,3 @@ def test_lru_ttl_map_evicts_oldest_and_expires():
     assert m.get("b") is None and m.evictions == 1
     clock.now = 11
     assert m.get("a") is None and m.expirations == 1
-
-
-def test_each_turn_scores_only_its_new_items():
-    t, clf = tracker()
-    t.score_turn("r1", [user("one"), user("two")])
-    t.score_output("r1", [parse_item({"role": "assistant", "content": "ok"})])
-    clf.items_seen = 0
-    turn = t.score_turn("r2", [user("three")], "r1")
-    assert clf.items_seen == 1
-    assert turn.fold.after.length == 4 and turn.fold.after.states["counter"]["n"] == 4
-    assert turn.rebuild is None and t.store.stats.hits >= 1
-
-
-def test_forks_continue_from_the_parent_state():
-    t, _ = tracker()
-    t.score_turn("root", [user("shared")])
-    a = t.score_turn("a", [user("BOOM")], "root")
-    b = t.score_turn("b", [user("calm")], "root")
-    assert a.fold.after.scores["secrets"] == 1.0
-    assert b.fold.after.scores["secrets"] == 0.0  # the sibling never saw BOOM
-    assert b.fold.before.chain == a.fold.before.chain
-    assert t.store.record("a").conversation_id == t.store.record("b").conversation_id == "root"
-
-
-def test_evicted_snapshot_is_rebuilt_from_history_with_the_same_state():
-    t, clf = tracker(max_snapshots=1)
-    t.score_turn("r1", [user("BOOM")])
-    t.score_turn("r2", [user("x")], "r1")
-    t.score_turn("other", [user("unrelated")])  # evicts r2's snapshot
-    clf.items_seen = 0
-    turn = t.score_turn("r3", [user("y")], "r2")
-    assert turn.rebuild is not None and t.store.stats.rebuilds == 1
-    assert clf.items_seen == 3  # two history items refolded, one new
-    assert turn.fold.after.scores["secrets"] == 1.0
-    assert turn.fold.after.states["counter"]["n"] == 3
-
-
-def test_history_survives_eviction_of_ancestor_ids():
-    t, _ = tracker(max_responses=2, max_snapshots=1)
-    t.score_turn("r1", [user("BOOM")])
-    t.score_turn("r2", [user("b")], "r1")
-    t.score_turn("r3", [user("c")], "r2")  # r1's id is evicted, its items live on in r3's chain
-    with pytest.raises(PreviousResponseNotFound):
-        t.score_turn("x", [user("d")], "r1")
-    t.store.snapshots.clear()
-    turn = t.score_turn("r4", [user("d")], "r3")
-    assert turn.fold.after.length == 4 and turn.fold.after.scores["secrets"] == 1.0
-
-
-def test_unknown_previous_response_is_a_clear_error():
-    t, _ = tracker()
-    with pytest.raises(PreviousResponseNotFound) as exc:
-        t.score_turn("r2", [user("hi")], "resp_nope")
-    assert exc.value.code == "previous_response_not_found" and "resp_nope" in str(exc.value)
-
-
-def test_expired_response_is_not_found():
-    clock = FakeClock()
-    store = ConversationStore(StoreLimits(ttl_s=5), clock=clock)
-    t = ConversationTracker(Scorer([ItemCounter()]), store)
-    t.score_turn("r1", [user("hi")])
-    clock.now = 6
-    with pytest.raises(PreviousResponseNotFound):
-        t.score_turn("r2", [user("again")], "r1")
-
-
-def test_resent_history_matches_the_longest_scored_prefix():
-    t, clf = tracker()
-    history = [user("a"), user("b"), parse_item({"role": "assistant", "content": "c"})]
-    t.score_history("r1", history[:2])
-    clf.items_seen = 0
-    turn = t.score_history("r2", [*history, user("d")])
-    assert clf.items_seen == 2  # c and d only
-    assert turn.fold.after.length == 4
-    # An edited history matches only up to the last snapshot before the edit
-    # (snapshots are taken where requests ended): here none, so all is scored.
-    clf.items_seen = 0
-    t.score_history("r3", [user("a"), user("CHANGED"), user("d")])
-    assert clf.items_seen == 3
-    clf.items_seen = 0
-    t.score_history("r4", [*history[:2], user("CHANGED")])
-    assert clf.items_seen == 1
-
-
-def test_resent_history_after_eviction_is_scored_in_full_with_same_result():
-    t, _ = tracker(max_snapshots=1)
-    first = t.score_history("r1", [user("BOOM"), user("b")])
-    t.score_history("x", [user("other")])
-    again = t.score_history("r2", [user("BOOM"), user("b")])
-    assert again.fold.after.scores == first.fold.after.scores
-    assert t.store.stats.misses == 3
