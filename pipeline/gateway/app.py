@@ -149,6 +149,7 @@ class Gateway:
             first_turn_window_s=config.first_turn_window_s,
             inference_threads=config.inference_threads,
             tenant_threads=config.tenant_threads(),
+            tenant_weights=dict(config.tenant_weights),
             store=StoreLimits(max_bytes=config.state_max_bytes),
             billing_journal=Path(config.billing_journal_path) if config.billing_journal_path else None,
         )

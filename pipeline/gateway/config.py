@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -129,9 +129,11 @@ class GatewayConfig(BaseModel):
 
     # Classifier work (deltaguard.lanes.limiter): threads it runs on, and the most of them one
     # tenant may hold at once (None: all but one when keys name several tenants, else all).
-    # Free threads go to the waiting tenant that has used the least thread time.
+    # Free threads go to the waiting tenant that has used the least thread time for its
+    # weight (`tenant_weights`: tenant -> share against the others; default 1).
     inference_threads: int = Field(defaults.INFERENCE_THREADS, ge=1)
     tenant_inference_threads: int | None = Field(None, ge=1)
+    tenant_weights: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     # Responses in flight per tenant (beyond it: 429 tenant_overloaded), and the bytes each
     # (lane, tenant) conversation store holds in this process, for records and snapshots each.
     max_inflight_per_tenant: int = Field(256, ge=1)

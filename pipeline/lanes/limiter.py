@@ -6,11 +6,12 @@ FIFO pool, a tenant that sends a few of them queues every other tenant's trivial
 behind them. So each tenant may hold at most `per_tenant` of the threads at once (the
 gateway makes it all but one when it serves several tenants, so another tenant always
 finds one; default: no cap), and when a thread frees up it
-goes to the waiting tenant that has used the least thread time so far (fair queuing by
-time used; a tenant that comes back after idling starts level with the active tenant that
-used the least, not ahead by all it did not use).
+goes to the waiting tenant that has used the least thread time so far, for its weight
+(weighted fair queuing by time used: a tenant of weight 3 gets three times the thread time
+of a tenant of weight 1 while both wait; a tenant that comes back after idling starts
+level with the active tenant that used the least, not ahead by all it did not use).
 
-    limiter = InferenceLimiter(threads=4, per_tenant=3)
+    limiter = InferenceLimiter(threads=4, per_tenant=3, weights={"acme": 3.0})
     verdict = await limiter.run(tracker.score_turn, response_id, items, tenant="acme")
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,7 +31,14 @@ class InferenceLimiter:
     One per process: the safety stage creates it at `start()` unless one is given, and
     whatever shares the stage's classifiers (the LiteLLM adapter) runs on the stage's."""
 
-    def __init__(self, threads: int, per_tenant: int | None = None) -> None:
+    def __init__(
+        self, threads: int, per_tenant: int | None = None, weights: Mapping[str, float] | None = None
+    ) -> None:
+        """`weights`: each tenant's share of thread time against the others' (default 1)."""
+        bad = {t: w for t, w in (weights or {}).items() if not w > 0}
+        if bad:
+            raise ValueError(f"tenant weights must be positive: {bad}")
+        self.weights = dict(weights or {})
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="deltaguard-infer")
         self.threads = threads
         self.per_tenant = min(per_tenant, threads) if per_tenant is not None else threads
@@ -54,7 +63,8 @@ class InferenceLimiter:
 
     async def _acquire(self, tenant: str) -> None:
         if tenant not in self._used:  # level with the active tenants that used the least
-            self._used[tenant] = min(self._used.values(), default=0.0)
+            level = min((self._share(t) for t in self._used), default=0.0)
+            self._used[tenant] = level * self.weights.get(tenant, 1.0)
         if not self._waiting.get(tenant) and self._can_run(tenant) and not self.waiting():
             self._take(tenant)
             return
@@ -70,6 +80,10 @@ class InferenceLimiter:
                 self._waiting[tenant].remove(ticket)
                 self._forget(tenant)
             raise
+
+    def _share(self, tenant: str) -> float:
+        """Thread time used, for the tenant's weight."""
+        return self._used.get(tenant, 0.0) / self.weights.get(tenant, 1.0)
 
     def _can_run(self, tenant: str) -> bool:
         return self._busy < self.threads and self._running.get(tenant, 0) < self.per_tenant
@@ -96,7 +110,7 @@ class InferenceLimiter:
             eligible = [t for t, q in self._waiting.items() if q and self._can_run(t)]
             if not eligible:
                 return
-            tenant = min(eligible, key=lambda t: self._used.get(t, 0.0))
+            tenant = min(eligible, key=self._share)
             self._take(tenant)
             self._waiting[tenant].popleft().set_result(None)
 

@@ -55,6 +55,8 @@ class StageConfig:
     # The most of those threads one tenant may hold at once (`limiter.InferenceLimiter`);
     # None: all of them.
     tenant_threads: int | None = None
+    # Each tenant's share of classifier thread time against the others' (default 1).
+    tenant_weights: dict[str, float] = field(default_factory=dict)
     monitor_queue_size: int = defaults.LANE_QUEUE_SIZE
     monitor_batch: int = defaults.MONITOR_BATCH
     post_queue_size: int = defaults.LANE_QUEUE_SIZE
@@ -131,10 +133,10 @@ class SafetyStage:
         self._state.to(Lifecycle.RUNNING, "SafetyStage")  # a second start fails here, before any work
         if self.recorder is not None:  # first: an unusable store fails startup cleanly
             await self.recorder.start()
-        self._limiter = self._limiter or InferenceLimiter(
-            self.config.inference_threads, self.config.tenant_threads
-        )
-        self._journal = BillingJournal(self.config.billing_journal) if self.config.billing_journal else None
+        c = self.config
+        threads = (c.inference_threads, c.tenant_threads, c.tenant_weights)
+        self._limiter = self._limiter or InferenceLimiter(*threads)
+        self._journal = BillingJournal(c.billing_journal) if c.billing_journal else None
         owed = self._journal.recover() if self._journal is not None else []
         self._lanes = assemble(self, self._trackers, self._limiter.run, self._journal)
         self._lanes.start()

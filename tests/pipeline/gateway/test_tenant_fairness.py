@@ -7,8 +7,10 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.config_file import ConfigError, effective
 from tests.pipeline.gateway.conftest import gateway_thread
 from tests.support.upstreams import SlowUpstream
 
@@ -30,6 +32,18 @@ def test_several_tenants_hold_all_but_one_classifier_thread_each():
     assert GatewayConfig(api_keys=KEYS).tenant_threads() == 1  # of 2: the other tenant finds one
     assert GatewayConfig(api_keys={"k": "only"}, inference_threads=4).tenant_threads() == 4
     assert GatewayConfig(api_keys=KEYS, tenant_inference_threads=9).tenant_threads() == 2
+
+
+def test_tenant_weights_come_from_the_config_file_and_reach_the_limiter(tmp_path, scorer):
+    path = tmp_path / "deltaguard.toml"
+    path.write_text('api_keys = { key-hog = "hog", key-small = "small" }\n[tenant_weights]\nsmall = 3.0\n')
+    config, sources = effective(path, environ={})
+    assert config.tenant_weights == {"small": 3.0} and sources["tenant_weights"] == f"file {path}"
+    with pytest.raises(ConfigError, match=r"tenant_weights\.small"):
+        effective(flags={"tenant_weights": {"small": 0}}, environ={})
+    with gateway_thread(config.model_copy(update={"port": 0}), scorer) as (_base, app):
+        stage = app.state.gateway.stage
+        assert stage._limiter.weights == {"small": 3.0}
 
 
 def test_one_tenant_cannot_take_every_response_slot(scorer):

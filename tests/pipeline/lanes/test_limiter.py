@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from deltaguard.lanes.limiter import InferenceLimiter
 
 
@@ -90,3 +92,28 @@ async def test_the_stage_keeps_a_thread_for_another_tenant_while_one_floods(scor
     finally:
         await stage.aclose()
     assert max(small) < max(hog) / 8, (small, hog)  # uncapped, a small turn waits for a fold
+
+
+async def test_a_heavier_tenant_gets_its_weight_of_thread_time():
+    limiter = InferenceLimiter(threads=1, weights={"a": 3.0})
+    log: list[str] = []
+    try:
+        first = asyncio.create_task(limiter.run(work, 0.02, log, "first", tenant="a"))
+        await asyncio.sleep(0.005)  # runs; the others queue behind it
+        jobs = [
+            asyncio.create_task(limiter.run(work, 0.02, log, f"{t}{i}", tenant=t))
+            for i in range(12)
+            for t in ("a", "b")
+        ]
+        await asyncio.gather(first, *jobs)
+        # While both wait, "a" is granted about three jobs for each of "b"'s (equal jobs;
+        # unweighted, it would be one for one: 6 of 12).
+        granted = sum(name.startswith("a") for name in log[1:13])
+        assert 8 <= granted <= 10, log
+    finally:
+        limiter.close()
+
+
+def test_tenant_weights_must_be_positive():
+    with pytest.raises(ValueError, match="positive"):
+        InferenceLimiter(threads=1, weights={"a": 0.0})
