@@ -252,10 +252,8 @@ class TranscriptStore:
             "SELECT id, tenant, conversation_id, decision, categories, redacted, response_ids, "
             "created_at, updated_at FROM transcripts ORDER BY updated_at DESC, id DESC"
         )
-        names = [d[0] for d in cur.description]
         out = []
-        for row in cur.fetchall():
-            r = dict(zip(names, row, strict=True))
+        for r in rows_of(cur):
             r["categories"] = json.loads(r["categories"])
             r["turns"] = len(json.loads(r.pop("response_ids")))
             r["redacted"] = bool(r["redacted"])
@@ -284,11 +282,8 @@ class TranscriptStore:
         sql = (
             "SELECT * FROM transcripts" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         )
-        cur = self.db.execute(sql, args)
-        names = [d[0] for d in cur.description]
         out = []
-        for row in cur.fetchall():
-            r = dict(zip(names, row, strict=True))
+        for r in rows_of(self.db.execute(sql, args)):
             flags = [
                 json.loads(e)
                 for (e,) in self.db.execute(
@@ -297,6 +292,12 @@ class TranscriptStore:
             ]
             out.append(recorded_transcript(r, flags))
         return out
+
+
+def rows_of(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """A query's rows, each as {column name: value}."""
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def recorded_transcript(row: dict[str, Any], flags: list[dict[str, Any]]) -> RecordedTranscript:
