@@ -36,19 +36,15 @@ Configuration keys beside LiteLLM's own are validated by `DeltaGuardSettings`.
 Shutdown: LiteLLM has no shutdown hook for guardrails, so on SIGTERM/SIGINT the
 guardrail waits for the proxy's requests in flight, then drains its lanes and sinks
 while the proxy's teardown waits for it; events still undelivered then are appended to
-`spool_path` (see `DeltaGuardGuardrail._close_at_exit`).
+`spool_path` (`deltaguard.integrations.litellm_lifecycle`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import signal
-import threading
 from collections.abc import AsyncGenerator, Mapping
-from pathlib import Path
 from typing import Any
 
 import litellm
@@ -62,14 +58,12 @@ from deltaguard.chat_items import (
     chat_history_items,
     responses_history_items,
 )
-from deltaguard.errors import DeltaGuardError, ItemError, LaneClosed, PreviousResponseNotFound
+from deltaguard.errors import DeltaGuardError, ItemError, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
 from deltaguard.integrations.litellm_answers import answer_of
+from deltaguard.integrations.litellm_lifecycle import GuardrailStage
 from deltaguard.integrations.litellm_settings import DeltaGuardSettings
-from deltaguard.recording import TranscriptRecorder
-from deltaguard.sinks import EventSink, JsonlSink, MemorySink
-from deltaguard.state.loading import build_scorer
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import LruTtlMap
 from deltaguard.telemetry.metrics import PrometheusMetrics
@@ -85,48 +79,35 @@ _CHAT_CALLS = frozenset({"completion", "acompletion"})
 _RESPONSES_CALLS = frozenset({"responses", "aresponses"})
 
 
+def refusal(status: int, error: str, code: str, **detail: Any) -> HTTPException:
+    """A refused call in LiteLLM's guardrail convention: `detail.error` says why, `detail.code`
+    what, beside whatever else `detail` names."""
+    return HTTPException(status_code=status, detail={"error": error, "code": code, **detail})
+
+
 def safety_error(
     categories: list[str], lane: str, verdict: TurnVerdict | None, guardrail: str
 ) -> HTTPException:
-    """The HTTP 400 a blocked turn gets, in LiteLLM's guardrail convention (`detail.error`)."""
-    return HTTPException(
-        status_code=400,
-        detail={
-            "error": f"Request blocked by DeltaGuard: {', '.join(categories)}",
-            "code": "safety_blocked",
-            "categories": categories,
-            "lane": lane,
-            "guardrail": guardrail,
-            "tokens_scored": verdict.tokens_scored if verdict is not None else 0,
-        },
+    """The HTTP 400 a blocked turn gets."""
+    return refusal(
+        400,
+        f"Request blocked by DeltaGuard: {', '.join(categories)}",
+        "safety_blocked",
+        categories=categories,
+        lane=lane,
+        guardrail=guardrail,
+        tokens_scored=verdict.tokens_scored if verdict is not None else 0,
     )
 
 
 def unavailable(exc: Exception) -> HTTPException:
     """HTTP 503: the safety stage cannot score (it is closing, or failed to start)."""
-    return HTTPException(status_code=503, detail={"error": str(exc), "code": "safety_unavailable"})
+    return refusal(503, str(exc), "safety_unavailable")
 
 
 def invalid_request(message: str, code: str, param: str | None = None) -> HTTPException:
-    return HTTPException(status_code=400, detail={"error": message, "code": code, "param": param})
-
-
-async def _requests_drained() -> None:
-    """Wait until the proxy has no HTTP request in flight.
-
-    LiteLLM counts them (`InFlightRequestsMiddleware`); the wait is bounded by its
-    graceful-shutdown timeout (`GRACEFUL_SHUTDOWN_TIMEOUT`, 30 s by default), as the
-    server's own wait is. Without that middleware, returns at once.
-    """
-    try:
-        from litellm.proxy.middleware.in_flight_requests_middleware import get_in_flight_requests
-        from litellm.proxy.shutdown.graceful_shutdown_manager import GracefulShutdownManager
-    except ImportError:
-        return
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + GracefulShutdownManager.get_timeout()
-    while get_in_flight_requests() > 0 and loop.time() < deadline:
-        await asyncio.sleep(0.005)
+    """HTTP 400: the request's body cannot be read as a history (`param` names the field)."""
+    return refusal(400, message, code, param=param)
 
 
 def original_response_id(response_id: str) -> str:
@@ -148,12 +129,54 @@ def original_response_id(response_id: str) -> str:
     return response_id
 
 
+def tenant_of(auth: Any, tenant_by: str) -> str:
+    """Whose conversation a request is, as `tenant_by` says: the caller's (hashed) API key,
+    its team, or nobody's (`DEFAULT_TENANT`, also when the request names none)."""
+    if tenant_by == "none" or auth is None:
+        return DEFAULT_TENANT
+    value = getattr(auth, "team_id" if tenant_by == "team" else "api_key", None)
+    return value if isinstance(value, str) and value else DEFAULT_TENANT
+
+
+def call_key(data: Mapping[str, Any], auth: Any, tenant_by: str) -> tuple[str, str] | None:
+    """(tenant, LiteLLM call id): what the hooks of one call find its turn by; None for a
+    request without a call id."""
+    call_id = data.get("litellm_call_id")
+    return (tenant_of(auth, tenant_by), call_id) if isinstance(call_id, str) and call_id else None
+
+
+def verdict_headers(headers: dict[str, str], lane: str, verdict: TurnVerdict) -> dict[str, str]:
+    """`headers` with a lane's verdict added (`x-deltaguard-*` for the gate lane,
+    `x-deltaguard-<lane>-*` for the others)."""
+    prefix = "x-deltaguard" if lane == "gate" else f"x-deltaguard-{lane}"
+    headers[f"{prefix}-decision"] = verdict.decision
+    headers[f"{prefix}-tokens-scored"] = str(verdict.tokens_scored)
+    headers[f"{prefix}-latency-ms"] = f"{verdict.latency_ms.get('total', 0.0):.3f}"
+    if verdict.flagged_categories:
+        headers[f"{prefix}-flagged"] = ",".join(verdict.flagged_categories)
+    return headers
+
+
+async def check_request(
+    gate: HistoryGate, call: str, data: Mapping[str, Any], cache: ItemCache, tenant: str
+) -> ProxyTurn:
+    """Gate a chat or Responses request from its body: its history's unseen suffix, or
+    what it adds to the response its `previous_response_id` names."""
+    if call in _CHAT_CALLS:
+        return await gate.check(chat_history_items(data.get("messages"), cache=cache), tenant)
+    items = responses_history_items(data.get("input"), data.get("instructions"), cache=cache)
+    previous = data.get("previous_response_id")
+    if isinstance(previous, str) and previous:
+        return await gate.check_continuation(original_response_id(previous), items, tenant)
+    return await gate.check(items, tenant)
+
+
 class DeltaGuardGuardrail(CustomGuardrail):
     """LiteLLM custom guardrail running DeltaGuard's lanes (see the module docstring).
 
     The constructor only stores settings; the classifiers are loaded once, at proxy
     startup (a task scheduled when the proxy builds the guardrail), and every hook
-    waits for that same load.
+    waits for that same load (`GuardrailStage`).
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -162,175 +185,38 @@ class DeltaGuardGuardrail(CustomGuardrail):
         kwargs.setdefault("supported_event_hooks", SUPPORTED_HOOKS)
         super().__init__(**kwargs)
         limits = self.settings.stage_config().store
-        self._gate: HistoryGate | None = None
         # The same per-lane metrics as the gateway's (its own registry: LiteLLM's is not touched).
         self.metrics = PrometheusMetrics()
-        self._closed = False
-        self._terminating = asyncio.Event()
-        self._closer: asyncio.Task[None] | None = None
-        self._start_lock = asyncio.Lock()
+        self.stage = GuardrailStage(self.settings, self.metrics)
         # (tenant, litellm call id) -> the turn awaiting its answer / its response headers
         self._pending: LruTtlMap[tuple[str, str], ProxyTurn] = LruTtlMap(limits.max_responses, limits.ttl_s)
         self._headers: LruTtlMap[tuple[str, str], dict[str, str]] = LruTtlMap(
             limits.max_responses, limits.ttl_s
         )
         self._items = ItemCache(self.settings.item_cache_size, limits.ttl_s)
-        self._tasks: set[asyncio.Task[Any]] = set()
         modes = self.event_hook if isinstance(self.event_hook, list) else [self.event_hook]
         if self.event_hook is not None and "pre_call" not in [getattr(m, "value", m) for m in modes]:
             log.warning(
                 "DeltaGuard guardrail %s has no pre_call mode: nothing is scored", self.guardrail_name
             )
         with contextlib.suppress(RuntimeError):  # built at proxy startup, inside its loop
-            self._spawn(asyncio.get_running_loop().create_task(self._warm_up()))
-
-    def _spawn(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    # -- lifecycle ---------------------------------------------------------------------
-
-    def _sink(self, path: Path | None) -> EventSink:
-        if path is None:
-            return MemorySink()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return JsonlSink(path, fsync=self.settings.fsync)
-
-    async def _warm_up(self) -> None:
-        try:
-            await self.ready()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("DeltaGuard failed to start; requests will retry and fail until it does")
+            self.stage.spawn(asyncio.get_running_loop().create_task(self.stage.warm_up()))
 
     async def ready(self) -> HistoryGate:
         """The started gate (classifiers loaded once, under a lock)."""
-        if self._gate is not None:
-            return self._gate
-        async with self._start_lock:
-            if self._closed:
-                raise LaneClosed("the DeltaGuard guardrail is closed (the proxy is shutting down)")
-            if self._gate is None:
-                if self._closer is None:
-                    # Watched before the classifiers load: a SIGTERM that arrives while they
-                    # do must still drain the requests waiting on them.
-                    self._closer = asyncio.create_task(self._close_at_exit(), name="deltaguard:closer")
-                    self._spawn(self._closer)
-                    self._watch_shutdown_signals()
-                s = self.settings
-                scorer = await asyncio.to_thread(build_scorer, tuple(s.classifiers), thresholds=s.thresholds)
-                gate = HistoryGate(
-                    scorer,
-                    monitor=s.monitor,
-                    flag_sink=self._sink(s.flags_path),
-                    billing_sink=self._sink(s.billing_path),
-                    config=s.stage_config(),
-                    metrics=self.metrics,
-                    recorder=TranscriptRecorder(str(s.record_path), scorer) if s.record_path else None,
-                )
-                await gate.start()
-                self._gate = gate
-                log.info(
-                    "DeltaGuard ready: gate %s, monitor %s",
-                    gate.gate_classifiers,
-                    s.monitor,
-                )
-        return self._gate
-
-    async def _close_at_exit(self) -> None:
-        # LiteLLM has no shutdown hook for guardrails, and uvicorn re-raises SIGTERM once
-        # its lifespan teardown is done, which ends the process without unwinding the
-        # event loop. So on SIGTERM or SIGINT (`_watch_shutdown_signals`) this task waits
-        # for the requests in flight (their answers queue output scoring and billing),
-        # then drains; the teardown awaits it (`_shutting_down`). A loop cancelled
-        # otherwise (an embedding server) lands in `finally`.
-        try:
-            await self._terminating.wait()
-            await _requests_drained()
-        finally:
-            await self.aclose()
-
-    def _watch_shutdown_signals(self) -> None:
-        """Chain SIGTERM/SIGINT handlers in front of the server's own (uvicorn's)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous = signal.getsignal(signum)
-            # Only a server's handler is chained; without one the signal ends the process.
-            if not callable(previous) or previous is signal.default_int_handler:
-                continue
-
-            def on_signal(sig: int, frame: Any, previous: Any = previous) -> None:
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(self._shutting_down)
-                previous(sig, frame)
-
-            signal.signal(signum, on_signal)
-
-    def _shutting_down(self) -> None:
-        if self._terminating.is_set() or self._closer is None:
-            return
-        self._terminating.set()
-        # The proxy's teardown awaits its audit-log tasks (up to 5 s) before the process
-        # ends: the one registry of background work it waits for. Registering the drain
-        # there makes the teardown wait for it too.
-        with contextlib.suppress(ImportError):
-            from litellm.proxy.management_helpers.audit_logs import track_audit_task
-
-            track_audit_task(self._closer)
+        return await self.stage.ready()
 
     async def aclose(self) -> None:
         """Drain the lanes and sinks; undelivered events go to `spool_path` (or the log)."""
-        self._closed = True
-        self._terminating.set()  # the closer task, if waiting, ends too
-        gate, self._gate = self._gate, None
-        if gate is None:
-            return
-        left = await gate.aclose()
-        log.info("DeltaGuard closed (undelivered events: %s)", left)
-        if not gate.undelivered:
-            return
-        path = self.settings.spool_path
-        if path is None:
-            log.error("DeltaGuard: %d events undelivered at shutdown (no spool_path)", len(gate.undelivered))
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            for event in gate.undelivered:
-                f.write(json.dumps(event.model_dump(mode="json"), ensure_ascii=False) + "\n")
-        log.warning("DeltaGuard: %d undelivered events spooled to %s", len(gate.undelivered), path)
-
-    # -- helpers -----------------------------------------------------------------------
-
-    def _tenant(self, auth: Any) -> str:
-        by = self.settings.tenant_by
-        if by == "none" or auth is None:
-            return DEFAULT_TENANT
-        value = getattr(auth, "team_id" if by == "team" else "api_key", None)
-        return value if isinstance(value, str) and value else DEFAULT_TENANT
-
-    @staticmethod
-    def _call_id(data: Mapping[str, Any]) -> str | None:
-        value = data.get("litellm_call_id")
-        return value if isinstance(value, str) and value else None
+        await self.stage.aclose()
 
     def _key(self, data: Mapping[str, Any], auth: Any) -> tuple[str, str] | None:
-        call_id = self._call_id(data)
-        return (self._tenant(auth), call_id) if call_id else None
+        return call_key(data, auth, self.settings.tenant_by)
 
     def _set_headers(self, key: tuple[str, str], lane: str, verdict: TurnVerdict, turn: ProxyTurn) -> None:
-        if not self.settings.response_headers:
-            return
-        headers = self._headers.get(key) or {"x-deltaguard-conversation-id": turn.conversation_id}
-        prefix = "x-deltaguard" if lane == "gate" else f"x-deltaguard-{lane}"
-        headers[f"{prefix}-decision"] = verdict.decision
-        headers[f"{prefix}-tokens-scored"] = str(verdict.tokens_scored)
-        headers[f"{prefix}-latency-ms"] = f"{verdict.latency_ms.get('total', 0.0):.3f}"
-        if verdict.flagged_categories:
-            headers[f"{prefix}-flagged"] = ",".join(verdict.flagged_categories)
-        self._headers.put(key, headers)
+        if self.settings.response_headers:
+            headers = self._headers.get(key) or {"x-deltaguard-conversation-id": turn.conversation_id}
+            self._headers.put(key, verdict_headers(headers, lane, verdict))
 
     async def _complete(self, key: tuple[str, str], response: Any) -> None:
         turn = self._pending.get(key)
@@ -364,21 +250,9 @@ class DeltaGuardGuardrail(CustomGuardrail):
         call = getattr(call_type, "value", call_type)
         if call not in _CHAT_CALLS and call not in _RESPONSES_CALLS:
             return data
-        tenant = self._tenant(user_api_key_dict)
+        tenant = tenant_of(user_api_key_dict, self.settings.tenant_by)
         try:
-            gate = await self.ready()
-            if call in _CHAT_CALLS:
-                messages = data.get("messages")
-                turn = await gate.check(chat_history_items(messages, cache=self._items), tenant)
-            else:
-                items = responses_history_items(
-                    data.get("input"), data.get("instructions"), cache=self._items
-                )
-                previous = data.get("previous_response_id")
-                if isinstance(previous, str) and previous:
-                    turn = await gate.check_continuation(original_response_id(previous), items, tenant)
-                else:
-                    turn = await gate.check(items, tenant)
+            turn = await check_request(await self.ready(), call, data, self._items, tenant)
         except ItemError as exc:
             raise invalid_request(str(exc), "invalid_value", exc.field) from exc
         except PreviousResponseNotFound as exc:

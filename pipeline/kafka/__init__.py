@@ -3,7 +3,7 @@
 - `settings.KafkaSettings`: every setting (topics, partitions, timeouts, spool, ...).
 - `topics`: creates the topics explicitly, with their partition counts.
 - `sink.KafkaEventSink`: the gateway's publisher (an `EventSink`); spools to disk
-  (`spool.Spool`) while the broker is out.
+  (`spool.Spool`) while the broker is out; `held.HeldRecords`: what it holds in memory.
 - `subscriber.FlagSubscriber`: monitor-lane flags back to the gateway (`mark_flagged`).
 - `worker`: the faust-streaming worker (`deltaguard worker`); `monitor`: its scoring,
   pure and broker-free; `records`: wire values and the `TurnError` dead letters.

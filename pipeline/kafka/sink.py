@@ -11,6 +11,8 @@ three parts, oldest first:
 
     stranded (memory) -> queue (memory, bounded) -> spool (file, bounded bytes)
 
+(the memory parts are `held.HeldRecords`, the file `spool.Spool`).
+
 `send()` puts events in the queue, or appends them to the spool when the spool is not
 empty (to keep the order), when the queue is full, or while the broker is out. When a
 delivery fails, the task marks an outage, moves what memory holds to the front of the
@@ -35,7 +37,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from aiokafka import AIOKafkaProducer
@@ -44,9 +45,10 @@ from aiokafka.errors import KafkaError
 from deltaguard.errors import BrokerUnavailable, LaneClosed, SinkFull
 from deltaguard.events import Event
 from deltaguard.kafka.boundary import broker_errors
+from deltaguard.kafka.held import HeldRecords, spool_bytes
 from deltaguard.kafka.records import OutboundRecord
 from deltaguard.kafka.settings import KafkaSettings
-from deltaguard.kafka.spool import Spool, max_line_size
+from deltaguard.kafka.spool import Spool
 from deltaguard.kafka.topics import ensure_topics
 from deltaguard.worker import Backoff, Lifecycle
 
@@ -86,11 +88,7 @@ class KafkaEventSink:
             self.settings.spool_path, self.settings.spool_max_bytes, self.settings.spool_fsync
         )
         self.spool_.open()
-        self._queue: deque[OutboundRecord] = deque()
-        # sent but not acknowledged (spool full at the outage): first in line on reconnect
-        self._stranded: deque[OutboundRecord] = deque()
-        self._inflight: list[OutboundRecord] = []
-        self._memory_bytes = 0  # upper bound of the spool bytes memory would take
+        self._held = HeldRecords()
         self._wakeup = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
         # Until the first connection attempt fails, events wait in memory: a refused
@@ -113,20 +111,20 @@ class KafkaEventSink:
         records = [OutboundRecord.of(e, self.settings) for e in events]
         if not records:
             return
-        room = self.settings.publish_queue_size - len(self._queue)
+        held = self._held
+        room = self.settings.publish_queue_size - len(held.queue)
         if self._outage or self.spool_ or room < len(records):
             # Room stays reserved for what memory holds: an outage spills it here.
-            self.spool_.append(records, reserve=self._memory_bytes)
+            self.spool_.append(records, reserve=held.nbytes)
             self.spooled += len(records)
         else:
-            size = sum(max_line_size(r) for r in records)
-            if self.spool_.pending_bytes + self._memory_bytes + size > self.spool_.max_bytes:
+            size = spool_bytes(records)
+            if self.spool_.pending_bytes + held.nbytes + size > self.spool_.max_bytes:
                 raise SinkFull(
                     f"kafka sink: {len(records)} events would not fit the spool {self.spool_.path} "
-                    f"if the broker went out ({self._memory_bytes} bytes already held in memory)"
+                    f"if the broker went out ({held.nbytes} bytes already held in memory)"
                 )
-            self._queue.extend(records)
-            self._memory_bytes += size
+            held.put(records, size)
         self._wakeup.set()
 
     async def aclose(self) -> None:
@@ -148,7 +146,7 @@ class KafkaEventSink:
         # as usual, rather than ending the flush with everything left spooled.
         try:
             if not self._outage:
-                while (self._memory_pending() or self.spool_) and time.monotonic() < deadline:
+                while (self._held or self.spool_) and time.monotonic() < deadline:
                     self._wakeup.set()
                     await asyncio.sleep(0.01)
         finally:  # even when the flush fails or the caller is cancelled: spool, then close
@@ -161,7 +159,7 @@ class KafkaEventSink:
 
     def _spool_memory(self) -> None:
         """At shutdown: what memory holds goes to the front of the spool."""
-        left = self._take_memory()
+        left = self._held.take_all()
         if left:
             try:
                 self.spool_.prepend(left)
@@ -183,7 +181,7 @@ class KafkaEventSink:
         if self._state is Lifecycle.NEW:
             return {}
         return {
-            "queued": len(self._queue) + len(self._stranded) + len(self._inflight),
+            "queued": len(self._held),
             "spool_records": self.spool_.pending_records,
             "spool_bytes": self.spool_.pending_bytes,
             "delivered": self.delivered,
@@ -194,18 +192,6 @@ class KafkaEventSink:
 
     # -- delivery task ----------------------------------------------------------------
 
-    def _memory_pending(self) -> bool:
-        return bool(self._queue or self._stranded or self._inflight)
-
-    def _take_memory(self) -> list[OutboundRecord]:
-        """Everything held in memory, oldest first, removed from memory."""
-        out = [*self._inflight, *self._stranded, *self._queue]
-        self._memory_bytes = 0
-        self._inflight = []
-        self._stranded.clear()
-        self._queue.clear()
-        return out
-
     async def _run(self) -> None:
         backoff = Backoff(self.settings.reconnect_initial_s, self.settings.reconnect_max_s)
         while True:
@@ -213,7 +199,7 @@ class KafkaEventSink:
                 if not self._connected:
                     await self._connect()
                     backoff.reset()
-                if self._stranded or self._queue:
+                if self._held.unsent:
                     await self._send_memory()
                 elif self.spool_:
                     await self._send_spool()
@@ -237,7 +223,7 @@ class KafkaEventSink:
         self._outage = True
         self._connected = False
         # Memory to the front of the spool: in order, and safe from a crash.
-        memory = self._take_memory()
+        memory = self._held.take_all()
         if memory:
             try:
                 self.spool_.prepend(memory)
@@ -245,39 +231,11 @@ class KafkaEventSink:
             except Exception:
                 # Spool full: keep them in memory, first in line for the next attempt.
                 log.error("spool full: %d events stay in memory until the broker returns", len(memory))
-                self._stranded.extend(memory)
-                self._memory_bytes = sum(max_line_size(r) for r in memory)
+                self._held.strand(memory)
 
     async def _connect(self) -> None:
         await self._stop_producer()
-        if self.settings.create_topics:
-            # The topics it publishes to (a broker that came back empty has none).
-            s = self.settings
-            mine = (s.turns_topic, s.flags_topic, s.billing_topic)
-            await ensure_topics(s, {t: n for t, n in s.topic_partitions().items() if t in mine})
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            client_id=f"{self.settings.client_id}-publisher",
-            acks="all",
-            linger_ms=self.settings.linger_ms,
-            request_timeout_ms=int(self.settings.request_timeout_s * 1000),
-            enable_idempotence=False,  # tansu has no idempotent producer; ids dedupe instead
-            # The same batch limit as the workers' producer (tansu's offsets after
-            # multi-record batches are wrong; docs/kafka.md).
-            **(
-                {"max_batch_size": self.settings.producer_max_batch_size}
-                if self.settings.producer_max_batch_size is not None
-                else {}
-            ),
-        )
-        try:
-            with broker_errors(self.settings.broker, "connect"):
-                await producer.start()
-        except BrokerUnavailable:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._producer = producer
+        self._producer = await start_producer(self.settings)
         self._connected = True
         if self._outage:
             log.info("kafka broker back; re-sending %d spooled events", self.spool_.pending_records)
@@ -320,23 +278,12 @@ class KafkaEventSink:
                 self.on_delivered([r.event_id for r in records[:ok]])
         return ok, failure
 
-    def _unavailable(self, failure: BaseException) -> BrokerUnavailable:
-        exc = BrokerUnavailable(self.settings.broker, f"delivery failed: {failure!r}")
-        exc.__cause__ = failure
-        return exc
-
     async def _send_memory(self) -> None:
-        batch: list[OutboundRecord] = []
-        source = self._stranded if self._stranded else self._queue
-        while source and len(batch) < _SPOOL_CHUNK:
-            batch.append(source.popleft())
-        self._inflight = batch
+        batch = self._held.next_batch(_SPOOL_CHUNK)
         ok, failure = await self._deliver(batch)
-        self._inflight = []
-        self._memory_bytes -= sum(max_line_size(r) for r in batch[:ok])
+        self._held.settle(batch, ok)
         if failure is not None:
-            self._stranded.extendleft(reversed(batch[ok:]))
-            raise self._unavailable(failure)
+            raise delivery_failed(self.settings, failure)
 
     async def _send_spool(self) -> None:
         chunk = self.spool_.peek(_SPOOL_CHUNK)
@@ -346,4 +293,43 @@ class KafkaEventSink:
         if ok:
             self.spool_.commit(chunk[ok - 1][1])
         if failure is not None:
-            raise self._unavailable(failure)
+            raise delivery_failed(self.settings, failure)
+
+
+async def start_producer(settings: KafkaSettings) -> AIOKafkaProducer:
+    """A started producer for the publisher's topics (created first when
+    `create_topics`: a broker that came back empty has none); `BrokerUnavailable` when
+    the broker cannot be reached."""
+    if settings.create_topics:
+        mine = (settings.turns_topic, settings.flags_topic, settings.billing_topic)
+        await ensure_topics(settings, {t: n for t, n in settings.topic_partitions().items() if t in mine})
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id=f"{settings.client_id}-publisher",
+        acks="all",
+        linger_ms=settings.linger_ms,
+        request_timeout_ms=int(settings.request_timeout_s * 1000),
+        enable_idempotence=False,  # tansu has no idempotent producer; ids dedupe instead
+        # The same batch limit as the workers' producer (tansu's offsets after
+        # multi-record batches are wrong; docs/kafka.md).
+        **(
+            {"max_batch_size": settings.producer_max_batch_size}
+            if settings.producer_max_batch_size is not None
+            else {}
+        ),
+    )
+    try:
+        with broker_errors(settings.broker, "connect"):
+            await producer.start()
+    except BrokerUnavailable:
+        with contextlib.suppress(Exception):
+            await producer.stop()
+        raise
+    return producer
+
+
+def delivery_failed(settings: KafkaSettings, failure: BaseException) -> BrokerUnavailable:
+    """The outage a failed delivery means, caused by `failure`."""
+    exc = BrokerUnavailable(settings.broker, f"delivery failed: {failure!r}")
+    exc.__cause__ = failure
+    return exc

@@ -61,6 +61,62 @@ def decode_line(line: bytes) -> OutboundRecord:
     )
 
 
+def offset_path(path: Path) -> Path:
+    """The file beside spool `path` that holds its delivered offset."""
+    return path.with_name(path.name + ".offset")
+
+
+def read_offset(path: Path) -> int:
+    """The delivered offset of spool `path`; 0 (everything re-sent) when there is none or
+    it cannot be read."""
+    try:
+        text = offset_path(path).read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return 0
+    try:
+        return max(0, int(text))
+    except ValueError:
+        log.error("spool %s: unreadable offset %r; re-sending everything", path, text)
+        return 0
+
+
+def write_offset(path: Path, offset: int) -> None:
+    """Replace spool `path`'s delivered offset atomically (a temporary file, renamed in)."""
+    target = offset_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(str(offset), encoding="ascii")
+    os.replace(tmp, target)
+
+
+def repair_tail(f: BinaryIO, path: Path) -> int:
+    """Cut what follows the last complete, parseable line of `f` (a torn or corrupt tail);
+    returns where the good data ends."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    if size == 0:
+        return 0
+    f.seek(0)
+    good = 0
+    for line in f:
+        if not line.endswith(b"\n"):
+            break
+        try:
+            json.loads(line)
+        except ValueError:
+            break
+        good += len(line)
+    if good != size:
+        log.error("spool %s: cutting %d bytes of a torn or corrupt tail", path, size - good)
+        f.truncate(good)
+    return good
+
+
+def count_lines(f: BinaryIO, start: int, end: int) -> int:
+    """How many records `f` holds between byte offsets `start` and `end`."""
+    f.seek(start)
+    return f.read(end - start).count(b"\n")
+
+
 class Spool:
     """The spool file pair (see module docstring). Not thread-safe: one event loop owns it.
 
@@ -83,20 +139,16 @@ class Spool:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    @property
-    def offset_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".offset")
-
     def open(self) -> None:
         """Open (creating) the spool; cut a torn last line; load the delivered offset."""
         if self._file is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a+b")  # noqa: SIM115 - held open for the spool's life
-        data_end = self._repair_tail()
+        data_end = repair_tail(self._file, self.path)
         self.size_ = data_end
-        self.offset_ = min(self._read_offset(), data_end)
-        self.pending_records = self._count_lines(self.offset_, data_end)
+        self.offset_ = min(read_offset(self.path), data_end)
+        self.pending_records = count_lines(self._file, self.offset_, data_end)
         if self.pending_records:
             log.warning("spool %s holds %d undelivered records from before", self.path, self.pending_records)
 
@@ -109,49 +161,6 @@ class Spool:
         if self._file is None:
             raise RuntimeError(f"spool {self.path} is not open; call open() first")
         return self._file
-
-    def _repair_tail(self) -> int:
-        f = self._require_open()
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        if size == 0:
-            return 0
-        # Find the end of the last complete, parseable line; everything after it is torn.
-        f.seek(0)
-        good = 0
-        for line in f:
-            if not line.endswith(b"\n"):
-                break
-            try:
-                json.loads(line)
-            except ValueError:
-                break
-            good += len(line)
-        if good != size:
-            log.error("spool %s: cutting %d bytes of a torn or corrupt tail", self.path, size - good)
-            f.truncate(good)
-        return good
-
-    def _read_offset(self) -> int:
-        try:
-            text = self.offset_path.read_text(encoding="ascii").strip()
-        except FileNotFoundError:
-            return 0
-        try:
-            return max(0, int(text))
-        except ValueError:
-            log.error("spool %s: unreadable offset %r; re-sending everything", self.path, text)
-            return 0
-
-    def _write_offset(self, offset: int) -> None:
-        tmp = self.offset_path.with_name(self.offset_path.name + ".tmp")
-        tmp.write_text(str(offset), encoding="ascii")
-        os.replace(tmp, self.offset_path)
-
-    def _count_lines(self, start: int, end: int) -> int:
-        f = self._require_open()
-        f.seek(start)
-        return f.read(end - start).count(b"\n")
 
     # -- the FIFO ---------------------------------------------------------------------
 
@@ -218,7 +227,7 @@ class Spool:
             out.flush()
             os.fsync(out.fileno())
         # Offset 0 first: a crash between the two steps re-sends, never skips.
-        self._write_offset(0)
+        write_offset(self.path, 0)
         os.replace(tmp, self.path)
         f.close()
         self._file = open(self.path, "a+b")  # noqa: SIM115
@@ -244,14 +253,14 @@ class Spool:
         f = self._require_open()
         if not self.offset_ <= end_offset <= self.size_:
             raise ValueError(f"offset {end_offset} outside the spool's pending range")
-        delivered = self._count_lines(self.offset_, end_offset)
+        delivered = count_lines(f, self.offset_, end_offset)
         self.pending_records -= delivered
         if end_offset == self.size_:
             # Everything delivered: start over with an empty file.
-            self._write_offset(0)
+            write_offset(self.path, 0)
             f.truncate(0)
             self.offset_ = self.size_ = 0
             self.pending_records = 0
         else:
-            self._write_offset(end_offset)
+            write_offset(self.path, end_offset)
             self.offset_ = end_offset

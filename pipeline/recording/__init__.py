@@ -16,7 +16,8 @@ response path (a bounded queue and one writer thread, like the sinks) and stores
 Its modules, bottom to top:
 
     redaction   secret and PII values found in items and replaced by a marker
-    store       the SQLite file (`TranscriptStore`), its schema, retention and review labels
+    schema      the SQLite file's tables and versions, and the connection that opens it
+    store       the SQLite file (`TranscriptStore`): recordings, retention and review labels
     recorder    `TranscriptRecorder`: one recording per flagged branch, off the response path
     labels      reviewed recordings as labelled transcript lines (`deltaguard eval`, `calibrate`)
 """
@@ -25,13 +26,8 @@ from __future__ import annotations
 
 from deltaguard.recording.recorder import Outcome, TranscriptRecorder, split_turn
 from deltaguard.recording.redaction import Redactions, Span, find_sensitive, redact_items
-from deltaguard.recording.store import (
-    REVIEW_VERDICTS,
-    SCHEMA_VERSION,
-    RecordedTranscript,
-    TranscriptStore,
-    read_recorded,
-)
+from deltaguard.recording.schema import REVIEW_VERDICTS, SCHEMA_VERSION
+from deltaguard.recording.store import RecordedTranscript, TranscriptStore, read_recorded
 
 __all__ = [
     "REVIEW_VERDICTS",

@@ -22,53 +22,8 @@ from typing import Any, Literal
 
 from deltaguard.errors import RecordingStoreError
 from deltaguard.events import FlagEvent
+from deltaguard.recording.schema import REVIEW_VERDICTS, connect
 from deltaguard.transcripts import Conversation, parse_conversation
-
-SCHEMA_VERSION = 2  # 2: the review labels table (a version 1 store gains it on open)
-REVIEW_VERDICTS = ("confirmed", "false_positive")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS transcripts (
-    id INTEGER PRIMARY KEY,
-    tenant TEXT,                      -- NULL: no tenant
-    conversation_id TEXT NOT NULL,
-    response_id TEXT NOT NULL,        -- the last turn recorded: the flagged one
-    response_ids TEXT NOT NULL,       -- JSON list, one response id per turn
-    decision TEXT NOT NULL,           -- the harshest flag decision seen: flag or block
-    categories TEXT NOT NULL,         -- JSON list: every category flagged so far
-    redacted INTEGER NOT NULL,
-    redactions TEXT NOT NULL,         -- JSON {"kinds": {kind: n}, "categories", "turns", "kind_categories"}
-    classifier_versions TEXT NOT NULL,
-    policy TEXT NOT NULL,             -- JSON Policy in force when recorded
-    transcript TEXT NOT NULL,         -- one line of transcript format v1
-    verdicts TEXT NOT NULL,           -- JSON list of per-turn verdicts (replay --json shape, and
-                                      -- item_scores: each item's scores before redaction)
-    flags_dropped INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL          -- last flag: retention by age and count uses it
-);
-CREATE INDEX IF NOT EXISTS transcripts_by_conversation ON transcripts (conversation_id, tenant);
-CREATE INDEX IF NOT EXISTS transcripts_by_update ON transcripts (updated_at);
-CREATE TABLE IF NOT EXISTS flags (
-    transcript INTEGER NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
-    event_id TEXT NOT NULL,
-    response_id TEXT NOT NULL,
-    lane TEXT NOT NULL,
-    decision TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    event TEXT NOT NULL,              -- the FlagEvent as JSON
-    PRIMARY KEY (transcript, event_id)
-);
-CREATE TABLE IF NOT EXISTS labels (   -- schema 2: a reviewer's verdict on one flagged category
-    transcript INTEGER NOT NULL REFERENCES transcripts (id) ON DELETE CASCADE,
-    category TEXT NOT NULL,
-    verdict TEXT NOT NULL CHECK (verdict IN ('confirmed', 'false_positive')),
-    reviewer TEXT,                    -- the tenant whose key marked it
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (transcript, category)
-);
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,25 +105,7 @@ class TranscriptStore:
             raise ValueError("max_conversations must be at least 1")
         if not create and not self.path.is_file():
             raise RecordingStoreError(f"no recording store at {self.path}")
-        try:
-            db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.execute("PRAGMA secure_delete=ON")
-            db.executescript(_SCHEMA)
-            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise RecordingStoreError(
-                    f"{self.path} has schema version {row[0]}; this DeltaGuard reads up to {SCHEMA_VERSION}"
-                )
-            elif int(row[0]) < SCHEMA_VERSION:
-                # Migrations only add tables (created above), so older stores stay readable as is.
-                db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-        except sqlite3.DatabaseError as exc:
-            raise RecordingStoreError(f"{self.path} is not a usable recording store: {exc}") from exc
-        self._db = db
+        self._db = connect(self.path, self.busy_timeout_s)
         return self
 
     def close(self) -> None:
@@ -189,25 +126,19 @@ class TranscriptStore:
         return self._db
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, retain: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction, rolled back on any error; retention is enforced in it
+        unless `retain` is false."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
-            self._retain(db)
+            if retain:
+                apply_retention(db, self.clock(), self.max_age_s, self.max_conversations)
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
-
-    def _retain(self, db: sqlite3.Connection) -> None:
-        if self.max_age_s is not None:
-            db.execute("DELETE FROM transcripts WHERE updated_at < ?", (self.clock() - self.max_age_s,))
-        db.execute(
-            "DELETE FROM transcripts WHERE id NOT IN "
-            "(SELECT id FROM transcripts ORDER BY updated_at DESC, id DESC LIMIT ?)",
-            (self.max_conversations,),
-        )
 
     # -- writing
 
@@ -219,24 +150,6 @@ class TranscriptStore:
         ).fetchall()
         return [RelatedRecording(r[0], json.loads(r[1]), json.loads(r[2]), r[3]) for r in rows]
 
-    def _add_flag(self, db: sqlite3.Connection, transcript: int, event: FlagEvent) -> None:
-        (count,) = db.execute("SELECT count(*) FROM flags WHERE transcript = ?", (transcript,)).fetchone()
-        if count >= self.max_flags_per_transcript:
-            db.execute("UPDATE transcripts SET flags_dropped = flags_dropped + 1 WHERE id = ?", (transcript,))
-            return
-        db.execute(
-            "INSERT OR IGNORE INTO flags VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                transcript,
-                event.event_id,
-                event.response_id,
-                event.lane,
-                event.decision,
-                event.created_at,
-                _dumps(event.model_dump(mode="json")),
-            ),
-        )
-
     def add_flag(self, transcript: int, event: FlagEvent, categories: list[str], decision: str) -> None:
         """Add a flag event to a recording (and widen its categories and decision)."""
         with self._write() as db:
@@ -244,7 +157,7 @@ class TranscriptStore:
                 "UPDATE transcripts SET categories = ?, decision = ?, updated_at = ? WHERE id = ?",
                 (_dumps(categories), decision, self.clock(), transcript),
             )
-            self._add_flag(db, transcript, event)
+            insert_flag(db, transcript, event, self.max_flags_per_transcript)
 
     def save(self, entry: dict[str, Any], event: FlagEvent, replace: int | None = None) -> int:
         """Insert a recording (or replace recording `replace`), with its flag event."""
@@ -292,7 +205,7 @@ class TranscriptStore:
                 marks = ", ".join("?" for _ in range(len(cols) + 2))
                 cur = db.execute(f"INSERT INTO transcripts ({names}) VALUES ({marks})", (*values, now, now))
                 row_id = int(cur.lastrowid or 0)
-            self._add_flag(db, row_id, event)
+            insert_flag(db, row_id, event, self.max_flags_per_transcript)
         return row_id
 
     # -- review labels
@@ -303,9 +216,7 @@ class TranscriptStore:
         store may have other limits than the gateway that writes it."""
         if verdict is not None and verdict not in REVIEW_VERDICTS:
             raise RecordingStoreError(f"label verdict must be one of {REVIEW_VERDICTS}, got {verdict!r}")
-        db = self.db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._write(retain=False) as db:
             if db.execute("SELECT 1 FROM transcripts WHERE id = ?", (transcript,)).fetchone() is None:
                 raise RecordingStoreError(f"no recording {transcript} in {self.path}")
             if verdict is None:
@@ -317,10 +228,6 @@ class TranscriptStore:
                     "updated_at = excluded.updated_at",
                     (transcript, category, verdict, reviewer, self.clock()),
                 )
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
 
     def labels(self, transcripts: Sequence[int] | None = None) -> dict[int, dict[str, dict[str, Any]]]:
         """{recording id: {category: {"verdict", "reviewer", "updated_at"}}}."""
@@ -345,10 +252,8 @@ class TranscriptStore:
             "SELECT id, tenant, conversation_id, decision, categories, redacted, response_ids, "
             "created_at, updated_at FROM transcripts ORDER BY updated_at DESC, id DESC"
         )
-        names = [d[0] for d in cur.description]
         out = []
-        for row in cur.fetchall():
-            r = dict(zip(names, row, strict=True))
+        for r in rows_of(cur):
             r["categories"] = json.loads(r["categories"])
             r["turns"] = len(json.loads(r.pop("response_ids")))
             r["redacted"] = bool(r["redacted"])
@@ -377,39 +282,80 @@ class TranscriptStore:
         sql = (
             "SELECT * FROM transcripts" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         )
-        cur = self.db.execute(sql, args)
-        names = [d[0] for d in cur.description]
         out = []
-        for row in cur.fetchall():
-            r = dict(zip(names, row, strict=True))
+        for r in rows_of(self.db.execute(sql, args)):
             flags = [
                 json.loads(e)
                 for (e,) in self.db.execute(
                     "SELECT event FROM flags WHERE transcript = ? ORDER BY created_at, event_id", (r["id"],)
                 )
             ]
-            out.append(
-                RecordedTranscript(
-                    id=r["id"],
-                    tenant=r["tenant"],
-                    conversation_id=r["conversation_id"],
-                    response_id=r["response_id"],
-                    response_ids=json.loads(r["response_ids"]),
-                    decision=r["decision"],
-                    categories=json.loads(r["categories"]),
-                    redacted=bool(r["redacted"]),
-                    redactions=json.loads(r["redactions"]),
-                    classifier_versions=json.loads(r["classifier_versions"]),
-                    policy=json.loads(r["policy"]),
-                    transcript=json.loads(r["transcript"]),
-                    verdicts=json.loads(r["verdicts"]),
-                    flags=flags,
-                    flags_dropped=r["flags_dropped"],
-                    created_at=r["created_at"],
-                    updated_at=r["updated_at"],
-                )
-            )
+            out.append(recorded_transcript(r, flags))
         return out
+
+
+def rows_of(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """A query's rows, each as {column name: value}."""
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def recorded_transcript(row: dict[str, Any], flags: list[dict[str, Any]]) -> RecordedTranscript:
+    """A `transcripts` row (column name -> value) and its flag events, read back."""
+    return RecordedTranscript(
+        id=row["id"],
+        tenant=row["tenant"],
+        conversation_id=row["conversation_id"],
+        response_id=row["response_id"],
+        response_ids=json.loads(row["response_ids"]),
+        decision=row["decision"],
+        categories=json.loads(row["categories"]),
+        redacted=bool(row["redacted"]),
+        redactions=json.loads(row["redactions"]),
+        classifier_versions=json.loads(row["classifier_versions"]),
+        policy=json.loads(row["policy"]),
+        transcript=json.loads(row["transcript"]),
+        verdicts=json.loads(row["verdicts"]),
+        flags=flags,
+        flags_dropped=row["flags_dropped"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def apply_retention(
+    db: sqlite3.Connection, now: float, max_age_s: float | None, max_conversations: int
+) -> None:
+    """Delete the recordings whose last flag is older than `max_age_s`, then the least
+    recently flagged beyond `max_conversations` (their flags and labels go with them)."""
+    if max_age_s is not None:
+        db.execute("DELETE FROM transcripts WHERE updated_at < ?", (now - max_age_s,))
+    db.execute(
+        "DELETE FROM transcripts WHERE id NOT IN "
+        "(SELECT id FROM transcripts ORDER BY updated_at DESC, id DESC LIMIT ?)",
+        (max_conversations,),
+    )
+
+
+def insert_flag(db: sqlite3.Connection, transcript: int, event: FlagEvent, max_flags: int) -> None:
+    """Add `event` to recording `transcript`; past `max_flags` events it is only counted
+    (`flags_dropped`)."""
+    (count,) = db.execute("SELECT count(*) FROM flags WHERE transcript = ?", (transcript,)).fetchone()
+    if count >= max_flags:
+        db.execute("UPDATE transcripts SET flags_dropped = flags_dropped + 1 WHERE id = ?", (transcript,))
+        return
+    db.execute(
+        "INSERT OR IGNORE INTO flags VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            transcript,
+            event.event_id,
+            event.response_id,
+            event.lane,
+            event.decision,
+            event.created_at,
+            _dumps(event.model_dump(mode="json")),
+        ),
+    )
 
 
 def read_recorded(

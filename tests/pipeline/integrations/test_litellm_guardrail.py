@@ -53,10 +53,57 @@ def test_settings_are_validated(mod):
 
 def test_tenants(mod):
     auth = SimpleNamespace(api_key="hashed-key", team_id="team-a")
-    assert mod.DeltaGuardGuardrail(guardrail_name="g")._tenant(auth) == "hashed-key"
-    assert mod.DeltaGuardGuardrail(guardrail_name="g", tenant_by="team")._tenant(auth) == "team-a"
-    assert mod.DeltaGuardGuardrail(guardrail_name="g", tenant_by="none")._tenant(auth) == "default"
-    assert mod.DeltaGuardGuardrail(guardrail_name="g")._tenant(SimpleNamespace(api_key=None)) == "default"
+    by = {
+        t: mod.DeltaGuardGuardrail(guardrail_name="g", tenant_by=t).settings.tenant_by
+        for t in ("team", "none")
+    }
+    assert mod.DeltaGuardGuardrail(guardrail_name="g").settings.tenant_by == "key"
+    assert mod.tenant_of(auth, "key") == "hashed-key"
+    assert mod.tenant_of(auth, by["team"]) == "team-a"
+    assert mod.tenant_of(auth, by["none"]) == "default"
+    assert mod.tenant_of(SimpleNamespace(api_key=None), "key") == "default"
+    assert mod.tenant_of(None, "key") == "default"
+    assert mod.call_key({"litellm_call_id": "c1"}, auth, "team") == ("team-a", "c1")
+    assert mod.call_key({"litellm_call_id": ""}, auth, "key") is None
+    assert mod.call_key({}, auth, "key") is None
+
+
+def test_verdict_headers_name_the_lane(mod):
+    from deltaguard.state.scoring import TurnVerdict
+
+    verdict = TurnVerdict(
+        decision="flag",
+        category_scores={"pii": 0.9},
+        flagged_categories=["pii"],
+        latency_ms={"total": 1.25},
+        tokens_scored=7,
+        findings=[],
+    )
+    headers = mod.verdict_headers({}, "gate", verdict)
+    assert headers == {
+        "x-deltaguard-decision": "flag",
+        "x-deltaguard-tokens-scored": "7",
+        "x-deltaguard-latency-ms": "1.250",
+        "x-deltaguard-flagged": "pii",
+    }
+    mod.verdict_headers(headers, "monitor", verdict)
+    assert headers["x-deltaguard-monitor-decision"] == "flag" and len(headers) == 8
+
+
+def test_refusals_follow_the_guardrail_convention(mod):
+    blocked = mod.safety_error(["pii", "secrets"], "monitor", None, "dg")
+    assert blocked.status_code == 400 and blocked.detail == {
+        "error": "Request blocked by DeltaGuard: pii, secrets",
+        "code": "safety_blocked",
+        "categories": ["pii", "secrets"],
+        "lane": "monitor",
+        "guardrail": "dg",
+        "tokens_scored": 0,
+    }
+    down = mod.unavailable(RuntimeError("closing"))
+    assert down.status_code == 503 and down.detail == {"error": "closing", "code": "safety_unavailable"}
+    bad = mod.invalid_request("no", "invalid_value", "messages")
+    assert bad.detail == {"error": "no", "code": "invalid_value", "param": "messages"}
 
 
 def test_answer_of_chat_and_responses_objects(mod):

@@ -8,7 +8,15 @@ import pytest
 
 from deltaguard.errors import SinkFull
 from deltaguard.kafka.records import OutboundRecord, encode_key
-from deltaguard.kafka.spool import Spool, decode_line, encode_line, max_line_size
+from deltaguard.kafka.spool import (
+    Spool,
+    decode_line,
+    encode_line,
+    max_line_size,
+    offset_path,
+    read_offset,
+    write_offset,
+)
 
 
 def rec(i: int, key: str = "conv") -> OutboundRecord:
@@ -52,6 +60,20 @@ def test_reopen_resumes_after_committed_offset(tmp_path: Path):
     again = opened(tmp_path / "s.jsonl")
     assert again.pending_records == 2
     assert [r.event_id for r, _ in again.peek(10)] == ["e2", "e3"]
+
+
+def test_offset_file_round_trip_and_unreadable_offset_resends_everything(tmp_path: Path):
+    path = tmp_path / "s.jsonl"
+    assert read_offset(path) == 0  # no offset file yet
+    write_offset(path, 118)
+    assert offset_path(path).read_text() == "118" and read_offset(path) == 118
+    spool = opened(path)
+    spool.append([rec(i) for i in range(3)])
+    spool.commit(spool.peek(1)[-1][1])
+    spool.close()
+    offset_path(path).write_text("not a number")
+    again = opened(path)
+    assert [r.event_id for r, _ in again.peek(10)] == ["e0", "e1", "e2"]
 
 
 def test_torn_tail_is_cut(tmp_path: Path):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+
+from deltaguard.errors import RecordingStoreError
 from deltaguard.recording.recorder import TranscriptRecorder
-from deltaguard.recording.store import read_recorded
+from deltaguard.recording.store import TranscriptStore, read_recorded
 from deltaguard.state.tracker import ConversationTracker
 from deltaguard.transcripts import parse_conversation
 from tests.pipeline.recording.conftest import AWS_KEY, EMAIL, flag, user
@@ -54,3 +57,37 @@ def test_stored_transcripts_replay_as_transcript_files(tmp_path, rules_scorer):
         (line,) = db.execute("select transcript from transcripts").fetchone()
     conv = parse_conversation(json.loads(line), "export.jsonl", 1)
     assert conv.id == "x1" and conv.turns[0].input[0].text == f"key {AWS_KEY}"
+
+
+def test_flags_past_the_cap_are_counted_not_stored(tmp_path, rules_scorer):
+    tracker = ConversationTracker(rules_scorer)
+    rec = tracker.score_turn("f1", [user(f"mail {EMAIL}")]).record
+    with TranscriptStore(tmp_path / "r.db", max_flags_per_transcript=2).open() as store:
+        recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer)
+        recorder.record(flag(rec, ["pii"], "flag"), rec)
+        (rid,) = [r.id for r in store.read()]
+        for n in range(3):
+            event = flag(rec, ["pii"], "flag").model_copy(update={"event_id": f"extra-{n}"})
+            store.add_flag(rid, event, ["pii"], "flag")
+        (got,) = store.read()
+        assert len(got.flags) == 2 and got.flags_dropped == 2
+        recorder.close()
+
+
+def test_a_refused_label_leaves_no_transaction_open(tmp_path, rules_scorer):
+    tracker = ConversationTracker(rules_scorer)
+    recorder = TranscriptRecorder(tmp_path / "r.db", rules_scorer)
+    rec = tracker.score_turn("l1", [user(f"mail {EMAIL}")]).record
+    recorder.record(flag(rec, ["pii"], "flag"), rec)
+    recorder.close()
+    with TranscriptStore(tmp_path / "r.db").open(create=False) as store:
+        (rid,) = [r.id for r in store.read()]
+        with pytest.raises(RecordingStoreError, match="no recording 999"):
+            store.set_label(999, "pii", "confirmed", None)
+        assert not store.db.in_transaction  # rolled back
+        store.set_label(rid, "pii", "false_positive", "acme")
+        assert store.labels()[rid]["pii"]["verdict"] == "false_positive"
+        store.set_label(rid, "pii", None, None)
+        assert store.labels() == {}
+        with pytest.raises(RecordingStoreError, match="label verdict"):
+            store.set_label(rid, "pii", "maybe", None)
