@@ -30,7 +30,7 @@ from deltaguard.chat_items import ItemCache, chat_history_items, chat_output_ite
 from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.http_errors import error_response, unauthorized
+from deltaguard.gateway.http_errors import error_response, server_overloaded, unauthorized
 from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
 from deltaguard.gateway.service import _with_stall_timeout, end_user, safety_summary
 from deltaguard.gateway.upstreams import (
@@ -184,12 +184,7 @@ class ChatService:
     async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> Turn:
         """The gate lane on the request's whole history; raises `SafetyBlocked`."""
         if self.inflight >= self.config.max_inflight_responses:
-            raise RequestError(
-                f"the gateway has {self.inflight} chat completions in flight, its limit; retry later",
-                code="server_overloaded",
-                status=503,
-                type="server_error",
-            )
+            raise server_overloaded(self.inflight, "chat completions")
         turn = await self.stage.begin(
             tenant, history=req.items, response_id=new_id("chatcmpl"), client=end_user(req.body)
         )

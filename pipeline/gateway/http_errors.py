@@ -26,3 +26,13 @@ def unauthorized() -> RequestError:
     return RequestError(
         "Incorrect API key provided.", code="invalid_api_key", status=401, type="authentication_error"
     )
+
+
+def server_overloaded(inflight: int, what: str) -> RequestError:
+    """The process has `inflight` `what` (responses, chat completions) in flight, its limit."""
+    return RequestError(
+        f"the gateway has {inflight} {what} in flight, its limit; retry later",
+        code="server_overloaded",
+        status=503,
+        type="server_error",
+    )

@@ -30,6 +30,7 @@ from typing import Any
 from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.http_errors import server_overloaded
 from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
@@ -236,12 +237,7 @@ class ResponsesService:
                 type="rate_limit_error",
             )
         if self.inflight >= self.config.max_inflight_responses:
-            raise RequestError(
-                f"the gateway has {self.inflight} responses in flight, its limit; retry later",
-                code="server_overloaded",
-                status=503,
-                type="server_error",
-            )
+            raise server_overloaded(self.inflight, "responses")
         self.inflight += 1
         self.inflight_by_tenant[tenant] = mine + 1
         try:
