@@ -154,7 +154,19 @@ def _parts_text(parts: list[ContentPart]) -> str:
             value = part.text if part.text is not None else part.refusal
             if value:
                 texts.append(value)
+            # A citation's title is the cited page's words, shown to the user with the text.
+            texts += _annotation_titles((part.model_extra or {}).get("annotations"))
     return "\n".join(texts)
+
+
+def _annotation_titles(annotations: Any) -> list[str]:
+    if not isinstance(annotations, list):
+        return []
+    return [
+        a["title"]
+        for a in annotations
+        if isinstance(a, dict) and isinstance(a.get("title"), str) and a["title"]
+    ]
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> str:
