@@ -18,8 +18,9 @@ proxy calls them directly):
 - `pre_call` -> `async_pre_call_hook`: the gate lane. Only the history's unseen suffix
   is scored, before the model is called; a block raises HTTP 400 `safety_blocked`.
 - `during_call` -> `async_moderation_hook`: the monitor lane (the `monitor:`
-  classifiers), beside the model call. A block drops the answer with the same error and
-  blocks the conversation's next turn.
+  classifiers), beside the model call. LiteLLM sends nothing of the answer, streamed or
+  not, before the hook returns, so a block drops the whole answer (its tool calls
+  included) with the same error, and blocks the conversation's next turn.
 - `post_call` -> `async_post_call_success_hook` (and, for streams,
   `async_post_call_streaming_iterator_hook`): the answer's items and usage are queued for
   output scoring and billing; the client's echo of the answer is then known history.

@@ -92,11 +92,16 @@ def running_litellm_proxy(
                 proc.wait(10)
 
 
-def mock_model(name: str, answer: str, delay_s: float | None = None) -> dict[str, Any]:
-    """A `model_list` entry that answers `answer` (after `delay_s`) without any network."""
+def mock_model(
+    name: str, answer: str, delay_s: float | None = None, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A `model_list` entry that answers `answer` (after `delay_s`), with `tool_calls` if
+    given, without any network."""
     params: dict[str, Any] = {"model": f"openai/{name}", "api_key": "unused", "mock_response": answer}
     if delay_s is not None:
         params["mock_delay"] = delay_s
+    if tool_calls is not None:
+        params["mock_tool_calls"] = tool_calls
     return {"model_name": name, "litellm_params": params}
 
 
