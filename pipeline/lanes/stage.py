@@ -240,6 +240,8 @@ class SafetyStage:
             resent=history is not None,
             monitor_verdict=verdict,
             tools=context.tools,
+            tracker=tracker,
+            parent_notes=parent_notes,
         )
 
     def resume(self, tenant: str, response_id: str) -> Turn:

@@ -146,12 +146,14 @@ class Turn:
         monitor_verdict: asyncio.Future[TurnVerdict | None] | None = None,
         tools: list[dict[str, Any]] | None = None,
         tracker: ConversationTracker | None = None,
+        parent_notes: dict[str, Any] | None = None,
     ) -> None:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
         history a stateless client resent (else the items after its parent's).
         `monitor_verdict`: the queued monitor lane's verdict on the turn, when it carries
         untrusted input (None: nothing to wait for). `tools`: see `TurnContext`.
-        `tracker`: the tenant's gate tracker, when the caller holds it."""
+        `tracker`: the tenant's gate tracker, when the caller holds it; `parent_notes`: the
+        notes of the response it continues, when the caller has read them."""
         self._lanes = lanes
         self._monitor_verdict = monitor_verdict
         self._tracker = tracker if tracker is not None else lanes.tracker(gate.tenant)
@@ -170,6 +172,7 @@ class Turn:
         self._history: list[Item] | None = None
         self._stream: OutputStreamScorer | None = None
         self._appended = False  # the output joined the history (`check_output`)
+        self._parent_notes = parent_notes
 
     @property
     def history(self) -> list[Item]:
@@ -209,18 +212,23 @@ class Turn:
         (`generating`)."""
         if generate:
             self.generating()
+        history = self.history
         if not self._resent:
-            parent = self._begun.parent
-            upstream = parent.notes.get("upstream_id") if parent is not None else None
-            new = list(self._begun.items)
+            parent = self._parent_notes if self._parent_notes is not None else self._parent_record_notes()
+            upstream = parent.get("upstream_id")
+            unseen = len(self._begun.items)
         else:
-            rec, k = self._tracker.ended_at(self.history)
+            rec, k = self._tracker.ended_at(history)
             upstream = rec.notes.get("upstream_id") if rec is not None else None
-            new = list(self.history[k:] if upstream is not None else self.history)
+            unseen = len(history) - k if upstream is not None else len(history)
+        new = history[len(history) - unseen :]
         self._lanes.metrics.observe_items("input", new)
-        sanitized = self._lanes.sanitized
-        history = sanitized.apply(self.gate.tenant, self.history)
-        return Forward(upstream, _wire(sanitized.apply(self.gate.tenant, new)), _wire(history))
+        clean = self._lanes.sanitized.apply(self.gate.tenant, history)  # item for item
+        return Forward(upstream, _wire(clean[len(clean) - unseen :]), _wire(clean))
+
+    def _parent_record_notes(self) -> dict[str, Any]:
+        parent = self._begun.parent
+        return parent.notes if parent is not None else {}
 
     async def watch(self, delta: str) -> list[str]:
         """Score a piece of the model's streamed text; flags (and returns) the categories
