@@ -16,7 +16,7 @@ from deltaguard.events import VerdictEvent
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.kafka.settings import KafkaSettings
 from deltaguard.state.loading import build_scorer
-from tests.pipeline.gateway.conftest import clients, gateway_thread
+from tests.pipeline.gateway.conftest import clients, gateway_thread, websocket_turn
 from tests.pipeline.kafka.conftest import Broker, Collector, WorkerProcess, test_settings
 from tests.support.upstreams import ToolCallingUpstream
 
@@ -57,23 +57,11 @@ def is_call(event) -> bool:
     return getattr(item, "type", None) == "function_call" or event.type.startswith("response.function_call")
 
 
-async def over_websocket(aclient: openai.AsyncOpenAI, previous_id: str, call_id: str, text: str) -> list:
-    seen = []
-    async with aclient.beta.responses.connect() as conn:
-        await conn.send(
-            {
-                "type": "response.create",
-                "model": "m",
-                "input": tool_output(call_id, text),
-                "previous_response_id": previous_id,
-                "tools": TOOLS,
-            }
-        )
-        async for event in conn:
-            seen.append(event)
-            if event.type in ("response.completed", "response.failed", "error"):
-                break
-    return seen
+def continue_turn(client: openai.OpenAI, previous_id: str, call_id: str, text: str, **kw):
+    """The conversation's next turn: the tool's output, the model's answer to it."""
+    return client.responses.create(
+        model="m", input=tool_output(call_id, text), previous_response_id=previous_id, tools=TOOLS, **kw
+    )
 
 
 def test_tool_calls_wait_for_the_workers_verdict(broker: Broker, workers: list, tmp_path: Path):
@@ -92,24 +80,14 @@ def test_tool_calls_wait_for_the_workers_verdict(broker: Broker, workers: list, 
         # HTTP: the safety error, and the generation cancelled.
         previous, call_id = first_turn(client, 1)
         with pytest.raises(openai.BadRequestError) as exc:
-            client.responses.create(
-                model="m", input=tool_output(call_id, INJECTED), previous_response_id=previous, tools=TOOLS
-            )
+            continue_turn(client, previous, call_id, INJECTED)
         assert exc.value.body["code"] == "safety_blocked"
         assert "prompt_injection" in exc.value.body["categories"]
         assert upstream.cancelled == 1
 
         # SSE: the text streams, the call never does.
         previous, call_id = first_turn(client, 2)
-        events = list(
-            client.responses.create(
-                model="m",
-                input=tool_output(call_id, INJECTED),
-                previous_response_id=previous,
-                tools=TOOLS,
-                stream=True,
-            )
-        )
+        events = list(continue_turn(client, previous, call_id, INJECTED, stream=True))
         assert "response.output_text.delta" in [e.type for e in events]
         assert not any(is_call(e) for e in events)
         assert events[-1].type == "response.failed"
@@ -118,7 +96,8 @@ def test_tool_calls_wait_for_the_workers_verdict(broker: Broker, workers: list, 
 
         # WebSocket: the same.
         previous, call_id = first_turn(client, 3)
-        seen = asyncio.run(over_websocket(aclient, previous, call_id, INJECTED))
+        body = {"model": "m", "input": tool_output(call_id, INJECTED), "previous_response_id": previous}
+        seen = asyncio.run(websocket_turn(aclient, {**body, "tools": TOOLS}))
         assert not any(is_call(e) for e in seen)
         assert seen[-1].type == "response.failed" and seen[-1].response.error.code == "safety_blocked"
         assert upstream.cancelled == 3
@@ -128,13 +107,7 @@ def test_tool_calls_wait_for_the_workers_verdict(broker: Broker, workers: list, 
         previous, call_id = first_turn(client, 4)
         start = time.time()
         released = None
-        for event in client.responses.create(
-            model="m",
-            input=tool_output(call_id, BENIGN),
-            previous_response_id=previous,
-            tools=TOOLS,
-            stream=True,
-        ):
+        for event in continue_turn(client, previous, call_id, BENIGN, stream=True):
             if released is None and is_call(event):
                 released = time.time()
             last = event
@@ -150,9 +123,7 @@ def test_tool_calls_wait_for_the_workers_verdict(broker: Broker, workers: list, 
         worker.kill()
         previous, call_id = first_turn(client, 5)
         start = time.monotonic()
-        answer = client.responses.create(
-            model="m", input=tool_output(call_id, BENIGN), previous_response_id=previous, tools=TOOLS
-        )
+        answer = continue_turn(client, previous, call_id, BENIGN)
         waited = time.monotonic() - start
         assert any(o.type == "function_call" for o in answer.output)
         assert deadline_s <= waited < deadline_s + 5
@@ -177,15 +148,7 @@ def test_with_no_worker_the_block_fallback_refuses_the_turn(broker: Broker, tmp_
         client, _ = clients(base)
         previous, call_id = first_turn(client, 1)
         start = time.monotonic()
-        events = list(
-            client.responses.create(
-                model="m",
-                input=tool_output(call_id, BENIGN),
-                previous_response_id=previous,
-                tools=TOOLS,
-                stream=True,
-            )
-        )
+        events = list(continue_turn(client, previous, call_id, BENIGN, stream=True))
         assert time.monotonic() - start >= 1.5
         assert not any(is_call(e) for e in events)
         assert events[-1].type == "response.failed"
