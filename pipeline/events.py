@@ -10,7 +10,7 @@ import hashlib
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 DEFAULT_TENANT = "default"
 
@@ -126,7 +126,8 @@ class TurnEvent(_Event):
     `items` are the turn's new input items in wire shape; `full_history` is true when the
     client resent its whole history (stateless HTTP) and `items` is that history.
     `verdict_requested`: a gateway holds the model's actions until the worker's verdict on
-    this turn (`VerdictEvent`, topic `deltaguard.verdicts`), whatever it is.
+    this turn (`VerdictEvent`, topic `deltaguard.verdicts`), whatever it is. Left out of
+    the JSON when false, so that the turns nobody holds read as before to older workers.
     """
 
     kind: Literal["turn"] = "turn"
@@ -134,6 +135,13 @@ class TurnEvent(_Event):
     items: list[dict[str, Any]]
     full_history: bool = False
     verdict_requested: bool = False
+
+    @model_serializer(mode="wrap")
+    def _omit_unrequested(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not self.verdict_requested:
+            data.pop("verdict_requested", None)
+        return data
 
     @classmethod
     def build(

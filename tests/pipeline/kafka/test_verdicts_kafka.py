@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from pathlib import Path
 
 import openai
@@ -14,6 +15,7 @@ import pytest
 
 from deltaguard.events import VerdictEvent
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.server import free_port
 from deltaguard.kafka.settings import KafkaSettings
 from deltaguard.state.loading import build_scorer
 from tests.pipeline.gateway.conftest import clients, gateway_thread, websocket_turn
@@ -66,7 +68,9 @@ def continue_turn(client: openai.OpenAI, previous_id: str, call_id: str, text: s
 
 def test_tool_calls_wait_for_the_workers_verdict(broker: Broker, workers: list, tmp_path: Path):
     deadline_s = 8.0
-    settings = test_settings(broker.url, tmp_path, verdict_timeout_s=deadline_s)
+    settings = test_settings(
+        broker.url, tmp_path, verdict_timeout_s=deadline_s, web_enabled=True, web_port=free_port()
+    )
     worker = WorkerProcess("w1", settings, tmp_path, "lexical").start()
     workers.append(worker)
     asyncio.run(worker.ready(90))
@@ -118,6 +122,13 @@ def test_tool_calls_wait_for_the_workers_verdict(broker: Broker, workers: list, 
         assert verdict.decision == "allow"
         assert released >= verdict.created_at  # held until the worker had judged it
         assert (verdicts.settled, verdicts.expired, verdicts.failed) == (4, 0, 0)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{settings.web_port}/metrics", timeout=10).read()
+        sent = [
+            line
+            for line in metrics.decode().splitlines()
+            if line.startswith("deltaguard_worker_verdicts_total")
+        ]
+        assert sent and float(sent[0].split()[-1]) >= 4  # one per held turn (at least once)
 
         # The worker stopped: past the deadline the call is released (the default fallback).
         worker.kill()

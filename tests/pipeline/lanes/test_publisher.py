@@ -49,6 +49,9 @@ async def test_a_turn_with_untrusted_input_waits_for_its_verdict():
         assert turn.awaits_monitor and verdicts.pending == 1
         events = await published(stage, turns)
         assert [e.verdict_requested for e in events] == [False, True]
+        # A turn nobody holds goes out as it did before the field (older workers read it).
+        assert "verdict_requested" not in events[0].model_dump(mode="json")
+        assert events[1].model_dump(mode="json")["verdict_requested"] is True
         # The worker's verdict, as the subscriber hands it over, decides the held turn.
         event = VerdictEvent.build(
             conversation_id=turn.conversation_id,
