@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class KafkaSettings(BaseModel):
@@ -122,6 +122,24 @@ class KafkaSettings(BaseModel):
             if parts.scheme != "kafka" or not parts.hostname or not parts.port:
                 raise ValueError(f"expected kafka://HOST:PORT, got {url!r}")
         return value
+
+    @model_validator(mode="after")
+    def _check_topics(self) -> KafkaSettings:
+        # One topic per kind of record: the subscriber and the worker tell them apart by topic.
+        names = [
+            self.turns_topic,
+            self.flags_topic,
+            self.billing_topic,
+            self.errors_topic,
+            self.verdicts_topic,
+        ]
+        names.append(self.changelog_topic)
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(
+                    f"topic {name!r} is named twice: every kind of record needs a topic of its own"
+                )
+        return self
 
     @property
     def bootstrap_servers(self) -> str:
