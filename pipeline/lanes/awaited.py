@@ -34,8 +34,9 @@ class AwaitedVerdicts:
     """The verdict futures of the turns this gateway holds, keyed by tenant and response id.
 
     A future is settled once: by `settle`, by the deadline (`timeout_s` after `expect`),
-    or by `discard`. Entries live no longer than the deadline, so the table stays bounded
-    by the turns published in one `timeout_s`."""
+    or by `discard`; never cancelled, so a hold waiting on it always gets an answer.
+    Entries live no longer than the deadline, so the table stays bounded by the turns
+    published in one `timeout_s`."""
 
     def __init__(self, timeout_s: float, fallback: Fallback = "release") -> None:
         if not timeout_s > 0:
@@ -54,10 +55,11 @@ class AwaitedVerdicts:
         return len(self._pending)
 
     def expect(self, tenant: str, response_id: str) -> Pending:
-        """The future of a turn's verdict; its deadline starts now."""
+        """The future of a turn's verdict; its deadline starts now. A turn published again
+        while its verdict is awaited shares that future (the worker answers a turn once)."""
         key = (tenant, response_id)
         if key in self._pending:
-            raise ValueError(f"a verdict on {response_id!r} is already awaited")
+            return self._pending[key][0]
         loop = asyncio.get_running_loop()
         future: Pending = loop.create_future()
         self._pending[key] = (future, loop.call_later(self.timeout_s, self._expire, key))
@@ -83,11 +85,13 @@ class AwaitedVerdicts:
         return True
 
     def discard(self, tenant: str, response_id: str) -> None:
-        """Forget a turn that was never published (its future is cancelled)."""
+        """Forget a turn that could not be published: no verdict will come, so its future
+        (awaited only where the same turn was published before) gets the fallback now."""
         entry = self._pending.pop((tenant, response_id), None)
         if entry is not None:
             entry[1].cancel()
-            entry[0].cancel()
+            if not entry[0].done():
+                entry[0].set_result(self._fallback())
 
     def _expire(self, key: tuple[str, str]) -> None:
         entry = self._pending.pop(key, None)

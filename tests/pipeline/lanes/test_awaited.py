@@ -56,19 +56,21 @@ async def test_a_turn_the_worker_failed_on_gets_the_fallback_at_once(fallback, b
 
 
 async def test_discard_forgets_a_turn_never_published():
-    verdicts = AwaitedVerdicts(0.1)
+    verdicts = AwaitedVerdicts(0.1, "block")
     future = verdicts.expect("acme", "resp_1")
     verdicts.discard("acme", "resp_1")
-    assert future.cancelled() and verdicts.pending == 0
+    assert verdicts.pending == 0
+    assert future.result().flagged_categories == [UNJUDGED_CATEGORY]  # no verdict will come
     await asyncio.sleep(0.2)
     assert verdicts.expired == 0  # its deadline went with it
 
 
-async def test_one_turn_is_awaited_once():
+async def test_a_turn_published_again_shares_its_verdict():
     verdicts = AwaitedVerdicts(1.0)
-    verdicts.expect("acme", "resp_1")
-    with pytest.raises(ValueError, match="already awaited"):
-        verdicts.expect("acme", "resp_1")
+    first = verdicts.expect("acme", "resp_1")
+    assert verdicts.expect("acme", "resp_1") is first and verdicts.pending == 1
+    verdicts.settle("acme", "resp_1", verdict("allow"))
+    assert first.result().decision == "allow"
 
 
 def test_bad_settings_are_refused():
