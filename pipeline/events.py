@@ -10,7 +10,7 @@ import hashlib
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 DEFAULT_TENANT = "default"
 
@@ -125,12 +125,23 @@ class TurnEvent(_Event):
 
     `items` are the turn's new input items in wire shape; `full_history` is true when the
     client resent its whole history (stateless HTTP) and `items` is that history.
+    `verdict_requested`: a gateway holds the model's actions until the worker's verdict on
+    this turn (`VerdictEvent`, topic `deltaguard.verdicts`), whatever it is. Left out of
+    the JSON when false, so that the turns nobody holds read as before to older workers.
     """
 
     kind: Literal["turn"] = "turn"
     previous_response_id: str | None
     items: list[dict[str, Any]]
     full_history: bool = False
+    verdict_requested: bool = False
+
+    @model_serializer(mode="wrap")
+    def _omit_unrequested(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not self.verdict_requested:
+            data.pop("verdict_requested", None)
+        return data
 
     @classmethod
     def build(
@@ -142,6 +153,7 @@ class TurnEvent(_Event):
         items: list[dict[str, Any]],
         full_history: bool = False,
         tenant: str = DEFAULT_TENANT,
+        verdict_requested: bool = False,
     ) -> TurnEvent:
         return cls(
             event_id=stable_event_id("turn", response_id),
@@ -151,7 +163,57 @@ class TurnEvent(_Event):
             items=items,
             full_history=full_history,
             tenant=tenant,
+            verdict_requested=verdict_requested,
         )
 
 
-Event = FlagEvent | BillingEvent | TurnEvent
+class VerdictEvent(_Event):
+    """A monitor worker's verdict on one turn that asked for it (`TurnEvent.verdict_requested`),
+    benign or not, on topic `deltaguard.verdicts` (docs/contract.md section 5).
+
+    `decision` is the monitor lane's ("allow", "flag", "block"), or "error" when the turn
+    could not be scored (`error`: the code of its record on the errors topic). A blocking
+    verdict's flag still goes to the flags topic: the verdict releases or blocks the turn
+    a gateway holds, the flag blocks the conversation's later turns.
+    """
+
+    kind: Literal["verdict"] = "verdict"
+    decision: Literal["allow", "flag", "block", "error"]
+    categories: list[str] = Field(default_factory=list)
+    scores: dict[str, float] = Field(default_factory=dict)
+    classifier_versions: dict[str, str] = Field(default_factory=dict)
+    findings: list[dict[str, Any]] = Field(default_factory=list)
+    error: str | None = None
+    turn_event_id: str
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        conversation_id: str,
+        response_id: str,
+        decision: Literal["allow", "flag", "block", "error"],
+        turn_event_id: str,
+        categories: list[str] | None = None,
+        scores: dict[str, float] | None = None,
+        classifier_versions: dict[str, str] | None = None,
+        findings: list[dict[str, Any]] | None = None,
+        error: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> VerdictEvent:
+        return cls(
+            event_id=stable_event_id("verdict", response_id, *((error,) if error else ())),
+            conversation_id=conversation_id,
+            response_id=response_id,
+            decision=decision,
+            categories=list(categories or ()),
+            scores=dict(scores or {}),
+            classifier_versions=dict(classifier_versions or {}),
+            findings=list(findings or ()),
+            error=error,
+            turn_event_id=turn_event_id,
+            tenant=tenant,
+        )
+
+
+Event = FlagEvent | BillingEvent | TurnEvent | VerdictEvent

@@ -124,13 +124,14 @@ class Gateway:
         self.kafka: Any = None
         self.flag_subscriber: Any = None
         turn_sink = None
+        verdicts = None
         if config.broker:
             # Distributed mode: turns, flags and billing go to Kafka; workers run the
             # monitor lane and their flags come back through the subscriber.
             try:
                 from deltaguard.kafka.settings import KafkaSettings
                 from deltaguard.kafka.sink import KafkaEventSink
-                from deltaguard.kafka.subscriber import FlagSubscriber
+                from deltaguard.kafka.subscriber import FlagSubscriber, awaited_verdicts
             except ModuleNotFoundError as exc:
                 raise KafkaPathError(f"--broker needs {exc.name}: pip install 'deltaguard[kafka]'") from exc
 
@@ -141,6 +142,7 @@ class Gateway:
             )
             self.kafka = KafkaEventSink(settings)
             turn_sink = flag_sink = billing_sink = _Unowned(self.kafka)
+            verdicts = awaited_verdicts(settings, config.release_hold, config.release_hold_timeout_s)
         # Conversation state beyond the process (sqlite://, redis://); None: memory://.
         self.state = open_backend(config.state)
         stage_config = stage_config or StageConfig(
@@ -165,6 +167,7 @@ class Gateway:
             metrics=self.metrics,
             recorder=_recorder(config, scorer),
             stream_classifiers=config.output_stream_classifiers,
+            verdicts=verdicts,
         )
         self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
         self.upstream = upstream or build_upstream(config)
@@ -179,7 +182,7 @@ class Gateway:
         # finishes its turn in flight, then closes.
         self.draining = asyncio.Event()
         if self.kafka is not None:
-            self.flag_subscriber = FlagSubscriber(settings, self.stage.mark_flagged)
+            self.flag_subscriber = FlagSubscriber(settings, self.stage.mark_flagged, verdicts=verdicts)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -21,6 +21,10 @@ full history resumes from the longest prefix with a snapshot (hash chain); anyth
 else is a `TurnError` (previous_response_not_found), never a silent pass.
 `seen` makes redelivered turns (at-least-once) no-ops: their flags were published
 before their state was written (see worker.py).
+
+A turn that asks for its verdict (`TurnEvent.verdict_requested`: a gateway holds its
+tool calls) gets a `VerdictEvent` whatever the verdict, and one with decision "error"
+when it cannot be scored, so that the gateway need not wait for its deadline.
 """
 
 from __future__ import annotations
@@ -36,11 +40,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from deltaguard.errors import ItemError, PreviousResponseNotFound
-from deltaguard.events import FlagEvent, TurnEvent
+from deltaguard.events import FlagEvent, TurnEvent, VerdictEvent
 from deltaguard.kafka.records import ErrorCode, TurnError, decode_key
 from deltaguard.lanes.monitor import MonitorStep, waves
 from deltaguard.parsing import parse_items
-from deltaguard.state.scoring import Fold, FoldRequest, Scorer, Snapshot, chain_of, longest_prefix
+from deltaguard.state.scoring import (
+    Fold,
+    FoldRequest,
+    Scorer,
+    Snapshot,
+    chain_of,
+    findings_json,
+    longest_prefix,
+)
 
 log = logging.getLogger("deltaguard.kafka.monitor")
 
@@ -113,6 +125,7 @@ class TurnOutcome:
     error: TurnError | None = None
     duplicate: bool = False
     decision: str | None = None  # None when not scored (error, duplicate)
+    verdict: VerdictEvent | None = None  # for a turn that asked for it (verdict_requested)
 
 
 @dataclass
@@ -256,7 +269,27 @@ class MonitorLane:
             log.exception("scoring %s failed", event.response_id)
             return self._error(turn.incoming, "scoring_failed", repr(exc), turn.conv, event=event)
         self._remember(turn.entry, event.response_id, fold.after, turn.incoming.partition)
-        return TurnOutcome(turn.conv, event.response_id, flag=outcome.flag, decision=outcome.verdict.decision)
+        verdict = None
+        if event.verdict_requested:
+            v = outcome.verdict
+            verdict = VerdictEvent.build(
+                conversation_id=turn.conv,
+                response_id=event.response_id,
+                decision=v.decision,
+                turn_event_id=event.event_id,
+                categories=v.flagged_categories,
+                scores=v.category_scores,
+                classifier_versions=self.scorer.versions,
+                findings=findings_json(v.findings),
+                tenant=event.tenant,
+            )
+        return TurnOutcome(
+            turn.conv,
+            event.response_id,
+            flag=outcome.flag,
+            decision=outcome.verdict.decision,
+            verdict=verdict,
+        )
 
     def _usable(self, entry: ConversationEntry | None, partition: int, conv: str) -> ConversationEntry:
         versions = self.scorer.versions
@@ -324,7 +357,17 @@ class MonitorLane:
             turn=event.model_dump(mode="json") if event else raw_turn,
         )
         log.error("turn %s not scored: %s: %s", error.response_id or turn.source, code, message)
-        return TurnOutcome(conv, error.response_id, error=error)
+        verdict = None
+        if event is not None and event.verdict_requested:
+            verdict = VerdictEvent.build(
+                conversation_id=event.conversation_id,
+                response_id=event.response_id,
+                decision="error",
+                turn_event_id=event.event_id,
+                error=code,
+                tenant=event.tenant,
+            )
+        return TurnOutcome(conv, error.response_id, error=error, verdict=verdict)
 
 
 def expired(raw: str | bytes, now: float, ttl_s: float) -> int | None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deltaguard.events import BillingEvent, Event, FlagEvent, TurnEvent, stable_event_id
+from deltaguard.events import BillingEvent, Event, FlagEvent, TurnEvent, VerdictEvent, stable_event_id
 from deltaguard.kafka.settings import KafkaSettings
 
 
@@ -39,6 +39,8 @@ def topic_for(event: Event, settings: KafkaSettings) -> str:
         return settings.flags_topic
     if isinstance(event, BillingEvent):
         return settings.billing_topic
+    if isinstance(event, VerdictEvent):
+        return settings.verdicts_topic
     if isinstance(event, TurnError):
         return settings.errors_topic
     raise TypeError(f"no topic for event type {type(event).__name__}")

@@ -15,9 +15,10 @@ Load it from code, or from a JSON file (`KafkaSettings.from_file`, the worker's
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class KafkaSettings(BaseModel):
@@ -35,6 +36,9 @@ class KafkaSettings(BaseModel):
     errors_topic: str = Field(
         "deltaguard.errors", description="turns the worker could not score (dead letters with a reason)"
     )
+    verdicts_topic: str = Field(
+        "deltaguard.verdicts", description="a verdict per turn a gateway holds (TurnEvent.verdict_requested)"
+    )
     # Turns are keyed by conversation id and each partition's worker owns the state of
     # its conversations, so `turns_partitions` caps how many workers share the load;
     # the table's changelog gets the same count (co-partitioned, faust requires it).
@@ -44,6 +48,7 @@ class KafkaSettings(BaseModel):
     flags_partitions: int = Field(4, ge=1)
     billing_partitions: int = Field(4, ge=1)
     errors_partitions: int = Field(1, ge=1)
+    verdicts_partitions: int = Field(4, ge=1)
     replication_factor: int = Field(1, ge=1)
     create_topics: bool = Field(
         True, description="create missing topics at start (and after a broker comes back empty)"
@@ -97,6 +102,18 @@ class KafkaSettings(BaseModel):
     subscriber_offset_reset: str = Field("latest", pattern="^(latest|earliest)$")
     dedupe_window: int = Field(100_000, ge=1, description="event ids remembered to drop duplicates")
 
+    # -- verdict before release (docs/distributed.md) -----------------------------------
+    # A turn with untrusted input has its tool calls held until the worker's verdict comes
+    # back on `verdicts_topic`. Past `verdict_timeout_s` after the turn was published, the
+    # fallback applies: "release" (the call goes out, logged; the worker's flag, once it
+    # comes, blocks the next turn) or "block" (the turn fails as if its input were an
+    # injection). Keep it below the gateway's `release_hold_timeout_s`, which releases
+    # whatever waits longer.
+    verdict_timeout_s: float = Field(10.0, gt=0, description="longest wait for a held turn's verdict")
+    verdict_fallback: Literal["release", "block"] = Field(
+        "release", description="what a held turn gets past the deadline, or when its worker failed on it"
+    )
+
     @field_validator("broker")
     @classmethod
     def _check_broker(cls, value: str) -> str:
@@ -105,6 +122,24 @@ class KafkaSettings(BaseModel):
             if parts.scheme != "kafka" or not parts.hostname or not parts.port:
                 raise ValueError(f"expected kafka://HOST:PORT, got {url!r}")
         return value
+
+    @model_validator(mode="after")
+    def _check_topics(self) -> KafkaSettings:
+        # One topic per kind of record: the subscriber and the worker tell them apart by topic.
+        names = [
+            self.turns_topic,
+            self.flags_topic,
+            self.billing_topic,
+            self.errors_topic,
+            self.verdicts_topic,
+        ]
+        names.append(self.changelog_topic)
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(
+                    f"topic {name!r} is named twice: every kind of record needs a topic of its own"
+                )
+        return self
 
     @property
     def bootstrap_servers(self) -> str:
@@ -127,6 +162,7 @@ class KafkaSettings(BaseModel):
             self.flags_topic: self.flags_partitions,
             self.billing_topic: self.billing_partitions,
             self.errors_topic: self.errors_partitions,
+            self.verdicts_topic: self.verdicts_partitions,
             self.changelog_topic: self.turns_partitions,
         }
 

@@ -11,14 +11,15 @@
   keyed by conversation id, so each turns partition, and its conversations' state, is
   owned by exactly one worker; the changelog has as many partitions as the turns topic,
   and the worker that takes over turns partition N recovers changelog partition N,
-- flags go to `flags_topic`, turns that cannot be scored to `errors_topic`,
+- flags go to `flags_topic`, turns that cannot be scored to `errors_topic`, and the
+  verdict of each turn a gateway holds (`verdict_requested`) to `verdicts_topic`,
 - with `web_enabled`, `GET /metrics` on 127.0.0.1:`web_port` serves Prometheus metrics
   (`WorkerMetrics`: turns by outcome, conversations held, batch and scoring latency).
 
 Per batch, in this order, which is what makes redelivery safe (at least once):
 
 1. score the batch in a thread (pure: table values in, new values + events out);
-2. publish the flag and error events and wait for the broker's acknowledgement;
+2. publish the flag, error and verdict events and wait for the broker's acknowledgement;
 3. write the new table values (their changelog records go out after the events);
 4. faust acknowledges the batch; offsets are committed later, after a producer flush.
 
@@ -203,6 +204,7 @@ class MonitorWorker:
         )
         self.flags = app.topic(settings.flags_topic, key_serializer="raw", value_serializer="raw")
         self.errors = app.topic(settings.errors_topic, key_serializer="raw", value_serializer="raw")
+        self.verdicts = app.topic(settings.verdicts_topic, key_serializer="raw", value_serializer="raw")
         self.table = app.tables.add(
             ConversationTable(
                 app,
@@ -224,7 +226,8 @@ class MonitorWorker:
         self.flagged = 0
         self.errored = 0
         self.duplicates = 0
-        self._logged = (0, 0, 0, 0)
+        self.verdicts_sent = 0
+        self._logged = (0, 0, 0, 0, 0)
         # Only when served: a worker without a web port keeps just its plain counters.
         self.metrics = WorkerMetrics(self) if settings.web_enabled else None
 
@@ -256,33 +259,36 @@ class MonitorWorker:
             result = await loop.run_in_executor(self.executor, self.lane.score_batch, values, turns)
         pending = []
         for outcome in result.outcomes:
-            record = outcome.flag or outcome.error
             if outcome.duplicate:
                 self.duplicates += 1
             elif outcome.error is not None:
                 self.errored += 1
             else:
                 self.scored += 1
-            if record is None:
-                continue
-            topic = self.flags if outcome.flag is not None else self.errors
             self.flagged += outcome.flag is not None
-            pending.append(
-                await topic.send(
-                    key=encode_key(record.conversation_id),
-                    value=encode_json(record.model_dump(mode="json")),
-                    force=True,  # now, never held back until the offset commit
-                )
-            )
+            self.verdicts_sent += outcome.verdict is not None
+            for topic, record in (
+                (self.flags, outcome.flag),
+                (self.errors, outcome.error),
+                (self.verdicts, outcome.verdict),
+            ):
+                if record is not None:
+                    pending.append(
+                        await topic.send(
+                            key=encode_key(record.conversation_id),
+                            value=encode_json(record.model_dump(mode="json")),
+                            force=True,  # now, never held back until the offset commit
+                        )
+                    )
         # Events first, then state: a state written means its events were delivered.
         await asyncio.gather(*pending)
         for conv, (partition, value) in result.writes.items():
             self.table.write(conv, value, partition)
 
     def log_stats(self) -> None:
-        counts = (self.scored, self.flagged, self.errored, self.duplicates)
+        counts = (self.scored, self.flagged, self.errored, self.duplicates, self.verdicts_sent)
         if counts != self._logged:
-            log.info("turns scored %d, flagged %d, errors %d, redelivered %d", *counts)
+            log.info("turns scored %d, flagged %d, errors %d, redelivered %d, verdicts sent %d", *counts)
             self._logged = counts
 
     def sweep(self, now: float) -> int:
@@ -339,6 +345,11 @@ class WorkerMetrics(Collector):
         ):
             turns.add_metric([outcome], n)
         yield turns
+        yield CounterMetricFamily(
+            "deltaguard_worker_verdicts",
+            "Verdict events sent, one per turn a gateway holds (verdict_requested)",
+            value=w.verdicts_sent,
+        )
         yield GaugeMetricFamily(
             "deltaguard_worker_conversations",
             "Conversations whose state this worker holds",

@@ -39,6 +39,7 @@ class Stage(Protocol):
     flag_sink: EventSink
     billing_sink: EventSink
     turn_sink: EventSink | None
+    verdicts: Any  # AwaitedVerdicts | None: where held turns await remote verdicts
     recorder: FlagRecorder | None
     metrics: StageMetrics
     gate_scorer: Scorer
@@ -177,7 +178,7 @@ def assemble(
         batch_size=c.monitor_batch,
         queued=stage.queue_monitor,
     )
-    watcher = TurnPublisher(writers["turns"]) if stage.turn_sink is not None else monitor
+    watcher = TurnPublisher(writers["turns"], stage.verdicts) if stage.turn_sink is not None else monitor
     post = PostLane(
         stage.gate_scorer,
         trackers.gate,

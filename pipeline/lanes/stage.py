@@ -35,6 +35,7 @@ from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event
 from deltaguard.items import Item
 from deltaguard.journal import BillingJournal
 from deltaguard.lanes.assembly import TrackerTable, assemble, lockout_of, split_lanes
+from deltaguard.lanes.awaited import AwaitedVerdicts
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn, TurnContext
@@ -99,6 +100,7 @@ class SafetyStage:
         limiter: InferenceLimiter | None = None,
         queue_monitor: bool = True,
         stream_classifiers: Sequence[str] = (),
+        verdicts: AwaitedVerdicts | None = None,
     ) -> None:
         """`monitor`: classifiers moved from the gate to the monitor lane, beside those whose
         `lane` is "monitor". `turn_sink`: where turn deltas go for remote monitor workers
@@ -106,7 +108,8 @@ class SafetyStage:
         records flagged conversations, started and drained with the stage. `limiter`: the
         process's inference pool (created at `start()` when not given, then closed by
         `aclose()`). `queue_monitor=False`: the caller runs the monitor lane per turn
-        (`Turn.monitor`). `stream_classifiers`: gate classifiers `Turn.watch` runs."""
+        (`Turn.monitor`). `stream_classifiers`: gate classifiers `Turn.watch` runs.
+        `verdicts`: where held turns await the remote workers' verdicts (distributed mode)."""
         self.config = config or StageConfig()
         self.gate_scorer, self.monitor_scorer = split_lanes(scorer, monitor)
         self.queue_monitor = queue_monitor
@@ -121,6 +124,7 @@ class SafetyStage:
         self.flag_sink = flag_sink or MemorySink()
         self.billing_sink = billing_sink or MemorySink()
         self.turn_sink = turn_sink
+        self.verdicts = verdicts
         self.metrics = metrics or NullMetrics()
         self.recorder = recorder
         self.lockout = lockout_of(self.config)

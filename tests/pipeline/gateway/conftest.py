@@ -70,6 +70,18 @@ async def recv_until_done(conn):
     raise AssertionError("socket closed")
 
 
+async def websocket_turn(aclient, body: dict) -> list:
+    """Every event of one `response.create` (`body`) on a new socket, up to its terminal one."""
+    seen = []
+    async with aclient.beta.responses.connect() as conn:
+        await conn.send({"type": "response.create", **body})
+        async for event in conn:
+            seen.append(event)
+            if event.type in ("response.completed", "response.failed", "error"):
+                return seen
+    raise AssertionError("socket closed")
+
+
 @pytest.fixture()
 def sdk(gateway):
     return clients(gateway[0])

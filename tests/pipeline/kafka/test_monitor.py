@@ -39,13 +39,17 @@ def encode_event(event: TurnEvent) -> bytes:
     return encode_json(event.model_dump(mode="json"))
 
 
-def turn(conv: str, rid: str, prev: str | None, *texts: str, full: bool = False) -> TurnEvent:
+def turn(
+    conv: str, rid: str, prev: str | None, *texts: str, full: bool = False, ask: bool = False
+) -> TurnEvent:
+    """`ask`: a gateway holds the turn's tool calls until its verdict (`verdict_requested`)."""
     return TurnEvent.build(
         conversation_id=conv,
         response_id=rid,
         previous_response_id=prev,
         items=[{"role": "user", "content": t} for t in texts],
         full_history=full,
+        verdict_requested=ask,
     )
 
 
@@ -212,3 +216,32 @@ def test_expired():
     assert expired(entry.encode(), now=200.0, ttl_s=50.0) == 2
     assert expired(entry.encode(), now=120.0, ttl_s=50.0) is None
     assert expired(b"garbage", now=0.0, ttl_s=1.0) is None
+
+
+def test_a_turn_that_asks_gets_its_verdict_whatever_it_is():
+    lane, table = MonitorLane(Scorer([ItemCounter()])), Table()
+    benign, bad = turn("c", "r1", None, "hello", ask=True), turn("c", "r2", "r1", "BOOM", ask=True)
+    a, b, c = table.run(lane, [benign, bad, turn("c", "r3", "r2", "more")])
+    assert a.verdict is not None and a.flag is None
+    assert (a.verdict.decision, a.verdict.categories, a.verdict.turn_event_id) == (
+        "allow",
+        [],
+        benign.event_id,
+    )
+    assert b.verdict is not None and b.flag is not None  # the flag still blocks the next turns
+    assert (b.verdict.decision, b.verdict.categories) == ("block", ["secrets"])
+    assert b.verdict.scores["secrets"] == 1.0 and b.verdict.classifier_versions == {"counter": "test"}
+    assert c.verdict is None  # nobody waits for it: no verdict event
+    (again,) = table.run(lane, [benign])
+    assert again.duplicate and again.verdict is None  # its verdict went out the first time
+    # Scored again from the same state (a worker that died before writing it): the same id.
+    (rescored,) = Table().run(lane, [benign])
+    assert rescored.verdict is not None and rescored.verdict.event_id == a.verdict.event_id
+
+
+def test_a_turn_that_asks_and_cannot_be_scored_gets_an_error_verdict():
+    lane, table = MonitorLane(Scorer([ItemCounter()])), Table()
+    (orphan,) = table.run(lane, [turn("c", "r2", "r1", "hi", ask=True)])
+    assert orphan.error is not None and orphan.verdict is not None
+    assert (orphan.verdict.decision, orphan.verdict.error) == ("error", "previous_response_not_found")
+    assert orphan.verdict.conversation_id == "c" and orphan.verdict.response_id == "r2"
