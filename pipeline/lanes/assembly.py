@@ -10,6 +10,9 @@ monitor lane, or a turn publisher in distributed mode), and the `TurnLanes` each
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -133,6 +136,21 @@ class LaneSet:
         """Each lane's and sink writer's queue depth."""
         depths = {"monitor": self.monitor.worker.depth, "post": self.post.worker.depth}
         return {**depths, **{name: writer.depth for name, writer in self.writers.items()}}
+
+    async def aclose(self, deadline: float, undelivered: list[Any]) -> dict[str, int]:
+        """Drain the lanes, then close them and the sink writers by `deadline` (monotonic);
+        what is left undelivered joins `undelivered`. Events left per writer."""
+        # Both lanes drain before either stops taking jobs: a turn in flight still queues.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.drain(), max(0.0, deadline - time.monotonic()))
+        await self.monitor.aclose(deadline)  # monitor jobs left at the deadline are dropped
+        undelivered.extend(await self.post.aclose(deadline))  # never started: billing kept
+        left = {}
+        for name, writer in self.writers.items():
+            events = await writer.aclose(max(0.0, deadline - time.monotonic()))
+            undelivered.extend(events)
+            left[name] = len(events)
+        return left
 
     async def drain(self) -> None:
         await self.monitor.worker.drain()

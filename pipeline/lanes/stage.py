@@ -21,7 +21,6 @@ on one thread pool (`limiter.InferenceLimiter`), created at `start()` or injecte
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -104,22 +103,21 @@ class SafetyStage:
     ) -> None:
         """`monitor`: classifiers moved from the gate to the monitor lane, beside those whose
         `lane` is "monitor". `turn_sink`: where turn deltas go for remote monitor workers
-        (distributed mode; their flags come back through `mark_flagged`). `recorder`:
-        records flagged conversations, started and drained with the stage. `limiter`: the
-        process's inference pool (created at `start()` when not given, then closed by
-        `aclose()`). `queue_monitor=False`: the caller runs the monitor lane per turn
-        (`Turn.monitor`). `stream_classifiers`: gate classifiers `Turn.watch` runs.
-        `verdicts`: where held turns await the remote workers' verdicts (distributed mode)."""
+        (distributed mode; their flags come back through `mark_flagged`, their verdicts on
+        held turns through `verdicts`). `recorder`: records flagged conversations, started
+        and drained with the stage. `limiter`: the process's inference pool (made at
+        `start()` when not given, closed by `aclose()`). `queue_monitor=False`: the caller
+        runs the monitor lane per turn (`Turn.monitor`). `stream_classifiers`: gate
+        classifiers `Turn.watch` runs."""
         self.config = config or StageConfig()
         self.gate_scorer, self.monitor_scorer = split_lanes(scorer, monitor)
         self.queue_monitor = queue_monitor
         self.stream_classifiers = frozenset(stream_classifiers)
         self._limiter = limiter
         self._own_limiter = limiter is None
+        c = self.config
         scorers = {"gate": self.gate_scorer, "monitor": self.monitor_scorer}
-        self._trackers = TrackerTable(
-            scorers, self.config.store, self.config.store_factory, self.config.state
-        )
+        self._trackers = TrackerTable(scorers, c.store, c.store_factory, c.state)
         self.policy = scorer.policy
         self.flag_sink = flag_sink or MemorySink()
         self.billing_sink = billing_sink or MemorySink()
@@ -138,8 +136,9 @@ class SafetyStage:
         if self.recorder is not None:  # first: an unusable store fails startup cleanly
             await self.recorder.start()
         c = self.config
-        threads = (c.inference_threads, c.tenant_threads, c.tenant_weights)
-        self._limiter = self._limiter or InferenceLimiter(*threads)
+        self._limiter = self._limiter or InferenceLimiter(
+            c.inference_threads, c.tenant_threads, c.tenant_weights
+        )
         self._journal = BillingJournal(c.billing_journal) if c.billing_journal else None
         owed = self._journal.recover() if self._journal is not None else []
         self._lanes = assemble(self, self._trackers, self._limiter.run, self._journal)
@@ -157,16 +156,7 @@ class SafetyStage:
             return {}
         self._state = self._state.to(Lifecycle.CLOSING, "SafetyStage")
         deadline = time.monotonic() + self.config.drain_timeout_s
-        # Both lanes drain before either stops taking jobs: a turn in flight still queues.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._lanes.drain(), max(0.0, deadline - time.monotonic()))
-        await self._lanes.monitor.aclose(deadline)  # monitor jobs left at the deadline are dropped
-        self.undelivered.extend(await self._lanes.post.aclose(deadline))  # never started: billing kept
-        left = {}
-        for name, writer in self._lanes.writers.items():
-            events = await writer.aclose(max(0.0, deadline - time.monotonic()))
-            self.undelivered.extend(events)
-            left[name] = len(events)
+        left = await self._lanes.aclose(deadline, self.undelivered)
         left["billing"] = sum(isinstance(e, BillingEvent) for e in self.undelivered)
         if self.recorder is not None:
             left["recordings"] = await self.recorder.aclose(max(0.0, deadline - time.monotonic()))
