@@ -13,7 +13,9 @@ over items, or over the streamed deltas) are folded into one with a count. A ste
 marked `<` returns to a module already left: the module was entered before on this path
 and none of its calls is still open. That is what "a turn goes down once and comes back
 once" counts: a module the path leaves and then has to go back into. A coroutine
-suspended at an `await` is still open; resuming one is not a call.
+suspended at an `await` is still open; resuming one is not a call. The summary also
+counts the distinct functions those returns enter (a loop's returns are one each), and,
+the older way, every step into a module seen before other than the previous step's.
 """
 
 from __future__ import annotations
@@ -173,10 +175,12 @@ def report(steps: list[Step]) -> str:
     for prev, step in zip([None, *folded], folded, strict=False):
         moves += step.module in seen and (prev is None or prev.module != step.module)
         seen.add(step.module)
+    sites = {(s.module, s.function) for s in steps if s.returns}
     summary = (
         f"{len(folded)} steps through {len({(s.module, s.function) for s in folded})} functions in "
-        f"{len(seen)} modules; returns to a module already left (<): {sum(s.returns for s in folded)}; "
-        f"steps into a module seen before, counting calls within an open one: {moves}"
+        f"{len(seen)} modules; returns to a module already left (<): {sum(s.returns for s in folded)}, "
+        f"at {len(sites)} distinct functions; steps into a module seen before, counting calls "
+        f"within an open one: {moves}"
     )
     return "\n".join([summary, "", *lines, ""])
 
