@@ -1,0 +1,182 @@
+"""Monitor verdicts still to come, which a conversation's next turn waits for.
+
+The monitor lane judges a turn beside inference, and its flag refuses the conversation's
+later turns (`lockout.ConversationLockout.flagged`). A continuation that arrives before
+the verdict (on another replica, or on this one when nothing held the response for it:
+a user's own message, `release_hold="off"`) would go without it. So the lane notes each
+job it queues as pending (`note`) and clears it once the job is done (`done`: its flags
+are written by then), and the gate waits for the conversation's pending jobs before it
+reads the flags (`wait`). On a shared state backend (redis) the pending jobs are kept
+there, one key per conversation, so that a replica waits for every replica's verdicts;
+otherwise they are kept in the process.
+
+The wait is bounded (`VerdictWait.deadline_s`); past it, `VerdictWait.late` decides:
+"proceed" (the turn goes on without the verdict; logged and counted in `late`) or
+"refuse" (`MonitorVerdictPending`, a 503 the client retries). Each pending entry names
+when it stops counting, so one left behind by a replica that died holds no turn past
+its deadline.
+
+    verdicts = PendingVerdicts(VerdictWait(deadline_s=5.0), backend)
+    verdicts.judged = True                          # a monitor lane notes its jobs here
+    verdicts.note("acme", "conv_1", "resp_1")       # the lane queued resp_1
+    await verdicts.wait("acme", "conv_1")           # the next turn waits until ...
+    verdicts.done("acme", "conv_1", "resp_1")       # ... resp_1's verdict is in
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from deltaguard import defaults
+from deltaguard.errors import MonitorVerdictPending, StateBackendError
+from deltaguard.state.backends import StateBackend
+from deltaguard.state.tiers import key_text
+
+log = logging.getLogger("deltaguard.stage")
+
+LatePolicy = Literal["proceed", "refuse"]
+# The first and the longest pause between two reads of a shared backend while waiting:
+# a verdict that lands is seen within 20 ms, and a wait costs at most 50 reads a second.
+POLL_S = (0.002, 0.02)
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictWait:
+    """How long a turn waits for its conversation's pending monitor verdicts (0: never),
+    and what it does when they are late ("proceed" or "refuse")."""
+
+    deadline_s: float = defaults.MONITOR_VERDICT_WAIT_S
+    late: LatePolicy = defaults.MONITOR_VERDICT_LATE  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.deadline_s) and self.deadline_s >= 0):
+            raise ValueError(f"monitor verdict wait: deadline_s must be >= 0 seconds, got {self.deadline_s}")
+        if self.late not in ("proceed", "refuse"):
+            raise ValueError(f"monitor verdict wait: late must be 'proceed' or 'refuse', got {self.late!r}")
+
+
+class PendingVerdicts:
+    """The monitor jobs queued and not yet done, per (tenant, conversation) (module docstring).
+
+    `judged`: a queued monitor lane notes its jobs here (set by it); without one, no turn
+    waits. `late` counts the waits that ran past the deadline, `waited` those that found
+    something pending."""
+
+    def __init__(
+        self,
+        wait: VerdictWait | None = None,
+        backend: StateBackend | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.policy = wait or VerdictWait()
+        self.backend = backend if backend is not None and backend.shared else None
+        self.clock = clock  # wall clock: entries in a shared backend are read by other hosts
+        self.judged = False
+        self.late = 0
+        self.waited = 0
+        self._local: dict[tuple[str, str], dict[str, asyncio.Event]] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.judged and self.policy.deadline_s > 0
+
+    def note(self, tenant: str, conversation_id: str, job: str) -> None:
+        """The monitor lane queued `job` (a turn's verdict, or its output's folding)."""
+        if not self.active:
+            return
+        if self.backend is not None:
+            until = self.clock() + self.policy.deadline_s
+            self._change(tenant, conversation_id, lambda jobs: {**jobs, job: until})
+        self._local.setdefault((tenant, conversation_id), {})[job] = asyncio.Event()
+
+    def done(self, tenant: str, conversation_id: str, job: str) -> None:
+        """`job` is done, judged or not (a failed job has no verdict to wait for). A job
+        never noted, or done already, changes nothing."""
+        key = (tenant, conversation_id)
+        local = self._local.get(key)
+        event = local.pop(job, None) if local is not None else None
+        if event is None:
+            return
+        if not local:
+            del self._local[key]
+        if self.backend is not None:
+            try:
+                self._change(
+                    tenant, conversation_id, lambda jobs: {k: v for k, v in jobs.items() if k != job}
+                )
+            except StateBackendError:  # its entry expires at its deadline; the waiters here go on
+                log.exception("could not clear the pending monitor job %s of %s", job, conversation_id)
+        event.set()
+
+    async def wait(self, tenant: str, conversation_id: str) -> float:
+        """Wait until no monitor job of the conversation is pending (here, and on every
+        replica of a shared backend); the seconds waited. Past the deadline: logged and
+        counted, then the turn proceeds, or `MonitorVerdictPending` ("refuse")."""
+        if not self.active:
+            return 0.0
+        start = time.monotonic()
+        deadline = start + self.policy.deadline_s
+        local = list(self._local.get((tenant, conversation_id), {}).values())
+        found = bool(local)
+        if local:
+            try:
+                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in local)), deadline - start)
+            except TimeoutError:
+                return self._late(conversation_id, start)
+        pause = POLL_S[0]
+        while self.backend is not None and self._remote(tenant, conversation_id):
+            found = True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._late(conversation_id, start)
+            await asyncio.sleep(min(pause, left))
+            pause = min(2 * pause, POLL_S[1])
+        self.waited += found
+        return time.monotonic() - start
+
+    def _late(self, conversation_id: str, start: float) -> float:
+        waited = time.monotonic() - start
+        self.waited += 1
+        self.late += 1
+        log.warning(
+            "conversation %s: monitor verdicts still pending after %.1f s: %s",
+            conversation_id,
+            waited,
+            "refusing the turn" if self.policy.late == "refuse" else "the turn proceeds without them",
+        )
+        if self.policy.late == "refuse":
+            raise MonitorVerdictPending(waited)
+        return waited
+
+    def _key(self, tenant: str, conversation_id: str) -> str:
+        return f"monitor/pending/{key_text((tenant, conversation_id))}"
+
+    def _remote(self, tenant: str, conversation_id: str) -> list[str]:
+        """The conversation's jobs the shared backend holds pending, not past their deadline."""
+        assert self.backend is not None
+        return list(_live(self.backend.get(self._key(tenant, conversation_id)), self.clock()))
+
+    def _change(
+        self, tenant: str, conversation_id: str, change: Callable[[dict[str, float]], dict[str, float]]
+    ) -> None:
+        """Atomically (replicas note and clear jobs of one conversation at once)."""
+        assert self.backend is not None
+        now = self.clock()
+        self.backend.update(
+            self._key(tenant, conversation_id),
+            lambda old: json.dumps(change(_live(old, now))),
+            self.policy.deadline_s + 1.0,  # the key outlives its newest entry, no longer
+        )
+
+
+def _live(text: str | None, now: float) -> dict[str, float]:
+    """The pending jobs of a stored entry whose deadline has not passed."""
+    jobs = json.loads(text) if text else {}
+    return {job: float(until) for job, until in jobs.items() if float(until) > now}
