@@ -145,6 +145,7 @@ def assemble(
         maxsize=c.monitor_queue_size,
         batch_size=c.monitor_batch,
         queued=stage.queue_monitor,
+        verdicts=stage.lockout.verdicts,
     )
     watcher = TurnPublisher(writers["turns"]) if stage.turn_sink is not None else monitor
     post = PostLane(

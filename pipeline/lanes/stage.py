@@ -33,12 +33,13 @@ from deltaguard import defaults
 from deltaguard.errors import LaneClosed
 from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event
 from deltaguard.items import Item
-from deltaguard.journal import BillingJournal
+from deltaguard.journal import BillingJournal, JournalCadence
 from deltaguard.lanes.assembly import TrackerTable, assemble
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn
+from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
 from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import Scorer, TurnVerdict
@@ -82,6 +83,11 @@ class StageConfig:
     # until the billing sink has it (`deltaguard.journal`): a process killed meanwhile
     # loses none, the next start re-sends them. None: billing lives in memory until sent.
     billing_journal: Path | None = None
+    # How often a streaming answer's output count joins its journalled billing event.
+    journal_cadence: JournalCadence = field(default_factory=JournalCadence)
+    # How long a turn waits for the monitor verdicts pending on its conversation (on any
+    # replica of a shared state backend), and what it does past that (`lanes.verdicts`).
+    verdict_wait: VerdictWait = field(default_factory=VerdictWait)
 
 
 class SafetyStage:
@@ -136,6 +142,7 @@ class SafetyStage:
             lock_s=c.lock_s,
             first_turn_window_s=c.first_turn_window_s,
             backend=c.state,
+            verdict_wait=c.verdict_wait,
         )
         self.sanitized = SanitizedItems(c.store.max_responses, c.store.ttl_s)
         self._state = Lifecycle.NEW
@@ -149,7 +156,10 @@ class SafetyStage:
         self._limiter = self._limiter or InferenceLimiter(
             self.config.inference_threads, self.config.tenant_threads
         )
-        self._journal = BillingJournal(self.config.billing_journal) if self.config.billing_journal else None
+        c = self.config
+        self._journal = (
+            BillingJournal(c.billing_journal, cadence=c.journal_cadence) if c.billing_journal else None
+        )
         owed = self._journal.recover() if self._journal is not None else []
         self._lanes = assemble(self, self._trackers, self._limiter.run, self._journal)
         self._lanes.start()

@@ -53,7 +53,7 @@ class VerdictWait:
     and what it does when they are late ("proceed" or "refuse")."""
 
     deadline_s: float = defaults.MONITOR_VERDICT_WAIT_S
-    late: LatePolicy = defaults.MONITOR_VERDICT_LATE  # type: ignore[assignment]
+    late: LatePolicy = defaults.MONITOR_VERDICT_LATE
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.deadline_s) and self.deadline_s >= 0):
@@ -65,9 +65,14 @@ class VerdictWait:
 class PendingVerdicts:
     """The monitor jobs queued and not yet done, per (tenant, conversation) (module docstring).
 
-    `judged`: a queued monitor lane notes its jobs here (set by it); without one, no turn
-    waits. `late` counts the waits that ran past the deadline, `waited` those that found
-    something pending."""
+    Two kinds of job: a turn's verdict, which the conversation's next turn waits for
+    (`wait`), and the folding of a response's output into the lane's record (`output=True`),
+    which only another replica's monitor lane waits for (`outputs_in`), before it folds a
+    turn that continues that response (in one process the lane takes jobs in order).
+
+    `judged`: a queued monitor lane notes its jobs here (set by it); without one, nothing
+    is waited for. `late` counts the waits that ran past the deadline, `waited` those that
+    found something pending."""
 
     def __init__(
         self,
@@ -81,65 +86,97 @@ class PendingVerdicts:
         self.judged = False
         self.late = 0
         self.waited = 0
-        self._local: dict[tuple[str, str], dict[str, asyncio.Event]] = {}
+        # (tenant, conversation) -> the jobs noted here: a verdict's event, None for an output
+        self._local: dict[tuple[str, str], dict[str, asyncio.Event | None]] = {}
 
     @property
     def active(self) -> bool:
         return self.judged and self.policy.deadline_s > 0
 
-    def note(self, tenant: str, conversation_id: str, job: str) -> None:
-        """The monitor lane queued `job` (a turn's verdict, or its output's folding)."""
-        if not self.active:
+    def note(self, tenant: str, conversation_id: str, job: str, *, output: bool = False) -> None:
+        """The monitor lane queued `job` (a response id): its verdict, or its `output`."""
+        if not self.active or (output and self.backend is None):
             return
+        name = _name(job, output)
         if self.backend is not None:
             until = self.clock() + self.policy.deadline_s
-            self._change(tenant, conversation_id, lambda jobs: {**jobs, job: until})
-        self._local.setdefault((tenant, conversation_id), {})[job] = asyncio.Event()
+            self._change(tenant, conversation_id, lambda jobs: {**jobs, name: until})
+        self._local.setdefault((tenant, conversation_id), {})[name] = None if output else asyncio.Event()
 
-    def done(self, tenant: str, conversation_id: str, job: str) -> None:
+    def done(self, tenant: str, conversation_id: str, job: str, *, output: bool = False) -> None:
         """`job` is done, judged or not (a failed job has no verdict to wait for). A job
         never noted, or done already, changes nothing."""
-        key = (tenant, conversation_id)
+        key, name = (tenant, conversation_id), _name(job, output)
         local = self._local.get(key)
-        event = local.pop(job, None) if local is not None else None
-        if event is None:
+        if local is None or name not in local:
             return
+        event = local.pop(name)
         if not local:
             del self._local[key]
         if self.backend is not None:
             try:
                 self._change(
-                    tenant, conversation_id, lambda jobs: {k: v for k, v in jobs.items() if k != job}
+                    tenant, conversation_id, lambda jobs: {k: v for k, v in jobs.items() if k != name}
                 )
-            except StateBackendError:  # its entry expires at its deadline; the waiters here go on
-                log.exception("could not clear the pending monitor job %s of %s", job, conversation_id)
-        event.set()
+            except StateBackendError:  # its entry lapses at its deadline; the waiters here go on
+                log.exception("could not clear the pending monitor job %s of %s", name, conversation_id)
+        if event is not None:
+            event.set()
 
     async def wait(self, tenant: str, conversation_id: str) -> float:
-        """Wait until no monitor job of the conversation is pending (here, and on every
-        replica of a shared backend); the seconds waited. Past the deadline: logged and
-        counted, then the turn proceeds, or `MonitorVerdictPending` ("refuse")."""
+        """Wait until no verdict on the conversation is pending (here, and on every replica
+        of a shared backend); the seconds waited. Past the deadline: logged and counted,
+        then the turn proceeds, or `MonitorVerdictPending` ("refuse")."""
         if not self.active:
             return 0.0
         start = time.monotonic()
-        deadline = start + self.policy.deadline_s
-        local = list(self._local.get((tenant, conversation_id), {}).values())
+        local = [e for e in self._local.get((tenant, conversation_id), {}).values() if e is not None]
         found = bool(local)
         if local:
             try:
-                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in local)), deadline - start)
+                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in local)), self.policy.deadline_s)
             except TimeoutError:
                 return self._late(conversation_id, start)
-        pause = POLL_S[0]
-        while self.backend is not None and self._remote(tenant, conversation_id):
+        remote = await self._remote_done(tenant, conversation_id, start, outputs=False)
+        if remote is None:
+            return self._late(conversation_id, start)
+        self.waited += found or remote
+        return time.monotonic() - start
+
+    async def outputs_in(self, tenant: str, conversation_id: str) -> None:
+        """Wait until no other replica has the conversation's output pending (bounded by
+        the deadline; past it the lane folds without it, logged)."""
+        if self.active and (
+            await self._remote_done(tenant, conversation_id, time.monotonic(), outputs=True) is None
+        ):
+            log.warning(
+                "conversation %s: another replica's output is late; folded without it", conversation_id
+            )
+
+    async def _remote_done(
+        self, tenant: str, conversation_id: str, start: float, *, outputs: bool
+    ) -> bool | None:
+        """Poll the shared backend until none of the conversation's jobs of that kind that
+        other replicas noted is pending: whether any was. None: late (this wait's deadline
+        passed, or a job's own did, and its replica never cleared it)."""
+        pause, found = POLL_S[0], False
+        while self.backend is not None:
+            mine = self._local.get((tenant, conversation_id), {})
+            raw = self.backend.get(self._key(tenant, conversation_id))
+            jobs = [
+                until
+                for name, until in (json.loads(raw) if raw else {}).items()
+                if name.endswith(_OUTPUT) == outputs and name not in mine
+            ]
+            if not jobs:
+                break
             found = True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return self._late(conversation_id, start)
+            left = start + self.policy.deadline_s - time.monotonic()
+            if left <= 0 or max(jobs) <= self.clock():
+                return None
             await asyncio.sleep(min(pause, left))
             pause = min(2 * pause, POLL_S[1])
-        self.waited += found
-        return time.monotonic() - start
+        return found
 
     def _late(self, conversation_id: str, start: float) -> float:
         waited = time.monotonic() - start
@@ -158,11 +195,6 @@ class PendingVerdicts:
     def _key(self, tenant: str, conversation_id: str) -> str:
         return f"monitor/pending/{key_text((tenant, conversation_id))}"
 
-    def _remote(self, tenant: str, conversation_id: str) -> list[str]:
-        """The conversation's jobs the shared backend holds pending, not past their deadline."""
-        assert self.backend is not None
-        return list(_live(self.backend.get(self._key(tenant, conversation_id)), self.clock()))
-
     def _change(
         self, tenant: str, conversation_id: str, change: Callable[[dict[str, float]], dict[str, float]]
     ) -> None:
@@ -174,6 +206,13 @@ class PendingVerdicts:
             lambda old: json.dumps(change(_live(old, now))),
             self.policy.deadline_s + 1.0,  # the key outlives its newest entry, no longer
         )
+
+
+_OUTPUT = "/output"
+
+
+def _name(job: str, output: bool) -> str:
+    return job + _OUTPUT if output else job
 
 
 def _live(text: str | None, now: float) -> dict[str, float]:

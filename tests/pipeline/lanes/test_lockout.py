@@ -2,27 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from deltaguard.lanes.lockout import ConversationLockout
-from deltaguard.state.backends import SqliteBackend, open_backend
-from tests.support.state_servers import redis_server
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    with redis_server() as url:
-        yield url
-
-
-@pytest.fixture()
-def redis(redis_url):
-    """Two clients of one freshly emptied Redis: two replicas' connections."""
-    backends = [open_backend(redis_url), open_backend(redis_url)]
-    backends[0]._client.flushdb()
-    yield backends
-    for backend in backends:
-        backend.close()
+from deltaguard.state.backends import SqliteBackend
 
 
 def test_the_limit_refuses_the_conversation_once_with_every_category_seen():
@@ -121,9 +102,9 @@ def _copy_of(history):
     return [*_history(history[0].text.replace("next", "nxt")), *history[1:], *_history("thanks")]
 
 
-def test_a_near_copy_sent_to_another_replica_is_locked(redis):
+def test_a_near_copy_sent_to_another_replica_is_locked(redis_pair):
     clock = Clock()
-    one, two = (ConversationLockout(block_limit=1, lock_s=60, clock=clock, backend=b) for b in redis)
+    one, two = (ConversationLockout(block_limit=1, lock_s=60, clock=clock, backend=b) for b in redis_pair)
     assert two.lock_of("t", "other", lambda: _copy_of(LONG), client="", first_turn=True) is None
     assert one.count_blocked_turn("t", "c", ["jailbreak"], lambda: LONG) == ["jailbreak"]
     lock = two.lock_of("t", "other", lambda: _copy_of(LONG), client="", first_turn=True)
@@ -150,9 +131,11 @@ def _distinct(seed: int):
     return _history(" ".join(rng.choice(words) + str(rng.randrange(100)) for _ in range(60)))
 
 
-def test_each_tenant_keeps_its_newest_sketches_only_and_replicas_locking_at_once_keep_both(redis):
+def test_each_tenant_keeps_its_newest_sketches_only_and_replicas_locking_at_once_keep_both(redis_pair):
     clock = Clock()
-    one, two = (ConversationLockout(block_limit=1, clock=clock, backend=b, max_sketches=2) for b in redis)
+    one, two = (
+        ConversationLockout(block_limit=1, clock=clock, backend=b, max_sketches=2) for b in redis_pair
+    )
     distinct = [_distinct(seed) for seed in range(3)]
     one.count_blocked_turn("t", "c0", ["jailbreak"], lambda: distinct[0])
     two.count_blocked_turn("t", "c1", ["jailbreak"], lambda: distinct[1])  # the other replica
