@@ -72,7 +72,7 @@ class PendingVerdicts:
 
     `judged`: a queued monitor lane notes its jobs here (set by it); without one, nothing
     is waited for. `late` counts the waits that ran past the deadline, `waited` those that
-    found something pending."""
+    found something pending, `wait_s` the seconds turns spent in `wait`, all of them."""
 
     def __init__(
         self,
@@ -86,6 +86,7 @@ class PendingVerdicts:
         self.judged = False
         self.late = 0
         self.waited = 0
+        self.wait_s = 0.0
         # (tenant, conversation) -> the jobs noted here: a verdict's event, None for an output
         self._local: dict[tuple[str, str], dict[str, asyncio.Event | None]] = {}
 
@@ -130,18 +131,20 @@ class PendingVerdicts:
         if not self.active:
             return 0.0
         start = time.monotonic()
-        local = [e for e in self._local.get((tenant, conversation_id), {}).values() if e is not None]
-        found = bool(local)
-        if local:
-            try:
-                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in local)), self.policy.deadline_s)
-            except TimeoutError:
+        try:
+            local = [e for e in self._local.get((tenant, conversation_id), {}).values() if e is not None]
+            if local:
+                try:
+                    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in local)), self.policy.deadline_s)
+                except TimeoutError:
+                    return self._late(conversation_id, start)
+            remote = await self._remote_done(tenant, conversation_id, start, outputs=False)
+            if remote is None:
                 return self._late(conversation_id, start)
-        remote = await self._remote_done(tenant, conversation_id, start, outputs=False)
-        if remote is None:
-            return self._late(conversation_id, start)
-        self.waited += found or remote
-        return time.monotonic() - start
+            self.waited += bool(local) or remote
+            return time.monotonic() - start
+        finally:
+            self.wait_s += time.monotonic() - start
 
     async def outputs_in(self, tenant: str, conversation_id: str) -> None:
         """Wait until no other replica has the conversation's output pending (bounded by
