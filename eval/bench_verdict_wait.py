@@ -23,6 +23,11 @@ Three ways of continuing, each a row:
 Measured at the client (the official SDK): the continuation's request to its response,
 median and p90 over `--reps` conversations; and on B, the time its gate spent waiting
 (`PendingVerdicts.wait_s`, the added latency itself, free of the client's noise).
+
+Then what the bookkeeping costs every turn when nothing is pending, over `--turns`
+turns on the same Redis: on the request path, the gate's read of the conversation's
+pending jobs and the notes of the turn and of its output (one round trip each); in the
+monitor lane, its read of outputs pending elsewhere and the two clearings.
 Writes eval/out/verdict_wait.md.
 """
 
@@ -42,7 +47,7 @@ from openai import AsyncOpenAI
 
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.server import running_gateway
-from deltaguard.lanes.verdicts import PendingVerdicts
+from deltaguard.lanes.verdicts import PendingVerdicts, VerdictWait
 from deltaguard.state.backends import open_backend
 from deltaguard.state.scoring import Scorer
 from tests.support.state_servers import redis_server
@@ -79,7 +84,9 @@ async def continuation_s(pair: Replicas, i: int, pause_s: float) -> tuple[float,
     return took, pair.b_verdicts.wait_s - waited
 
 
-async def run(monitor_ms: float, reps: int) -> list[dict[str, object]]:
+async def run(
+    monitor_ms: float, reps: int, turns: int
+) -> tuple[list[dict[str, object]], dict[str, tuple[float, float]]]:
     rows: list[dict[str, object]] = []
     with redis_server() as url:
         open_backend(url)._client.flushdb()
@@ -113,14 +120,43 @@ async def run(monitor_ms: float, reps: int) -> list[dict[str, object]]:
                         times.append(took * 1000)
                         waits.append(waited * 1000)
                         await asyncio.sleep(2 * monitor_ms / 1000)  # every lane idle again
-                    row[mode] = (statistics.median(times), sorted(times)[int(0.9 * (len(times) - 1))])
+                    row[mode] = (statistics.median(times), pct(times, 0.9))
                     if mode == "wait":
                         row["gate wait"] = (statistics.median(waits), max(waits))
                 rows.append(row)
-    return rows
+        costs = await bookkeeping(url, turns)
+    return rows, costs
 
 
-def report(rows: list[dict[str, object]], monitor_ms: float, reps: int) -> str:
+async def bookkeeping(url: str, turns: int) -> dict[str, tuple[float, float]]:
+    """Per turn, ms (p50, p99): the request path's and the monitor lane's part."""
+    verdicts = PendingVerdicts(VerdictWait(), open_backend(url))
+    verdicts.judged = True
+    path, lane = [], []
+    for i in range(turns):
+        conversation = f"bookkeeping-{i % 50}"
+        start = time.perf_counter()
+        await verdicts.wait("bench", conversation)  # the gate
+        verdicts.note("bench", conversation, f"r{i}")  # the turn queued to the lane
+        verdicts.note("bench", conversation, f"r{i}", output=True)  # its output, at finish
+        queued = time.perf_counter()
+        await verdicts.outputs_in("bench", conversation)
+        verdicts.done("bench", conversation, f"r{i}")
+        verdicts.done("bench", conversation, f"r{i}", output=True)
+        path.append((queued - start) * 1000)
+        lane.append((time.perf_counter() - queued) * 1000)
+    return {
+        name: (pct(ms, 0.5), pct(ms, 0.99)) for name, ms in (("request path", path), ("monitor lane", lane))
+    }
+
+
+def pct(values: list[float], q: float) -> float:
+    return sorted(values)[int(q * (len(values) - 1))]
+
+
+def report(
+    rows: list[dict[str, object]], monitor_ms: float, reps: int, costs: dict[str, tuple[float, float]]
+) -> str:
     lines = [
         f"# Waiting for another replica's monitor verdict (monitor {monitor_ms:g} ms, {reps} conversations)",
         "",
@@ -137,6 +173,12 @@ def report(rows: list[dict[str, object]], monitor_ms: float, reps: int) -> str:
         "",
         "The continuation's request to its response at the client; it reaches the replica",
         "that did not judge the turn before it (two gateways on one Redis).",
+        "",
+        "Bookkeeping per turn, nothing pending (ms):",
+        "",
+        "| where | p50 | p99 |",
+        "|---|---:|---:|",
+        *(f"| {name} | {p50:.3f} | {p99:.3f} |" for name, (p50, p99) in costs.items()),
     ]
     return "\n".join(lines) + "\n"
 
@@ -145,12 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--monitor-ms", type=float, default=300.0, help="the monitor lane's time per turn")
     p.add_argument("--reps", type=int, default=10, help="conversations per cell")
+    p.add_argument("--turns", type=int, default=2000, help="turns of the bookkeeping measurement")
     args = p.parse_args(argv)
     # Without the wait, B's monitor lane fails on the turns whose record A's lane has not
     # written yet (one of the things the wait prevents): logged by the lane, not shown here.
     logging.getLogger("deltaguard.stage").setLevel(logging.CRITICAL)
-    rows = asyncio.run(run(args.monitor_ms, args.reps))
-    text = report(rows, args.monitor_ms, args.reps)
+    rows, costs = asyncio.run(run(args.monitor_ms, args.reps, args.turns))
+    text = report(rows, args.monitor_ms, args.reps, costs)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "verdict_wait.md").write_text(text, encoding="utf-8")
     sys.stdout.write(text)

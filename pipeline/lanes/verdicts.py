@@ -26,7 +26,6 @@ its deadline.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
@@ -99,9 +98,11 @@ class PendingVerdicts:
         if not self.active or (output and self.backend is None):
             return
         name = _name(job, output)
-        if self.backend is not None:
+        if self.backend is not None:  # the key outlives its newest entry by a second, no more
             until = self.clock() + self.policy.deadline_s
-            self._change(tenant, conversation_id, lambda jobs: {**jobs, name: until})
+            self.backend.put_field(
+                self._key(tenant, conversation_id), name, repr(until), self.policy.deadline_s + 1
+            )
         self._local.setdefault((tenant, conversation_id), {})[name] = None if output else asyncio.Event()
 
     def done(self, tenant: str, conversation_id: str, job: str, *, output: bool = False) -> None:
@@ -116,9 +117,7 @@ class PendingVerdicts:
             del self._local[key]
         if self.backend is not None:
             try:
-                self._change(
-                    tenant, conversation_id, lambda jobs: {k: v for k, v in jobs.items() if k != name}
-                )
+                self.backend.delete_field(self._key(tenant, conversation_id), name)
             except StateBackendError:  # its entry lapses at its deadline; the waiters here go on
                 log.exception("could not clear the pending monitor job %s of %s", name, conversation_id)
         if event is not None:
@@ -165,10 +164,9 @@ class PendingVerdicts:
         pause, found = POLL_S[0], False
         while self.backend is not None:
             mine = self._local.get((tenant, conversation_id), {})
-            raw = self.backend.get(self._key(tenant, conversation_id))
             jobs = [
-                until
-                for name, until in (json.loads(raw) if raw else {}).items()
+                float(until)
+                for name, until in self.backend.fields(self._key(tenant, conversation_id)).items()
                 if name.endswith(_OUTPUT) == outputs and name not in mine
             ]
             if not jobs:
@@ -198,27 +196,9 @@ class PendingVerdicts:
     def _key(self, tenant: str, conversation_id: str) -> str:
         return f"monitor/pending/{key_text((tenant, conversation_id))}"
 
-    def _change(
-        self, tenant: str, conversation_id: str, change: Callable[[dict[str, float]], dict[str, float]]
-    ) -> None:
-        """Atomically (replicas note and clear jobs of one conversation at once)."""
-        assert self.backend is not None
-        now = self.clock()
-        self.backend.update(
-            self._key(tenant, conversation_id),
-            lambda old: json.dumps(change(_live(old, now))),
-            self.policy.deadline_s + 1.0,  # the key outlives its newest entry, no longer
-        )
-
 
 _OUTPUT = "/output"
 
 
 def _name(job: str, output: bool) -> str:
     return job + _OUTPUT if output else job
-
-
-def _live(text: str | None, now: float) -> dict[str, float]:
-    """The pending jobs of a stored entry whose deadline has not passed."""
-    jobs = json.loads(text) if text else {}
-    return {job: float(until) for job, until in jobs.items() if float(until) > now}
