@@ -7,7 +7,7 @@ a user's own message, `release_hold="off"`) would go without it. So the lane not
 job it queues as pending (`note`) and clears it once the job is done (`done`: its flags
 are written by then), and the gate waits for the conversation's pending jobs before it
 reads the flags (`wait`). On a shared state backend (redis) the pending jobs are kept
-there, one key per conversation, so that a replica waits for every replica's verdicts;
+there, one hash per conversation, so that a replica waits for every replica's verdicts;
 otherwise they are kept in the process.
 
 The wait is bounded (`VerdictWait.deadline_s`); past it, `VerdictWait.late` decides:
