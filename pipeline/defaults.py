@@ -33,6 +33,18 @@ LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
 MONITOR_BATCH = 32
 SINK_QUEUE_SIZE = 10_000  # flag and billing events
 DRAIN_TIMEOUT_S = 10.0  # shutdown: lanes and sinks drain within this, the rest is spooled
+# A turn waits this long for the monitor verdicts still pending on its conversation (on
+# any replica of a shared state backend) before it reads the flags they raise; past it,
+# the turn proceeds without them ("proceed", logged and counted) or is refused with a
+# retryable 503 ("refuse"). 0: never waits.
+MONITOR_VERDICT_WAIT_S = 10.0
+MONITOR_VERDICT_LATE = "proceed"
+# A streaming answer's output count is journalled (with a billing journal) once this many
+# tokens have streamed since the last write, or this long after it: a kill loses at most
+# that much of the output's billing, and a stream costs at most one append per interval
+# or per that many tokens.
+JOURNAL_EVERY_TOKENS = 256
+JOURNAL_EVERY_S = 1.0
 
 # Turns of one conversation blocked on their own content (injection, jailbreak, toxicity
 # or one of its finer harm categories, where a policy blocks them) after which the rest of
@@ -43,6 +55,9 @@ BLOCK_LIMIT = 3
 # turns count together.
 LOCK_S = 900.0
 FIRST_TURN_WINDOW_S = 600.0
+# Similarity sketches of locked histories kept per tenant (~1 KB each; the newest go on
+# living, the oldest are dropped first): near-copies of those histories are refused too.
+MAX_LOCK_SKETCHES = 256
 PROBE_CATEGORIES = frozenset(
     {
         "prompt_injection",

@@ -16,7 +16,8 @@ DeltaGuardError
 ├── RecordingStoreError        the recording store cannot be used
 ├── StateBackendError          the conversation state backend cannot be used (bad URL, unreachable)
 ├── RequestError               a request the gateway refuses (HTTP status, error code)
-│   └── SafetyBlocked          the safety stage blocked the turn
+│   ├── SafetyBlocked          the safety stage blocked the turn
+│   └── MonitorVerdictPending  the verdict on the conversation's last turn is late (retry)
 ├── UpstreamError              the upstream model failed or stalled
 └── KafkaPathError             the Kafka path failed
     ├── BrokerUnavailable      the broker could not be reached or refused a request
@@ -141,6 +142,22 @@ class SafetyBlocked(RequestError):
 
     def to_error(self) -> dict[str, Any]:
         return {**super().to_error(), "categories": self.categories}
+
+
+class MonitorVerdictPending(RequestError):
+    """A turn refused because the monitor verdicts pending on its conversation did not come
+    within the wait's deadline (`deltaguard.lanes.verdicts`, policy "refuse"): a 503 that
+    clients retry (the OpenAI SDK does on its own)."""
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(
+            f"The safety verdict on this conversation's previous turn is not in after {waited_s:.1f} s; "
+            "retry the request.",
+            code="monitor_verdict_pending",
+            status=503,
+            type="server_error",
+        )
+        self.waited_s = waited_s
 
 
 class ConversationLocked(SafetyBlocked):

@@ -154,6 +154,8 @@ class Gateway:
             tenant_weights=dict(config.tenant_weights),
             store=StoreLimits(max_bytes=config.state_max_bytes),
             billing_journal=Path(config.billing_journal_path) if config.billing_journal_path else None,
+            journal_cadence=config.journal_cadence(),
+            verdict_wait=config.verdict_wait(),
         )
         if stage_config.state is None and self.state is not None:
             stage_config = dataclasses.replace(stage_config, state=self.state)

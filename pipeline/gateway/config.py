@@ -11,6 +11,8 @@ from deltaguard import defaults
 from deltaguard.access import default_hosts
 from deltaguard.classifiers.registry import DEFAULT_NAMES
 from deltaguard.errors import StateBackendError
+from deltaguard.journal import JournalCadence
+from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.state.backends import parse_state_url
 
 
@@ -86,6 +88,11 @@ class GatewayConfig(BaseModel):
     # Billing kept on disk from the start of each generation until the billing sink has it
     # (deltaguard.journal): a gateway killed meanwhile re-sends it at its next start.
     billing_journal_path: str | None = None
+    # With a journal, a streaming answer's output count joins its billing event there once
+    # this many tokens have streamed since the last write, or at the first token this long
+    # after it: a kill leaves the output streamed until then billed (docs/deployment.md).
+    billing_journal_every_tokens: int = Field(defaults.JOURNAL_EVERY_TOKENS, ge=1)
+    billing_journal_every_s: float = Field(defaults.JOURNAL_EVERY_S, gt=0)
     # Flagged conversations recorded to this SQLite file (deltaguard.recording), replayable
     # with `deltaguard replay --from-store`; not recorded when unset.
     record_path: str | None = None
@@ -99,6 +106,13 @@ class GatewayConfig(BaseModel):
     # then blocks the next turn). Past the timeout the output is released, and logged.
     release_hold: Literal["actions", "all", "off"] = "actions"
     release_hold_timeout_s: float = Field(30.0, gt=0)
+    # A turn waits this long for the monitor verdicts still pending on its conversation,
+    # whichever replica judges them (a shared state backend), before it reads the flags
+    # they raise (0: never waits). Past it, "proceed": the turn goes on without them
+    # (logged, counted); "refuse": 503 monitor_verdict_pending, which clients retry
+    # (docs/state.md, "Monitor verdicts across replicas").
+    monitor_verdict_wait_s: float = Field(defaults.MONITOR_VERDICT_WAIT_S, ge=0)
+    monitor_verdict_late: Literal["proceed", "refuse"] = defaults.MONITOR_VERDICT_LATE
 
     # A policy file (pipeline/state/policy.py): thresholds and actions per category over the defaults.
     policy_path: str | None = None
@@ -149,6 +163,12 @@ class GatewayConfig(BaseModel):
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=256)
     max_items_per_request: int = Field(10_000, ge=1)
     max_id_length: int = Field(256, ge=8)
+
+    def journal_cadence(self) -> JournalCadence:
+        return JournalCadence(self.billing_journal_every_tokens, self.billing_journal_every_s)
+
+    def verdict_wait(self) -> VerdictWait:
+        return VerdictWait(self.monitor_verdict_wait_s, self.monitor_verdict_late)
 
     def hosts(self) -> tuple[str, ...]:
         """The Host names allowed (`allowed_hosts`, or its default for the bind address)."""

@@ -114,6 +114,7 @@ def lockout_of(config: Any) -> ConversationLockout:
         lock_s=c.lock_s,
         first_turn_window_s=c.first_turn_window_s,
         backend=c.state,
+        verdict_wait=c.verdict_wait,
     )
 
 
@@ -195,6 +196,7 @@ def assemble(
         maxsize=c.monitor_queue_size,
         batch_size=c.monitor_batch,
         queued=stage.queue_monitor,
+        verdicts=stage.lockout.verdicts,
     )
     watcher = TurnPublisher(writers["turns"], stage.verdicts) if stage.turn_sink is not None else monitor
     post = PostLane(

@@ -101,7 +101,7 @@ class GateLane:
         lock = self.lockout.lock_of(
             tenant, rec.conversation_id, lambda: [*before(), *fresh], client=client, first_turn=first_turn
         )
-        earlier = self.lockout.flagged(tenant, rec.conversation_id)
+        earlier = await self.lockout.judged_flags(tenant, rec.conversation_id)  # pending verdicts in
         blocked_categories = [c for c in verdict.flagged_categories if self.blocks(c)]
         blocked_categories += sorted(c for c in earlier - set(blocked_categories) if self.blocks(c))
         if lock is not None:

@@ -1,7 +1,9 @@
 """Which conversations are refused before their turn is even scored, and why.
 
 Two things refuse a conversation's later turns: a monitor-lane flag in a `block`
-category (local, or from a remote worker), and the lock-out. A blocked turn never joins
+category (local, or from a remote worker), and the lock-out. A turn reads the flags once
+the monitor verdicts still pending on its conversation are in (`judged_flags`, bounded:
+`verdicts.PendingVerdicts`), on whichever replica they are judged. A blocked turn never joins
 the history, so a client could rephrase a refused request again and again from the same
 point until one version passes; after `block_limit` turns of one conversation blocked
 on their own content in `probe_categories`, the conversation is locked for `lock_s`.
@@ -12,7 +14,9 @@ A lock must hold against the ways around it:
   Conversations API conversation, sent to the guard API or the chat endpoint) is a new
   conversation to the store, so each lock keeps a similarity sketch of its history
   (`HistorySketch`: a bottom-k sample of hashed character shingles, never the text), and
-  a turn whose history contains most of a locked sketch is locked too;
+  a turn whose history contains most of a locked sketch is locked too. The sketches are
+  state like the locks: in the backend, so a near-copy sent to another replica (or after
+  a restart) is refused too; the newest `max_sketches` per tenant;
 - a blocked first turn has no conversation to count in, so blocked first turns count per
   client key (tenant and end-user) within `first_turn_window_s`; at `block_limit` that
   client's new conversations are refused for `lock_s`. Other end-users of the tenant are
@@ -32,17 +36,19 @@ True
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import struct
 import time
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from deltaguard import defaults
 from deltaguard.items import DEFINITIONS_ROLE, INSTRUCTIONS_ROLE, Item
+from deltaguard.lanes.verdicts import PendingVerdicts, VerdictWait
 from deltaguard.state.backends import StateBackend
 from deltaguard.state.tiers import StateMap
 
@@ -54,6 +60,8 @@ MAX_SKETCH_CHARS = 256 * 1024  # of a history, the text sketched
 OPERATOR_ROLES = frozenset({"system", "developer", INSTRUCTIONS_ROLE, DEFINITIONS_ROLE})
 _SPACE = re.compile(r"\s+")
 _ENTRY_BYTES = 200  # a conversation's key and its categories, counts or lock
+_SKETCH_BYTES = 1000  # a sketch and its lock, as JSON
+_INDEX_ENTRY_BYTES = 64  # a locked conversation's id and until when, in its tenant's index
 
 
 def _shingles(items: Sequence[Item]) -> set[int]:
@@ -81,6 +89,15 @@ class HistorySketch:
     def contained_in(self, shingles: set[int]) -> float:
         return sum(h in shingles for h in self.hashes) / len(self.hashes)
 
+    def to_text(self) -> str:
+        """The hashes as base64 of little-endian 32-bit words (684 characters)."""
+        return base64.b64encode(struct.pack(f"<{len(self.hashes)}I", *sorted(self.hashes))).decode()
+
+    @classmethod
+    def from_text(cls, text: str) -> HistorySketch:
+        raw = base64.b64decode(text)
+        return cls(frozenset(struct.unpack(f"<{len(raw) // 4}I", raw)))
+
 
 @dataclass(frozen=True, slots=True)
 class Lock:
@@ -94,9 +111,10 @@ class Lock:
 class ConversationLockout:
     """Per (tenant, conversation): the categories that refuse its next turns, how many of
     its turns were blocked on their own content, and its lock; per tenant, the sketches of
-    locked histories; per client key, its blocked first turns. All bounded like the
-    conversation store (locks by `lock_s`), and all but the sketches kept in its backend
-    (read from it first when replicas share it)."""
+    locked histories (the newest `max_sketches`); per client key, its blocked first turns.
+    All bounded like the conversation store (locks by `lock_s`), and all kept in its
+    backend (what may change read from it first when replicas share it). `verdicts`: the
+    monitor jobs pending per conversation, waited for as `verdict_wait` says."""
 
     def __init__(
         self,
@@ -109,24 +127,33 @@ class ConversationLockout:
         max_locks: int = 1000,
         clock: Callable[[], float] = time.time,
         backend: StateBackend | None = None,
+        max_sketches: int = defaults.MAX_LOCK_SKETCHES,
+        verdict_wait: VerdictWait | None = None,
     ) -> None:
+        """`max_locks`: the sketches this process holds, of every tenant (with a backend,
+        those it last used; the backend holds `max_sketches` per tenant)."""
+        if max_sketches < 1:
+            raise ValueError(f"max_sketches must be at least 1, got {max_sketches}")
         self.block_limit = block_limit
         self.probe_categories = probe_categories
         self.lock_s = lock_s
         self.first_turn_window_s = first_turn_window_s
         self.clock = clock
 
-        def bounded(name: str, ttl: float, encode: Any, decode: Any) -> Any:
+        def bounded(name: str, ttl: float, encode: Any, decode: Any, **kw: Any) -> Any:
+            limits = {
+                "max_entries": max_conversations,
+                "max_bytes": max_conversations * _ENTRY_BYTES,
+                "size": lambda _: _ENTRY_BYTES,
+                "fresh": True,
+            }
             return StateMap(
                 f"lockout/{name}",
-                max_entries=max_conversations,
-                max_bytes=max_conversations * _ENTRY_BYTES,
                 ttl_s=ttl,
                 encode=encode,
                 decode=decode,
-                size=lambda _: _ENTRY_BYTES,
                 backend=backend,
-                fresh=True,
+                **{**limits, **kw},
             )
 
         self._flags: StateMap[tuple[str, str], frozenset[str]] = bounded(
@@ -136,10 +163,28 @@ class ConversationLockout:
             "blocked", ttl_s, lambda v: json.dumps([v[0], sorted(v[1])]), _decode_blocked
         )
         self._locks: StateMap[tuple[str, str], Lock] = bounded("locks", lock_s, _lock_json, _lock_from_json)
-        # (tenant, conversation) -> its locked history's sketch: the newest `max_locks`, live
-        # (in this process only: a near-copy is caught by the replica that locked it).
-        self._sketches: OrderedDict[tuple[str, str], tuple[HistorySketch, Lock]] = OrderedDict()
-        self.max_locks = max_locks
+        # tenant -> its locked conversations with a sketch, (id, until), oldest first; and
+        # (tenant, conversation) -> the sketch and its lock (never changed: a conversation
+        # locked again writes a new lock, which its index entry names by its `until`).
+        self.max_sketches = max_sketches
+        self._sketch_index: StateMap[str, tuple[tuple[str, float], ...]] = bounded(
+            "sketch_index",
+            lock_s,
+            json.dumps,
+            lambda text: tuple((str(c), float(u)) for c, u in json.loads(text)),
+            size=lambda v: _ENTRY_BYTES + _INDEX_ENTRY_BYTES * len(v),
+        )
+        self._sketches: StateMap[tuple[str, str], tuple[HistorySketch, Lock]] = bounded(
+            "sketches",
+            lock_s,
+            _sketch_json,
+            _sketch_from_json,
+            max_entries=max_locks,
+            max_bytes=max_locks * _SKETCH_BYTES,
+            size=lambda _: _SKETCH_BYTES,
+            fresh=False,
+        )
+        self.verdicts = PendingVerdicts(verdict_wait, backend)
         self._first_turns: StateMap[tuple[str, str], tuple[float, ...]] = bounded(
             "first_turns", first_turn_window_s, json.dumps, lambda text: tuple(json.loads(text))
         )
@@ -156,6 +201,13 @@ class ConversationLockout:
         flags = self._flags.get((tenant, conversation_id)) or frozenset()
         lock = self._live(self._locks.get((tenant, conversation_id)))
         return flags | set(lock.categories) if lock is not None else flags
+
+    async def judged_flags(self, tenant: str, conversation_id: str) -> frozenset[str]:
+        """`flagged`, once the monitor verdicts pending on the conversation are in (on any
+        replica of a shared backend); past the wait's deadline, as its policy says
+        (`verdicts.PendingVerdicts.wait`: proceed, or `MonitorVerdictPending`)."""
+        await self.verdicts.wait(tenant, conversation_id)
+        return self.flagged(tenant, conversation_id)
 
     def mark(self, tenant: str, conversation_id: str, categories: Sequence[str]) -> None:
         # read-modify-write in the backend, atomically: two replicas' marks both stay
@@ -191,10 +243,20 @@ class ConversationLockout:
         self._locks.put(key, lock)
         sketch = HistorySketch.of(history())
         if sketch is not None:
-            self._sketches[key] = (sketch, lock)
-            while len(self._sketches) > self.max_locks:
-                self._sketches.popitem(last=False)
+            self._keep_sketch(tenant, conversation_id, sketch, lock)
         return sorted(seen)
+
+    def _keep_sketch(self, tenant: str, conversation_id: str, sketch: HistorySketch, lock: Lock) -> None:
+        """The sketch first, then its tenant's index entry: a reader that finds the entry
+        finds the sketch. The index drops what expired and keeps the newest `max_sketches`."""
+        self._sketches.put((tenant, conversation_id), (sketch, lock))
+
+        def added(old: tuple[tuple[str, float], ...] | None) -> tuple[tuple[str, float], ...]:
+            now = self.clock()
+            kept = [(c, until) for c, until in old or () if until > now and c != conversation_id]
+            return (*kept, (conversation_id, lock.until))[-self.max_sketches :]
+
+        self._sketch_index.update(tenant, added)  # atomic: replicas locking at once both stay
 
     def count_blocked_first_turn(
         self, tenant: str, client: str, categories: Sequence[str]
@@ -237,15 +299,19 @@ class ConversationLockout:
             return lock
         if first_turn and (lock := self._live(self._client_locks.get((tenant, client)))) is not None:
             return lock
-        for key in [k for k, (_, lock) in self._sketches.items() if not self._live(lock)]:
-            del self._sketches[key]
-        sketches = [
-            (k[1], v) for k, v in self._sketches.items() if k[0] == tenant and k[1] != conversation_id
-        ]
-        if not sketches:
+        now = self.clock()
+        index = self._sketch_index.get(tenant) or ()
+        locked = [(c, until) for c, until in reversed(index) if until > now and c != conversation_id]
+        if not locked:
             return None
         shingles = _shingles(history())
-        for _, (sketch, lock) in sketches:
+        for other, until in locked:  # the newest first
+            found = self._sketches.get((tenant, other))
+            if found is not None and found[1].until != until:  # locked again since this copy was read
+                found = self._sketches.get((tenant, other), fresh=True)
+            if found is None or found[1].until != until:
+                continue
+            sketch, lock = found
             if sketch.contained_in(shingles) >= CONTAINED:
                 return Lock(
                     lock.categories, lock.until, f"its history copies a locked conversation ({lock.why})"
@@ -263,5 +329,18 @@ def _lock_json(lock: Lock) -> str:
 
 
 def _lock_from_json(text: str) -> Lock:
-    obj = json.loads(text)
+    return _lock_from(json.loads(text))
+
+
+def _lock_from(obj: dict[str, Any]) -> Lock:
     return Lock(tuple(obj["categories"]), float(obj["until"]), str(obj["why"]))
+
+
+def _sketch_json(value: tuple[HistorySketch, Lock]) -> str:
+    sketch, lock = value
+    return json.dumps({"hashes": sketch.to_text(), "lock": asdict(lock)})
+
+
+def _sketch_from_json(text: str) -> tuple[HistorySketch, Lock]:
+    obj = json.loads(text)
+    return HistorySketch.from_text(obj["hashes"]), _lock_from(obj["lock"])

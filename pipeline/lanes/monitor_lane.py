@@ -4,6 +4,8 @@ Turns are queued (bounded) and taken by one consumer, so each conversation's tur
 scored in order; the jobs queued meanwhile are folded together (`StageConfig.monitor_batch`:
 one batched detector call across conversations, in `monitor.waves`). What the lane flags
 goes to the flag sink and, for block categories, blocks the conversation's next turn.
+Each queued job is noted pending (`verdicts.PendingVerdicts`) until it is done, so that
+the conversation's next turn, on this replica or another, waits for its verdict.
 A caller that awaits the verdict itself (a proxy's during-call hook) uses `judge`.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from deltaguard.items import Item
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.monitor import MonitorStep, waves
 from deltaguard.lanes.turn import GateResult
+from deltaguard.lanes.verdicts import PendingVerdicts
 from deltaguard.state.scoring import Fold, Scorer, TurnVerdict
 from deltaguard.state.store import ResponseRecord
 from deltaguard.state.tracker import ConversationTracker, PendingTurn, TrackedTurn
@@ -50,7 +53,8 @@ class MonitorJob:
 class MonitorLane:
     """The monitor classifiers (`scorer`; None: the lane does nothing) on their own trackers.
 
-    `queued=False`: turns are not queued; the caller runs `judge` per turn instead."""
+    `queued=False`: turns are not queued; the caller runs `judge` per turn instead.
+    `verdicts`: where queued jobs are noted pending until done."""
 
     def __init__(
         self,
@@ -64,6 +68,7 @@ class MonitorLane:
         maxsize: int,
         batch_size: int,
         queued: bool = True,
+        verdicts: PendingVerdicts | None = None,
     ) -> None:
         self.scorer = scorer
         self.step = MonitorStep(scorer) if scorer is not None else None
@@ -73,6 +78,8 @@ class MonitorLane:
         self.metrics = metrics
         self.run = run
         self.queued = queued and scorer is not None
+        self.verdicts = verdicts or PendingVerdicts()
+        self.verdicts.judged = self.verdicts.judged or self.queued
         self.worker: BoundedWorker[MonitorJob] = BoundedWorker(
             "lane:monitor",
             self._batch,
@@ -104,17 +111,26 @@ class MonitorLane:
             gate_blocked=gate.blocked,
             verdict=verdict,
         )
-        await self.worker.put(job)
+        await self._put(job, pending=not gate.blocked)  # a gate-blocked turn raises no flag
         return verdict
 
     async def submit_output(self, gate: GateResult, output: Sequence[Item]) -> None:
         if self.queued:
             job = MonitorJob(gate.tenant, gate.response_id, gate.conversation_id, output, None, None, True)
+            await self._put(job, pending=True)  # the next turn's job folds this output
+
+    async def _put(self, job: MonitorJob, pending: bool) -> None:
+        if pending:
+            self.verdicts.note(job.tenant, job.conversation_id, job.response_id, output=job.output_only)
+        try:
             await self.worker.put(job)
+        except BaseException:
+            self._settle([job], None)
+            raise
 
     async def aclose(self, deadline: float) -> Leftovers[MonitorJob]:
         left = await self.worker.aclose(deadline)
-        _settle(left, None)  # never judged: a turn waiting on one is released
+        self._settle(left, None)  # never judged: a turn waiting on one is released
         return left
 
     async def judge(self, gate: GateResult, history: Sequence[Item]) -> TurnVerdict | None:
@@ -130,16 +146,28 @@ class MonitorLane:
         return outcome
 
     async def _batch(self, batch: list[MonitorJob]) -> None:
-        """A job and those queued behind it (up to `batch_size`), folded in waves."""
+        """A job and those queued behind it (up to `batch_size`), folded in waves. A turn
+        continues a history whose output another replica may still be folding: waited for."""
         try:
+            turns = {(job.tenant, job.conversation_id) for job in batch if not job.output_only}
+            for tenant, conversation_id in turns:
+                await self.verdicts.outputs_in(tenant, conversation_id)
             for wave in waves([(job.tenant, job.conversation_id) for job in batch]):
                 jobs = [batch[i] for i in wave]
                 for job, outcome in zip(jobs, await self._wave(jobs), strict=True):
                     if isinstance(outcome, Exception):
                         log.error("lane job failed: %r", job, exc_info=outcome)
-                    _settle([job], outcome if isinstance(outcome, TurnVerdict) else None)
+                    self._settle([job], outcome if isinstance(outcome, TurnVerdict) else None)
         finally:
-            _settle(batch, None)  # a wave that failed whole: its turns have no verdict
+            self._settle(batch, None)  # a wave that failed whole: its turns have no verdict
+
+    def _settle(self, jobs: Iterable[MonitorJob], verdict: TurnVerdict | None) -> None:
+        """The jobs are done (their flags, if any, marked): their verdict futures get
+        `verdict` and their pending notes go (settling a job twice changes nothing)."""
+        for job in jobs:
+            if job.verdict is not None and not job.verdict.done():
+                job.verdict.set_result(verdict)
+            self.verdicts.done(job.tenant, job.conversation_id, job.response_id, output=job.output_only)
 
     async def _wave(self, jobs: Sequence[MonitorJob]) -> list[TurnVerdict | Exception | None]:
         """Jobs of distinct conversations, folded together: each one's verdict (None for
@@ -173,12 +201,6 @@ class MonitorLane:
                     await self.flags.put(outcome.flag, job.tenant)
                 outcomes.append(outcome.verdict)
         return outcomes
-
-
-def _settle(jobs: Sequence[MonitorJob], verdict: TurnVerdict | None) -> None:
-    for job in jobs:
-        if job.verdict is not None and not job.verdict.done():
-            job.verdict.set_result(verdict)
 
 
 def _score_wave(

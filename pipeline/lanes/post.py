@@ -64,12 +64,15 @@ class PostLane:
         self.journal = journal
         self.worker: BoundedWorker[PostJob] = BoundedWorker("lane:post", self._run, maxsize=maxsize, log=log)
 
-    def owe(self, gate: GateResult, usage: Callable[[], Usage]) -> None:
+    def owe(self, gate: GateResult, usage: Callable[[], Usage]) -> Callable[[str], None] | None:
         """A generation starts: what it will cost at least (`usage()`, the counted input) is
         journalled, so a process killed before the response completes still bills it.
-        Without a journal nothing is counted."""
-        if self.journal is not None:
-            self.journal.note(billing_event(PostJob(gate, (), usage()), 0.0))
+        Returns what the answer's streamed text is fed to, to journal its output count as
+        it grows (`deltaguard.journal.OutputMeter`). Without a journal nothing is counted
+        (None)."""
+        if self.journal is None:
+            return None
+        return self.journal.meter(billing_event(PostJob(gate, (), usage()), 0.0)).streamed
 
     async def put(self, gate: GateResult, output: Sequence[Item], usage: Usage) -> None:
         job = PostJob(gate, output, usage)

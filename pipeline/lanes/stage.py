@@ -32,12 +32,13 @@ from deltaguard import defaults
 from deltaguard.errors import LaneClosed
 from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event
 from deltaguard.items import Item
-from deltaguard.journal import BillingJournal
+from deltaguard.journal import BillingJournal, JournalCadence
 from deltaguard.lanes.assembly import TrackerTable, assemble, lockout_of, split_lanes
 from deltaguard.lanes.awaited import AwaitedVerdicts
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn, TurnContext
+from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
 from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import Scorer, TurnVerdict
@@ -83,6 +84,11 @@ class StageConfig:
     # until the billing sink has it (`deltaguard.journal`): a process killed meanwhile
     # loses none, the next start re-sends them. None: billing lives in memory until sent.
     billing_journal: Path | None = None
+    # How often a streaming answer's output count joins its journalled billing event.
+    journal_cadence: JournalCadence = field(default_factory=JournalCadence)
+    # How long a turn waits for the monitor verdicts pending on its conversation (on any
+    # replica of a shared state backend), and what it does past that (`lanes.verdicts`).
+    verdict_wait: VerdictWait = field(default_factory=VerdictWait)
 
 
 class SafetyStage:
@@ -139,7 +145,9 @@ class SafetyStage:
         self._limiter = self._limiter or InferenceLimiter(
             c.inference_threads, c.tenant_threads, c.tenant_weights
         )
-        self._journal = BillingJournal(c.billing_journal) if c.billing_journal else None
+        self._journal = (
+            BillingJournal(c.billing_journal, cadence=c.journal_cadence) if c.billing_journal else None
+        )
         owed = self._journal.recover() if self._journal is not None else []
         self._lanes = assemble(self, self._trackers, self._limiter.run, self._journal)
         self._lanes.start()

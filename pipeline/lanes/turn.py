@@ -78,7 +78,7 @@ class TurnLanes:
     watcher: OutputWatcher
     judge: Callable[[GateResult, Sequence[Item]], Awaitable[TurnVerdict | None]]
     post: Callable[[GateResult, Sequence[Item], Usage], Awaitable[None]]
-    owe: Callable[[GateResult, Callable[[], Usage]], None]  # a generation starts (`Turn.generating`)
+    owe: Callable[[GateResult, Callable[[], Usage]], Callable[[str], None] | None]  # `Turn.generating`
     metrics: StageMetrics
     stream_classifiers: frozenset[str]  # gate classifiers that also score streamed output
     sanitized: SanitizedItems = field(default_factory=SanitizedItems)  # items sent cut
@@ -173,6 +173,7 @@ class Turn:
         self._stream: OutputStreamScorer | None = None
         self._appended = False  # the output joined the history (`check_output`)
         self._parent_notes = parent_notes
+        self._metered: Callable[[str], None] | None = None  # streamed text's output count, journalled
 
     @property
     def history(self) -> list[Item]:
@@ -233,6 +234,8 @@ class Turn:
     async def watch(self, delta: str) -> list[str]:
         """Score a piece of the model's streamed text; flags (and returns) the categories
         it raises that the gate did not. Each character is scanned once."""
+        if self._metered is not None:
+            self._metered(delta)
         if self._stream is None:
             names = self._lanes.stream_classifiers
             self._stream = OutputStreamScorer([c for c in self._lanes.scorer.classifiers if c.name in names])
@@ -259,7 +262,7 @@ class Turn:
     def generating(self) -> None:
         """The upstream is asked for a response: until `finish` bills it, the input counted
         here is owed (kept in the billing journal when the stage has one)."""
-        self._lanes.owe(self.gate, lambda: Usage(sum(i.tokens for i in self.history), 0, 0))
+        self._metered = self._lanes.owe(self.gate, lambda: Usage(sum(i.tokens for i in self.history), 0, 0))
 
     async def finish(self, output: Sequence[Item], usage: Usage | None, **notes: Any) -> None:
         """Everything that follows the response, once, in order: the output joins the

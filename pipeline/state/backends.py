@@ -21,6 +21,7 @@ boundary, into `StateBackendError` (`raise ... from exc`).
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
 import time
@@ -54,6 +55,17 @@ class StateBackend(Protocol):
         ...
 
     def delete(self, key: str) -> None: ...
+
+    def put_field(self, key: str, field: str, value: str, ttl_s: float) -> None:
+        """One field of a key that holds several (a hash), atomically; the key's expiry is
+        renewed to `ttl_s`. Replicas adding fields to one key at once keep them all."""
+        ...
+
+    def delete_field(self, key: str, field: str) -> None: ...
+
+    def fields(self, key: str) -> dict[str, str]:
+        """Every field of the key ({} when absent or expired)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -189,6 +201,25 @@ class SqliteBackend:
             self._db.execute("COMMIT")
         return value
 
+    def put_field(self, key: str, field: str, value: str, ttl_s: float) -> None:
+        self.update(key, lambda old: json.dumps({**_fields(old), field: value}), ttl_s)
+
+    def delete_field(self, key: str, field: str) -> None:
+        with self._lock, _sqlite_errors(self.path):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                old = self._read(key, self._clock())
+                if old is not None:  # the key keeps its expiry
+                    rest = {k: v for k, v in _fields(old).items() if k != field}
+                    self._db.execute("UPDATE entries SET value = ? WHERE key = ?", (json.dumps(rest), key))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def fields(self, key: str) -> dict[str, str]:
+        return _fields(self.get(key))
+
     def _purge(self, now: float) -> None:
         self._db.execute(
             "DELETE FROM entries WHERE key IN (SELECT e.key FROM entries e LEFT JOIN groups g "
@@ -290,6 +321,26 @@ class RedisBackend:
         with _redis_errors(self.url):
             self._client.delete(self.prefix + key)
 
+    def put_field(self, key: str, field: str, value: str, ttl_s: float) -> None:
+        full = self.prefix + key
+        with _redis_errors(self.url):  # one round trip: MULTI, HSET, PEXPIRE, EXEC
+            self._client.pipeline().hset(full, field, value).pexpire(
+                full, max(1, int(ttl_s * 1000))
+            ).execute()
+
+    def delete_field(self, key: str, field: str) -> None:
+        with _redis_errors(self.url):
+            self._client.hdel(self.prefix + key, field)
+
+    def fields(self, key: str) -> dict[str, str]:
+        with _redis_errors(self.url):
+            return {str(k): str(v) for k, v in self._client.hgetall(self.prefix + key).items()}
+
     def close(self) -> None:
         with _redis_errors(self.url):
             self._client.close()
+
+
+def _fields(text: str | None) -> dict[str, str]:
+    """The fields SQLite keeps as one JSON object."""
+    return dict(json.loads(text)) if text else {}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from deltaguard.events import BillingEvent, stable_event_id
-from deltaguard.journal import BillingJournal
+from deltaguard.journal import BillingJournal, JournalCadence
 from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
@@ -82,3 +84,51 @@ def test_the_file_is_rewritten_to_what_is_owed_when_it_outgrows_its_bound(tmp_pa
     assert journal.path.stat().st_size <= 4096 + 1024
     journal.close()
     assert [e.response_id for e in BillingJournal(journal.path).recover()] == ["r150"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_meter_journals_the_streamed_output_every_n_tokens_or_t_seconds_never_per_token(tmp_path):
+    journal = BillingJournal(
+        tmp_path / "billing.journal", cadence=JournalCadence(every_tokens=10, every_s=1.0)
+    )
+    journal.recover()
+    clock = Clock()
+    meter = journal.meter(bill("r1"), clock)
+    lines = lambda: len(journal.path.read_text().splitlines())  # noqa: E731
+    assert lines() == 1  # the provisional event: its input
+    for _ in range(25):  # one token a piece, no time passing: a write per 10 tokens
+        meter.streamed(" word")
+    assert lines() == 3 and meter.tokens == 25
+    clock.now += 1.5  # the interval passed: the next piece writes whatever is new
+    meter.streamed(" more")
+    assert lines() == 4
+    clock.now += 5  # nothing new streamed: nothing written
+    meter.streamed("")
+    assert lines() == 4
+    [owed] = BillingJournal(journal.path).recover()  # killed here
+    assert (owed.input_tokens, owed.output_tokens) == (10, 26)
+
+
+def test_the_completed_bill_ends_the_meter(tmp_path):
+    journal = BillingJournal(tmp_path / "billing.journal", cadence=JournalCadence(every_tokens=1))
+    journal.recover()
+    meter = journal.meter(bill("r1"))
+    meter.streamed("one two")
+    journal.note(bill("r1", output_tokens=3))  # the model's usage, as it reported it
+    meter.streamed("three four five")  # a piece still in flight: never overwrites it
+    [owed] = BillingJournal(journal.path).recover()
+    assert owed.output_tokens == 3
+
+
+def test_a_cadence_that_would_write_per_nothing_is_refused():
+    with pytest.raises(ValueError, match="every_tokens"):
+        JournalCadence(every_tokens=0)
+    with pytest.raises(ValueError, match="every_s"):
+        JournalCadence(every_s=0)

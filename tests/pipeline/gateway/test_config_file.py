@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from deltaguard import cli
+from deltaguard.gateway.app import create_app
 from deltaguard.gateway.config_file import ConfigError, describe, effective
+from deltaguard.state.scoring import Scorer
+from tests.support.toy import ItemCounter
 
 
 def toml(tmp_path, text):
@@ -35,6 +38,9 @@ def test_defaults_then_file_then_environment_then_flags(tmp_path):
         ("port = [\n", "deltaguard.toml"),
         ('port = "many"\n', "port (file"),
         ('state = "postgres://db/0"\n', "state (file"),
+        ('monitor_verdict_late = "ignore"\n', "monitor_verdict_late (file"),
+        ("monitor_verdict_wait_s = -1\n", "monitor_verdict_wait_s (file"),
+        ("billing_journal_every_tokens = 0\n", "billing_journal_every_tokens (file"),
     ],
 )
 def test_a_file_that_cannot_be_used_names_the_key(tmp_path, text, message):
@@ -70,3 +76,21 @@ def test_serve_reads_the_file_and_its_flags_win(tmp_path, monkeypatch):
     config = seen["config"]
     assert (config.port, config.host, config.release_hold) == (9005, "127.0.0.2", "all")
     assert config.monitor_classifiers == ("pii",) and config.block_limit is None
+
+
+def test_the_replica_and_journal_settings_reach_the_stage_and_the_description(tmp_path, capsys):
+    text = (
+        'monitor_verdict_wait_s = 2.5\nmonitor_verdict_late = "refuse"\n'
+        "billing_journal_every_tokens = 32\nbilling_journal_every_s = 0.25\n"
+    )
+    config, _ = effective(toml(tmp_path, text), environ={})
+    assert (config.verdict_wait().deadline_s, config.verdict_wait().late) == (2.5, "refuse")
+    assert (config.journal_cadence().every_tokens, config.journal_cadence().every_s) == (32, 0.25)
+    stage = create_app(config, Scorer([ItemCounter()])).state.gateway.stage
+    assert stage.lockout.verdicts.policy == config.verdict_wait()
+    assert stage.config.journal_cadence == config.journal_cadence()
+    assert cli.main(["config", "--file", str(tmp_path / "deltaguard.toml")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        'monitor_verdict_late = "refuse"  # file' in out and "billing_journal_every_s = 0.25  # file" in out
+    )

@@ -4,6 +4,7 @@ behind a real round-robin proxy (redis) give the verdicts of one uninterrupted g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -13,10 +14,15 @@ import openai
 import pytest
 
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.items import count_tokens
 from deltaguard.state.backends import open_backend
+from deltaguard.state.scoring import Scorer
 from tests.pipeline.gateway.conftest import clients, gateway_thread
+from tests.pipeline.gateway.test_release_hold import BENIGN, INJECTED, TOOLS, _tool_output
 from tests.support.serve import INJECTION, agent_loop, one_turn, served, start, stop, turn_input
 from tests.support.state_servers import redis_server, round_robin_proxy
+from tests.support.toy import ItemCounter, SlowInjectionMarker
+from tests.support.upstreams import ToolCallingUpstream
 
 TURNS = range(10)
 
@@ -137,16 +143,30 @@ def test_a_gateway_killed_mid_loop_continues_on_sqlite_with_the_same_verdicts(tm
     args = ["--state", f"sqlite://{tmp_path}/state.db", "--block-limit", "2"]
     args += ["--billing", str(billing), "--billing-journal", str(tmp_path / "billing.journal")]
     args += ["--sim-tokens-per-s", "40"]  # about a second per answer: the kill lands mid-answer
+    settings = tmp_path / "gateway.toml"  # the streamed output's count journalled every 5 tokens
+    settings.write_text("billing_journal_every_tokens = 5\n")
+    args += ["--config", str(settings)]
     gw = start(args)
     try:
         client = openai.OpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=0)
         *verdicts, previous = agent_loop(client, TURNS[:4])
-        # Killed while it streams turn 4's answer: the client has seen the response start.
+        # Killed while it streams turn 4's answer, once the client has read 12 tokens of it.
         stream = client.responses.create(
             model="sim", input=turn_input(4), previous_response_id=previous, stream=True
         )
-        killed = next(iter(stream)).response.id
+        events = iter(stream)
+        killed = next(events).response.id
+        streamed = 0  # tokens of the answer's text the client received
+        for event in events:
+            if event.type == "response.output_text.delta":
+                streamed += count_tokens(event.delta)
+            if streamed >= 12:
+                break
         gw.kill()
+        with contextlib.suppress(openai.APIError, httpx.HTTPError):
+            for event in events:  # what was on its way when the gateway died
+                if event.type == "response.output_text.delta":
+                    streamed += count_tokens(event.delta)
         gw = start(args, port=gw.port, log=gw.log)
         # The client retries the turn that failed, from the same previous response.
         v, previous = one_turn(client, 4, previous)
@@ -160,7 +180,9 @@ def test_a_gateway_killed_mid_loop_continues_on_sqlite_with_the_same_verdicts(tm
     answered = sum("error" not in x for x in [*verdicts, v, *rest])
     assert len({b["response_id"] for b in billed}) == answered + 1
     [cut] = {b["event_id"]: b for b in billed if b["response_id"] == killed}.values()
-    assert cut["input_tokens"] > 0 and cut["output_tokens"] == 0
+    # The cut answer bills its input and the output streamed before the kill, as far as
+    # the journal had counted it (every 5 tokens).
+    assert cut["input_tokens"] > 0 and streamed - 5 < cut["output_tokens"] <= streamed
 
 
 @pytest.mark.slow
@@ -194,6 +216,62 @@ def test_two_replicas_on_redis_behind_a_round_robin_proxy_give_one_gateways_verd
     assert last is not None
     # Both replicas served the loop (round robin: every other request).
     assert a.requests_served() >= 5 and b.requests_served() >= 5
+
+
+def _tool_turns(base: str, output: str):
+    """A tool call, then its output continued at once, then the next turn at once: the
+    requests alternate between replicas behind the proxy. (the second response, the
+    third's response or the error that refused it)."""
+    client, _ = clients(base)
+    first = client.responses.create(model="m", input="What is the weather?", tools=TOOLS)
+    [call] = [o for o in first.output if o.type == "function_call"]
+    second = client.responses.create(
+        model="m", input=_tool_output(call.call_id, output), previous_response_id=first.id, tools=TOOLS
+    )
+    try:
+        return second, client.responses.create(model="m", input="go on", previous_response_id=second.id)
+    except openai.BadRequestError as exc:
+        return second, exc.body
+
+
+@contextlib.contextmanager
+def _monitored_gateways(state: str, replicas: int):
+    """`replicas` gateways on `state` (behind HAProxy when several), whose monitor lane
+    takes 0.5 s to flag an injected tool output, and whose responses are not held for it
+    (`release_hold="off"`): the client has the response before the verdict."""
+    config = GatewayConfig(port=0, state=state, release_hold="off")
+    with contextlib.ExitStack() as stack:
+        running = [
+            stack.enter_context(
+                gateway_thread(
+                    config,
+                    Scorer([ItemCounter(), SlowInjectionMarker(delay_s=0.5)]),
+                    upstream=ToolCallingUpstream(tool="upload"),
+                )
+            )
+            for _ in range(replicas)
+        ]
+        bases = [base for base, _ in running]
+        if replicas > 1:
+            bases = [stack.enter_context(round_robin_proxy([b.removeprefix("http://") for b in bases]))]
+        yield bases[0], [app.state.gateway.stage for _, app in running]
+
+
+def test_a_tool_output_the_monitor_blocks_refuses_its_continuation_on_the_other_replica_at_once(redis_url):
+    with _monitored_gateways("memory://", 1) as (base, _):
+        _, alone = _tool_turns(base, INJECTED)
+    open_backend(redis_url)._client.flushdb()
+    with _monitored_gateways(redis_url, 2) as (base, stages):
+        second, refused = _tool_turns(base, INJECTED)
+        assert second.status == "completed"  # its verdict came after it, on the replica that served it
+        _, answered = _tool_turns(base, BENIGN)
+    # The continuation, on the other replica, is refused as on one gateway.
+    assert refused == alone
+    assert refused["code"] == "safety_blocked" and refused["categories"] == ["prompt_injection"]
+    assert answered.status == "completed"
+    # Each replica waited for a verdict judged by the other one; none was late.
+    assert all(s.lockout.verdicts.waited >= 1 for s in stages)
+    assert sum(s.lockout.verdicts.late for s in stages) == 0
 
 
 def test_serve_refuses_a_state_url_it_cannot_use():

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from deltaguard.errors import LaneClosed
 from deltaguard.events import DEFAULT_TENANT, BillingEvent, FlagEvent
 from deltaguard.lanes.stage import SafetyStage, StageConfig, Usage
+from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
 from deltaguard.state.policy import USER_BLOCK_THRESHOLD
@@ -234,7 +236,9 @@ def test_event_ids_are_stable():
 
 async def run_held(config: StageConfig, fail_on: str | None = None):
     """One turn the monitor lane holds on while six more queue behind it: a continuation
-    of the held turn and of that one (conversation a), and four other conversations."""
+    of the held turn and of that one (conversation a), and four other conversations. The
+    continuations do not wait for the held verdict (they would, by default, until it is in)."""
+    config = dataclasses.replace(config, verdict_wait=VerdictWait(deadline_s=0))
     hold = threading.Event()
     clf = BatchingCounter(hold=hold, fail_on=fail_on)
     flags = MemorySink()

@@ -195,6 +195,35 @@ def test_updates_from_two_clients_at_once_lose_nothing(kind, tmp_path, request):
         b.close()
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_fields_two_clients_add_at_once_are_all_kept_and_expire_with_their_key(kind, tmp_path, request):
+    """Two replicas noting pending jobs of one conversation at once (`put_field`)."""
+    url = f"sqlite://{tmp_path}/state.db" if kind == "sqlite" else request.getfixturevalue("redis_url")
+    clients = [open_backend(url) for _ in range(2)]
+    clients[0].delete("pending")
+
+    def add(backend, side, times=150):
+        for n in range(times):
+            backend.put_field("pending", f"{side}{n}", str(n), ttl_s=60)
+
+    threads = [threading.Thread(target=add, args=(b, side)) for b, side in zip(clients, "ab", strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(clients[1].fields("pending")) == 300 and clients[1].fields("pending")["b7"] == "7"
+    clients[0].delete_field("pending", "a3")
+    clients[0].delete_field("pending", "nothing")
+    clients[0].delete_field("absent", "a3")
+    assert "a3" not in clients[1].fields("pending") and len(clients[1].fields("pending")) == 299
+    assert clients[0].fields("absent") == {}
+    clients[0].put_field("brief", "x", "1", ttl_s=0.2)
+    time.sleep(0.3)
+    assert clients[1].fields("brief") == {}
+    for b in clients:
+        b.close()
+
+
 def test_the_lockout_counts_blocked_turns_through_the_backend_atomically(redis_url):
     """Blocked turns of one conversation counted by two replicas at once: the limit is
     reached exactly once, at the limit-th block."""
