@@ -30,25 +30,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
+from deltaguard.classifiers.actions import ACTIONABLE_TYPES
 from deltaguard.errors import SafetyBlocked
 
 log = logging.getLogger("deltaguard.gateway")
 
 HoldMode = Literal["actions", "all", "off"]
 
-# Output items a client acts on.
-ACTIONABLE_TYPES = frozenset(
-    {
-        "function_call",
-        "custom_tool_call",
-        "local_shell_call",
-        "shell_call",
-        "apply_patch_call",
-        "computer_call",
-        "mcp_call",
-        "mcp_approval_request",
-    }
-)
 # Events that never wait: the response's creation and progress carry no output.
 _NEVER_HELD = frozenset({"response.created", "response.queued", "response.in_progress"})
 # Events that always wait: the end of the response carries its whole output.

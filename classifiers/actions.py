@@ -1,0 +1,666 @@
+"""The model's own actions, judged against where their strings came from.
+
+An actionable output item (a function or custom tool call, a shell or apply-patch call,
+a computer action, an MCP call or approval request) is described as the risks it carries
+and the strings it acts on (`describe`):
+
+    exfiltration   sends data to a recipient or host (an e-mail, a message, a post, an
+                   invitation, `curl -d`, `scp`, `git push URL`, ...)
+    payment        moves money or books something (send_money, a scheduled transfer,
+                   a reservation)
+    secrets        reads or prints secrets and environment variables (`env`, `cat
+                   ~/.ssh/id_rsa`, `echo $API_TOKEN`, get_password)
+    destructive    deletes or rewrites outside the task (a delete_* tool, `rm` of a path
+                   outside the working tree, `git push --force`, `DROP TABLE`)
+    credentials    edits CI, credentials or what runs at login (a workflow file,
+                   authorized_keys, `crontab`, update_password)
+    fetch          requests a URL (a GET carries the URL itself to its host), at a lower
+                   weight: agents fetch pages all day
+
+and `judge` scores it against the conversation's provenance sketch
+(`deltaguard.classifiers.provenance.Sketch`): an action with a risk, one of whose strings
+(the recipient, the host, the account, the path, the command) was told to the model by
+untrusted content and never named by a principal of the conversation, is an injection
+that worked. The score is the risk's weight x the string's role weight x the level at
+which it was told / 3, the strongest string deciding; a string the user named never
+counts, whatever else said it too.
+
+    verdict = judge(Sketch.of(state), {"type": "function_call", "name": "send_money",
+                                       "arguments": '{"recipient": "US13..."}'})
+    verdict.score, verdict.reason()
+
+Actions with no risk score 0: reading files, searching, answering.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from deltaguard.classifiers.provenance import MAX_LEVEL, Sketch, chunks, host_of
+
+__all__ = ["ACTIONABLE_TYPES", "RISKS", "Action", "ActionVerdict", "Candidate", "describe", "judge"]
+
+# Output items a client acts on.
+ACTIONABLE_TYPES = frozenset(
+    {
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "computer_call",
+        "mcp_call",
+        "mcp_approval_request",
+    }
+)
+Risk = Literal["exfiltration", "payment", "secrets", "destructive", "credentials", "fetch"]
+RISKS: dict[str, float] = {
+    "exfiltration": 1.0,
+    "payment": 1.0,
+    "secrets": 1.0,
+    "destructive": 1.0,
+    "credentials": 1.0,
+    "fetch": 0.67,
+}
+Role = Literal["destination", "target", "content"]
+# What a string does in the action: where data goes (a recipient, a host, an account),
+# what is acted on (a path, an id, a password, the command itself), or what is carried
+# (a message body: only the addresses in it count, and less).
+ROLE_WEIGHT: dict[str, float] = {"destination": 1.0, "target": 1.0, "content": 0.67}
+MAX_VALUE_CHUNKS = 12  # longer values are text, judged by the addresses in them
+MAX_COMMAND_CHUNKS = 24
+
+# -- function names ------------------------------------------------------------------------
+
+_READ = frozenset(
+    "get read list search find lookup query show view check describe retrieve count fetch browse "
+    "load inspect summarize summarise download open visit".split()
+)
+_PAYMENT = frozenset(
+    "money payment pay transfer transaction transactions wire purchase buy order reserve reservation "
+    "book booking checkout refund tip donate".split()
+)
+_OUTBOUND = frozenset(
+    "send post share forward upload publish invite email mail message reply notify tweet comment "
+    "submit webhook dm broadcast export transmit".split()
+)
+_DESTRUCTIVE = frozenset(
+    "delete remove drop erase wipe purge destroy truncate kill terminate uninstall rm unlink shred "
+    "cancel revoke".split()
+)
+_CREDENTIAL = frozenset(
+    "password passwd passphrase credential credentials token tokens secret secrets apikey key keys "
+    "ssh permission permissions role roles access auth mfa otp 2fa pin".split()
+)
+_WRITE = frozenset(
+    "update set change reset create add grant rotate generate modify assign replace enable disable "
+    "edit write put".split()
+)
+_SAVE = frozenset("save append write".split())
+_ENV = frozenset("env environ environment getenv printenv".split())
+_WEB = frozenset("webpage web page url website http request navigate browse visit download".split())
+_SHELL = frozenset("shell bash sh zsh exec execute run terminal command cmd powershell subprocess".split())
+_PATCH = frozenset("patch apply_patch".split())
+_COMMAND_KEYS = ("command", "cmd", "commands", "script", "input", "code")
+_CONTENT_KEYS = re.compile(
+    r"^(?:subject|body|content|contents|message|text|title|description|note|notes|summary|data|"
+    r"amount|date|time|day|start.*|end.*|query|comment|reason|caption|html|markdown|file_content)$"
+)
+
+
+def _words(name: str) -> list[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+
+
+# -- strings -------------------------------------------------------------------------------
+
+_EMAIL = re.compile(r"^[\w.+-]+@[\w-]+(?:\.[\w-]+)+$")
+_IBAN = re.compile(r"^[a-z]{2}\d{2}[a-z0-9]{10,30}$")
+_LONG_NUMBER = re.compile(r"^\+?\d[\d().-]{6,}\d$")
+_IP = re.compile(r"^(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?$")
+_REMOTE = re.compile(r"^(?:[\w.-]+@)?[\w.-]+\.[a-z][\w-]*:\S*$")  # scp / rsync host:path
+
+
+def is_address(chunk: str) -> bool:
+    """A place data can go: an e-mail address, a URL or host, an IP, an account number,
+    a phone number."""
+    return bool(
+        _EMAIL.match(chunk)
+        or "://" in chunk
+        or host_of(chunk) is not None
+        or _IP.match(chunk)
+        or _IBAN.match(chunk)
+        or _LONG_NUMBER.match(chunk)
+    )
+
+
+def is_distinctive(chunk: str) -> bool:
+    """A chunk that names one thing: an address, a path, an identifier with digits."""
+    return is_address(chunk) or any(c.isdigit() for c in chunk) or any(c in chunk for c in "@/~\\_")
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "0.0.0.0", "::1", "[::1]"})
+
+
+def is_loopback(chunk: str) -> bool:
+    """An address on this machine: nothing sent there leaves it."""
+    rest = chunk.split("://", 1)[-1]
+    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    return host.split(":", 1)[0] in _LOOPBACK or host in _LOOPBACK
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A string the action acts on, as chunks, and its role in the action."""
+
+    chunks: tuple[str, ...]
+    role: Role
+    risks: frozenset[str]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """An actionable item as the check sees it: what it is, its risks, its strings."""
+
+    kind: str
+    name: str
+    risks: frozenset[str]
+    candidates: tuple[Candidate, ...] = ()
+
+
+def _value_candidates(value: str, role: Role, risks: frozenset[str]) -> Iterator[Candidate]:
+    """A value as a whole (when short) and the strings inside it that name one thing."""
+    cs = chunks(value)
+    if not cs:
+        return
+    # A one-word value names one thing only when it looks like an identifier: "general"
+    # or "alice" is said by too many texts to tell where it came from.
+    if role != "content" and len(cs) <= MAX_VALUE_CHUNKS and (len(cs) > 1 or is_distinctive(cs[0])):
+        yield Candidate(tuple(cs), role, risks)
+    pick = is_address if role in ("content", "destination") else is_distinctive
+    for c in cs:  # inside a longer value, a chunk of two characters ("2>", "v1") names nothing
+        if pick(c) and len(c) > 2 and not is_loopback(c) and (len(cs) > 1 or role == "content"):
+            yield Candidate((c,), role, risks)
+
+
+def _flatten(obj: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """(key, value) of every scalar in a JSON value; list elements keep their list's key."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _flatten(v, str(k))
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _flatten(v, key)
+    elif isinstance(obj, str):
+        if obj.strip():
+            yield key, obj
+    elif isinstance(obj, bool) or obj is None:
+        return
+    elif isinstance(obj, int | float):
+        yield key, str(obj)
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return {"input": raw}
+    return raw if isinstance(raw, dict | list) else {}
+
+
+# -- shell commands ---------------------------------------------------------------------------
+
+_SPLIT_COMMANDS = re.compile(r"\|\||&&|[;|\n]")
+_WRAPPERS = frozenset({"sudo", "nohup", "time", "exec", "command", "builtin", "doas", "xargs"})
+_SECRET_VAR = re.compile(
+    r"\$\{?[A-Za-z_]*(?:KEY|TOKEN|SECRET|PASS|PWD|CRED|AUTH|SESSION|COOKIE|PRIVATE)[A-Za-z_]*\}?", re.I
+)
+_SECRET_PATH = re.compile(
+    r"(?:^|/)(?:\.ssh(?:/|$)|id_(?:rsa|dsa|ecdsa|ed25519)\b|\.aws/credentials|\.netrc|\.git-credentials|"
+    r"\.docker/config\.json|\.kube/config|\.npmrc|\.pypirc|\.env(?:\.[\w-]+)?$|\.pgpass|shadow$|"
+    r"credentials(?:\.json)?$|secrets?\.(?:ya?ml|json|env|toml)$|[\w-]+\.(?:pem|key|p12|pfx|keystore)$|"
+    r"environ$|keychain)",
+    re.I,
+)
+_CI_PATH = re.compile(
+    r"(?:^|/)(?:\.github/(?:workflows|actions)/|\.gitlab-ci\.ya?ml$|\.circleci/|jenkinsfile$|"
+    r"\.travis\.ya?ml$|azure-pipelines\.ya?ml$|bitbucket-pipelines\.ya?ml$|\.buildkite/|\.drone\.ya?ml$|"
+    r"cloudbuild\.ya?ml$|\.pre-commit-config\.ya?ml$)",
+    re.I,
+)
+_LOGIN_PATH = re.compile(
+    r"(?:^|/)(?:authorized_keys$|\.ssh/|\.netrc$|\.npmrc$|\.pypirc$|\.aws/|\.docker/config\.json$|"
+    r"\.git-credentials$|\.gitconfig$|\.kube/config$|sudoers|\.bashrc$|\.zshrc$|\.profile$|"
+    r"\.bash_profile$|\.zprofile$|crontab|/etc/cron|\.config/autostart/|systemd/|launchagents/|"
+    r"rc\.local$|\.git/hooks/)",
+    re.I,
+)
+_SECRET_COMMANDS = (
+    ("gh", "auth", "token"),
+    ("aws", "configure", "get"),
+    ("security", "find-generic-password"),
+    ("security", "find-internet-password"),
+    ("gcloud", "auth", "print-access-token"),
+    ("kubectl", "get", "secret"),
+    ("git", "config", "--get", "credential"),
+)
+_NET_SEND = frozenset({"nc", "ncat", "netcat", "socat", "telnet", "ftp", "tftp", "sftp"})
+_MAILERS = frozenset({"mail", "mailx", "sendmail", "mutt", "msmtp"})
+_DESTROY_TOOLS = {
+    "kubectl": ("delete",),
+    "docker": ("rm", "rmi", "prune"),
+    "terraform": ("destroy",),
+    "helm": ("uninstall", "delete"),
+    "gsutil": ("rm",),
+    "aws": ("rm", "rb", "delete-bucket", "terminate-instances"),
+    "gh": ("delete",),
+}
+
+
+_NOT_READING = frozenset(
+    {"export", "set", "declare", "cd", "ls", "mkdir", "test", "[", "stat", "file", "which"}
+)
+
+
+def _remote_url(arg: str) -> bool:
+    """A git remote on another machine: a URL or `user@host:path`."""
+    return ("://" in arg and not is_loopback(arg) and not arg.startswith("file://")) or bool(
+        _REMOTE.match(arg)
+    )
+
+
+def _outside(path: str) -> bool:
+    """A path outside the working tree (and outside scratch space)."""
+    p = path.strip("\"'")
+    if p.startswith(("/tmp/", "/var/tmp/")) or p in ("/tmp", "/var/tmp"):
+        return False
+    return p.startswith(("/", "~", "$HOME", "${HOME}", "..")) or p in ("*", ".", "./", "./*")
+
+
+def _argv(command: str) -> list[str]:
+    try:
+        argv = shlex.split(command, posix=True)
+    except ValueError:
+        argv = command.split()
+    while argv and (("=" in argv[0] and not argv[0].startswith("-")) or argv[0] in _WRAPPERS):
+        argv = argv[1:]
+    return argv
+
+
+def _writes(command: str, argv: Sequence[str]) -> list[str]:
+    """The paths a command writes: redirections, tee, sed -i, cp/mv/install targets."""
+    out = [m.group(1) for m in re.finditer(r">{1,2}\s*([^\s;&|<>]+)", command)]
+    if not argv:
+        return out
+    tool = argv[0].rsplit("/", 1)[-1]
+    args = [a for a in argv[1:] if not a.startswith("-")]
+    if tool == "tee" or (tool in ("sed", "perl") and any(a.startswith("-i") or a == "-pi" for a in argv)):
+        out += args[-1:] if tool != "tee" else args
+    elif tool in ("cp", "mv", "install", "ln", "rsync") and len(args) >= 2:
+        out.append(args[-1])
+    elif tool == "crontab" and "-l" not in argv:
+        out.append("crontab")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """One simple command of a command line: its tool, flags and other arguments."""
+
+    text: str
+    argv: list[str]
+
+    @property
+    def tool(self) -> str:
+        return self.argv[0].rsplit("/", 1)[-1]
+
+    @property
+    def flags(self) -> list[str]:
+        return [a for a in self.argv[1:] if a.startswith("-")]
+
+    @property
+    def plain(self) -> list[str]:
+        return [a for a in self.argv[1:] if not a.startswith("-")]
+
+
+_PRINTS_ENV = (("env",), ("printenv",), ("set",), ("export", "-p"), ("declare", "-x"))
+_CURL_SENDS = ("-d", "-F", "-T", "--form", "--json", "--upload-file", "--post-data", "--post-file")
+_SCRIPT_SENDS = re.compile(r"requests\.(?:post|put)|urlopen|http\.client|socket|fetch\(|net/http")
+_SQL_DESTROYS = re.compile(r"\b(?:drop\s+(?:table|database|schema)|truncate\s+table|delete\s+from)\b", re.I)
+
+
+def _reads_secrets(c: _Command, writes: Sequence[str]) -> bool:
+    """Prints the environment or a secret variable, reads a secret file, asks a CLI for a token."""
+    # `env` with nothing to run, `printenv [NAME]`, `set`, `export -p`
+    if any(c.argv == list(p) for p in _PRINTS_ENV) or (c.tool == "printenv" and len(c.argv) == 2):
+        return True
+    if c.tool == "env" and all("=" in a for a in c.plain):
+        return True
+    if c.tool in ("echo", "printf", "print") and _SECRET_VAR.search(c.text):
+        return True
+    if any(tuple(c.argv[: len(p)]) == p for p in _SECRET_COMMANDS):
+        return True
+    # a secret file read (not a variable set to its path, nor a directory listed)
+    read = [a for a in c.plain if not re.match(r"^[A-Za-z_]\w*=", a)]
+    return c.tool not in _NOT_READING and not writes and any(_SECRET_PATH.search(a) for a in read)
+
+
+def _grants(c: _Command, writes: Sequence[str]) -> bool:
+    """Writes CI, credentials or what runs at login; changes users, keys or credential helpers."""
+    if any(_CI_PATH.search(w) or _LOGIN_PATH.search(w) or _SECRET_PATH.search(w) for w in writes):
+        return True
+    if c.tool in ("passwd", "chpasswd", "useradd", "usermod", "ssh-copy-id"):
+        return True
+    lowered = c.text.lower()
+    return (c.tool == "git" and ("credential.helper" in lowered or "core.hookspath" in lowered)) or (
+        c.tool == "gh" and c.plain[:2] == ["secret", "set"]
+    )
+
+
+def _sends(c: _Command) -> str | None:
+    """ "exfiltration" when the command sends data off the machine, "fetch" for a request
+    that carries only its URL, None otherwise."""
+    tool, plain = c.tool, c.plain
+    if tool in ("curl", "wget", "http", "https", "xh", "curlie"):
+        data = any(
+            f in _CURL_SENDS or f.startswith(("--data", "--body", "--method=p", "--method=P"))
+            for f in c.flags
+        )
+        data = data or bool(
+            re.search(r"-X\s*(?:POST|PUT|PATCH)|--request\s+(?:POST|PUT|PATCH)", c.text, re.I)
+        )
+        data = data or "$(" in c.text or "`" in c.text or (tool in ("http", "https", "xh") and "=" in c.text)
+        return "exfiltration" if data else "fetch"
+    if tool.lower() in ("invoke-webrequest", "invoke-restmethod", "iwr", "irm"):
+        return "exfiltration" if re.search(r"-Method\s+(?:Post|Put)|-Body", c.text, re.I) else "fetch"
+    sends = (
+        tool in _NET_SEND
+        or tool in _MAILERS
+        or tool == "ssh"
+        or (tool in ("scp", "rsync") and any(_REMOTE.match(a) for a in plain))
+        or (tool == "git" and plain[:1] == ["push"] and any(_remote_url(a) for a in plain))
+        or (tool == "git" and plain[:2] == ["remote", "add"] and any(_remote_url(a) for a in plain[2:]))
+        or (tool in ("dig", "nslookup", "host") and ("$(" in c.text or "`" in c.text))
+        or (tool in ("python", "python3", "node", "ruby", "perl") and bool(_SCRIPT_SENDS.search(c.text)))
+    )
+    return "exfiltration" if sends else None
+
+
+def _destroys(c: _Command, writes: Sequence[str]) -> bool:
+    """Deletes or overwrites outside the working tree, rewrites history, drops data."""
+    tool, plain, flags = c.tool, c.plain, c.flags
+    if any(_outside(w) and not w.startswith("/dev/") for w in writes):
+        return True
+    if tool in ("rm", "rmdir", "shred", "unlink") and any(_outside(a) for a in plain):
+        return True
+    if tool == "find" and ("-delete" in c.argv or "rm" in c.argv) and any(_outside(a) for a in plain[:1]):
+        return True
+    if (
+        tool in ("chmod", "chown")
+        and any(f.startswith("-R") for f in flags)
+        and any(_outside(a) for a in plain)
+    ):
+        return True
+    if tool == "git":
+        force = "--force" in flags or "-f" in flags or any(a.startswith("+") for a in plain[1:])
+        return (
+            (plain[:1] == ["push"] and force)
+            or (plain[:1] == ["reset"] and "--hard" in flags)
+            or (plain[:1] == ["clean"] and any("f" in f for f in flags if not f.startswith("--")))
+            or plain[:1] in (["filter-branch"], ["filter-repo"])
+            or (plain[:1] == ["branch"] and "-D" in flags)
+        )
+    if tool in ("mkfs", "wipefs", "shred") or tool.startswith("mkfs.") or (tool == "dd" and "of=" in c.text):
+        return True
+    if tool == "truncate" and "-s" in flags:
+        return True
+    if tool in _DESTROY_TOOLS and any(a in _DESTROY_TOOLS[tool] for a in plain):
+        return True
+    return bool(_SQL_DESTROYS.search(c.text))
+
+
+def shell_risks(command: str) -> set[str]:
+    """The risks of a shell command line (every simple command in it)."""
+    risks: set[str] = set()
+    for part in _SPLIT_COMMANDS.split(command):
+        argv = _argv(part)
+        if not argv:
+            continue
+        c = _Command(part, argv)
+        writes = _writes(part, argv)
+        if _reads_secrets(c, writes):
+            risks.add("secrets")
+        if _grants(c, writes):
+            risks.add("credentials")
+        elif _destroys(c, writes):
+            risks.add("destructive")
+        sent = _sends(c)
+        if sent is not None:
+            risks.add(sent)
+    return risks
+
+
+def _shell_candidates(command: str, risks: frozenset[str]) -> Iterator[Candidate]:
+    """The addresses a command sends to, the paths and identifiers it acts on, and each
+    simple command as a whole (copied whole from an instruction)."""
+    for part in _SPLIT_COMMANDS.split(command):
+        cs = chunks(part)
+        if 2 <= len(cs) <= MAX_COMMAND_CHUNKS:
+            yield Candidate(tuple(cs), "target", risks)
+        for c in cs:
+            if len(c) <= 2 or is_loopback(c):
+                continue
+            if is_address(c) or _REMOTE.match(c):
+                yield Candidate((c,), "destination", risks)
+            elif is_distinctive(c) and not c.startswith("-"):
+                yield Candidate((c,), "target", risks)
+
+
+# -- patches -------------------------------------------------------------------------------------
+
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\+\+\+ (?:b/)?(\S+)", re.M)
+
+
+def _patch_risks(paths: Sequence[str], deleted: Sequence[str]) -> set[str]:
+    risks: set[str] = set()
+    for p in paths:
+        if _CI_PATH.search(p) or _LOGIN_PATH.search(p) or _SECRET_PATH.search(p):
+            risks.add("credentials")
+        elif _outside(p):
+            risks.add("destructive")
+    if any(_outside(p) for p in deleted):
+        risks.add("destructive")
+    return risks
+
+
+def _patch_candidates(paths: Sequence[str], diff: str, risks: frozenset[str]) -> Iterator[Candidate]:
+    for p in paths:
+        yield from _value_candidates(p, "target", risks)
+    added = "\n".join(
+        line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")
+    )
+    for c in chunks(added):
+        if is_address(c):
+            yield Candidate((c,), "destination", risks)
+
+
+# -- describing an action ------------------------------------------------------------------------
+
+
+def _function(kind: str, name: str, args: Any) -> Action:
+    words = _words(name)
+    wordset = set(words)
+    flat = list(_flatten(args))
+    reads = bool(words) and words[0] in _READ
+    command = next((v for k, v in _command_values(args)), None)
+    if wordset & _SHELL and command is not None:
+        risks = frozenset(shell_risks(command))
+        return Action(kind, name, risks, tuple(_shell_candidates(command, risks)) if risks else ())
+    if wordset & _PATCH or (kind == "custom_tool_call" and "patch" in name.lower()):
+        diff = "\n".join(v for _, v in flat)
+        paths = [m.group(1) or m.group(2) for m in _PATCH_FILE.finditer(diff)]
+        deleted = re.findall(r"^\*\*\* Delete File: (.+)$", diff, re.M)
+        risks = frozenset(_patch_risks(paths, deleted))
+        return Action(kind, name, risks, tuple(_patch_candidates(paths, diff, risks)) if risks else ())
+    risks: set[str] = set()
+    if wordset & _PAYMENT and not reads:
+        risks.add("payment")
+    if wordset & _OUTBOUND and not reads:
+        risks.add("exfiltration")
+    if wordset & _DESTRUCTIVE:
+        risks.add("destructive")
+    if wordset & _CREDENTIAL and wordset & _WRITE:
+        risks.add("credentials")
+    if (wordset & _CREDENTIAL or wordset & _ENV) and reads:
+        risks.add("secrets")
+    destinations = [c for k, v in flat if not _CONTENT_KEYS.match(k.lower()) for c in chunks(v)]
+    if not reads and any(_EMAIL.match(c) or _IBAN.match(c) or "://" in c or host_of(c) for c in destinations):
+        risks.add("exfiltration")  # an invitation, a share, a sync to an address
+    if wordset & _WEB and any("://" in c or host_of(c) for c in destinations):
+        risks.add("fetch")
+    if wordset & (_WRITE | _SAVE) and any(_CI_PATH.search(v) or _LOGIN_PATH.search(v) for _, v in flat):
+        risks.add("credentials")  # a file tool writing CI or credentials
+    frozen = frozenset(risks)
+    if not frozen:
+        return Action(kind, name, frozen)
+    sending = frozen & {"payment", "exfiltration", "fetch"}
+    out: list[Candidate] = []
+    for k, v in flat:
+        content = bool(_CONTENT_KEYS.match(k.lower()))
+        if sending:
+            out += _value_candidates(v, "content" if content else "destination", sending)
+        acting = frozen - sending
+        if acting:
+            out += _value_candidates(v, "target", acting)
+    return Action(kind, name, frozen, tuple(out))
+
+
+def _command_values(args: Any) -> Iterator[tuple[str, str]]:
+    """The command a shell-like tool is given: a string, or an argv (`["bash", "-lc", S]`
+    gives S)."""
+    if not isinstance(args, dict):
+        return
+    for key in _COMMAND_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            yield key, value
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            if (
+                len(value) >= 3
+                and value[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh")
+                and value[1] in ("-c", "-lc")
+            ):
+                yield key, value[2]
+            elif key == "commands":
+                yield key, "\n".join(value)
+            else:
+                yield key, shlex.join(value)
+
+
+def describe(item: Mapping[str, Any]) -> Action | None:
+    """An actionable output item as an `Action`; None for any other item."""
+    kind = str(item.get("type", ""))
+    if kind not in ACTIONABLE_TYPES:
+        return None
+    name = str(item.get("name") or "")
+    if kind in ("function_call", "mcp_call", "mcp_approval_request"):
+        return _function(kind, name, _arguments(item.get("arguments")))
+    if kind == "custom_tool_call":
+        return _function(kind, name, {"input": str(item.get("input") or "")})
+    if kind in ("local_shell_call", "shell_call"):
+        action = item.get("action") if isinstance(item.get("action"), dict) else {}
+        command = action.get("command") or action.get("commands") or []
+        args = {"commands" if kind == "shell_call" else "command": command}
+        return _function(kind, "shell", args)
+    if kind == "apply_patch_call":
+        op = item.get("operation") if isinstance(item.get("operation"), dict) else {}
+        path, diff = str(op.get("path") or ""), str(op.get("diff") or "")
+        deleted = [path] if op.get("type") == "delete_file" else []
+        risks = frozenset(_patch_risks([path] if path else [], deleted))
+        return Action(
+            kind, "apply_patch", risks, tuple(_patch_candidates([path], diff, risks)) if risks else ()
+        )
+    # computer_call: typing a command into a terminal is running it
+    action = item.get("action") if isinstance(item.get("action"), dict) else {}
+    if action.get("type") == "type" and isinstance(action.get("text"), str):
+        return _function(kind, "shell", {"command": action["text"]})
+    return Action(kind, name or kind, frozenset())
+
+
+# -- judging ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A string of the action that untrusted content told the model to use."""
+
+    text: str
+    role: str
+    risk: str
+    level: int
+    score: float
+
+    def preview(self) -> str:
+        if self.risk in ("secrets", "credentials") or len(self.text) > 40:
+            return self.text[:6] + "…" + (self.text[-4:] if len(self.text) > 12 else "")
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class ActionVerdict:
+    """The check of one action: its score in [0, 1] (0: no risk, or nothing of it told by
+    untrusted content), its risks, and the strings that carry the score."""
+
+    kind: str
+    name: str
+    score: float
+    risks: list[str]
+    evidence: list[Evidence] = field(default_factory=list)
+
+    def reason(self) -> str:
+        """One sentence a client and a reviewer can read."""
+        if not self.evidence:
+            return f"{self.name or self.kind}: nothing it acts on came from untrusted content"
+        top = self.evidence[0]
+        return (
+            f"the {self.kind} {self.name!r} ({top.risk}) uses {top.preview()!r}, which untrusted content "
+            f"told the model to use (instruction level {top.level}/{MAX_LEVEL}) and no message of the "
+            "user named"
+        )
+
+
+def judge(sketch: Sketch, item: Mapping[str, Any]) -> ActionVerdict:
+    """Score an actionable output item against the conversation's provenance sketch."""
+    action = describe(item)
+    if action is None or not action.risks:
+        kind = str(item.get("type", ""))
+        return ActionVerdict(kind, str(item.get("name") or ""), 0.0, sorted(action.risks) if action else [])
+    found: dict[tuple[str, ...], Evidence] = {}
+    for cand in action.candidates:
+        if cand.chunks in found or sketch.named(cand.chunks):
+            continue
+        level = sketch.told_level(cand.chunks)
+        if not level:
+            continue
+        risk = max(cand.risks, key=lambda r: RISKS[r])
+        score = RISKS[risk] * ROLE_WEIGHT[cand.role] * level / MAX_LEVEL
+        found[cand.chunks] = Evidence(cand.text, cand.role, risk, level, round(score, 6))
+    evidence = sorted(found.values(), key=lambda e: -e.score)
+    score = evidence[0].score if evidence else 0.0
+    return ActionVerdict(action.kind, action.name, score, sorted(action.risks), evidence)
+
+
+def judge_all(sketch: Sketch, items: Sequence[Mapping[str, Any]]) -> list[ActionVerdict]:
+    """`judge` of each actionable item of `items` (others are skipped)."""
+    return [judge(sketch, i) for i in items if str(i.get("type", "")) in ACTIONABLE_TYPES]
