@@ -31,7 +31,7 @@ from typing import Any
 
 from deltaguard import defaults
 from deltaguard.errors import LaneClosed
-from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event
+from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event, FlagEvent
 from deltaguard.items import Item
 from deltaguard.journal import BillingJournal
 from deltaguard.lanes.assembly import TrackerTable, assemble
@@ -258,6 +258,11 @@ class SafetyStage:
 
     def _turn_of(self, rec: ResponseRecord) -> Turn:
         return Turn(self._lanes.turn, _gate_from_json(rec.notes["gate"]), rec, resent=rec.parent_id is None)
+
+    async def flag(self, event: FlagEvent, tenant: str = DEFAULT_TENANT) -> None:
+        """Queue a flag raised outside the lanes (an action judged before its release)."""
+        self._require_running()
+        await self._lanes.gate.flags.put(event, tenant)
 
     def mark_flagged(
         self, conversation_id: str, categories: Sequence[str], tenant: str = DEFAULT_TENANT
