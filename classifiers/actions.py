@@ -67,6 +67,9 @@ RISKS: dict[str, float] = {
     "credentials": 1.0,
     "fetch": 0.67,
 }
+_SENDING = frozenset({"exfiltration", "payment", "fetch"})
+_RISK_ORDER = ("exfiltration", "payment", "credentials", "destructive", "secrets", "fetch")
+_ROLE_ORDER = ("destination", "target", "content")
 Role = Literal["destination", "target", "content"]
 # What a string does in the action: where data goes (a recipient, a host, an account),
 # what is acted on (a path, an id, a password, the command itself), or what is carried
@@ -534,7 +537,7 @@ def _function(kind: str, name: str, args: Any) -> Action:
     frozen = frozenset(risks)
     if not frozen:
         return Action(kind, name, frozen)
-    sending = frozen & {"payment", "exfiltration", "fetch"}
+    sending = frozen & _SENDING
     out: list[Candidate] = []
     for k, v in flat:
         content = bool(_CONTENT_KEYS.match(k.lower()))
@@ -612,9 +615,10 @@ class Evidence:
     score: float
 
     def preview(self) -> str:
-        if self.risk in ("secrets", "credentials") or len(self.text) > 40:
-            return self.text[:6] + "…" + (self.text[-4:] if len(self.text) > 12 else "")
-        return self.text
+        """The string, or its ends where it may be a secret (a password an action sets)."""
+        if self.risk in ("secrets", "credentials") and len(self.text) > 4:
+            return self.text[:3] + "…" + (self.text[-3:] if len(self.text) > 12 else "")
+        return self.text if len(self.text) <= 80 else self.text[:77] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -646,17 +650,24 @@ def judge(sketch: Sketch, item: Mapping[str, Any]) -> ActionVerdict:
     if action is None or not action.risks:
         kind = str(item.get("type", ""))
         return ActionVerdict(kind, str(item.get("name") or ""), 0.0, sorted(action.risks) if action else [])
+    # Where the data goes decides a sending action: when the user named every place it
+    # sends to, what it sends and how (a command copied from a page) is the user's affair.
+    destinations = [c for c in action.candidates if c.role == "destination"]
+    user_bound = bool(destinations) and all(sketch.named(c.chunks) for c in destinations)
+    exempt = _SENDING | {"secrets"} if user_bound else frozenset()
     found: dict[tuple[str, ...], Evidence] = {}
     for cand in action.candidates:
-        if cand.chunks in found or sketch.named(cand.chunks):
+        risks = cand.risks - exempt
+        if not risks or cand.chunks in found or sketch.named(cand.chunks):
             continue
         level = sketch.told_level(cand.chunks)
         if not level:
             continue
-        risk = max(cand.risks, key=lambda r: RISKS[r])
+        risk = min(risks, key=lambda r: (-RISKS[r], _RISK_ORDER.index(r)))
         score = RISKS[risk] * ROLE_WEIGHT[cand.role] * level / MAX_LEVEL
         found[cand.chunks] = Evidence(cand.text, cand.role, risk, level, round(score, 6))
-    evidence = sorted(found.values(), key=lambda e: -e.score)
+    # the strongest first; at one score, where the data goes before what is acted on
+    evidence = sorted(found.values(), key=lambda e: (-e.score, _ROLE_ORDER.index(e.role), e.text))
     score = evidence[0].score if evidence else 0.0
     return ActionVerdict(action.kind, action.name, score, sorted(action.risks), evidence)
 
