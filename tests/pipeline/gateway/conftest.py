@@ -70,6 +70,22 @@ async def recv_until_done(conn):
     raise AssertionError("socket closed")
 
 
+def websocket_turn(aclient: AsyncOpenAI, request: dict) -> list:
+    """One `response.create` over a new socket: every event up to its terminal one."""
+
+    async def run() -> list:
+        seen = []
+        async with aclient.beta.responses.connect() as conn:
+            await conn.send({"type": "response.create", **request})
+            async for event in conn:
+                seen.append(event)
+                if event.type in ("response.completed", "response.failed", "error"):
+                    break
+        return seen
+
+    return asyncio.run(run())
+
+
 @pytest.fixture()
 def sdk(gateway):
     return clients(gateway[0])

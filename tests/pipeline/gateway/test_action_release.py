@@ -5,7 +5,6 @@ host the user named is released; the "flag" policy releases it with a flag event
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -20,7 +19,7 @@ from deltaguard.gateway.upstreams import UpstreamCall
 from deltaguard.sinks import MemorySink
 from deltaguard.state.policy import ActionPolicy, Policy
 from deltaguard.state.scoring import Scorer
-from tests.pipeline.gateway.conftest import clients, gateway_thread, recv_until_done
+from tests.pipeline.gateway.conftest import clients, gateway_thread, websocket_turn
 from tests.support.chat_upstream import Answer, running_chat_upstream
 from tests.support.toy import ItemCounter
 from tests.support.upstreams import ToolCallingUpstream
@@ -124,26 +123,8 @@ def test_websocket_never_sends_the_call(action_gateway):
     base, upstream, flags, _ = action_gateway
     client, aclient = clients(base)
     first, call_id = _start(client)
-
-    async def run():
-        seen = []
-        async with aclient.beta.responses.connect() as conn:
-            await conn.send(
-                {
-                    "type": "response.create",
-                    "model": "m",
-                    "input": _output(call_id),
-                    "previous_response_id": first.id,
-                    "tools": TOOLS,
-                }
-            )
-            async for event in conn:
-                seen.append(event)
-                if event.type in ("response.completed", "response.failed", "error"):
-                    break
-        return seen
-
-    seen = asyncio.run(run())
+    request = {"model": "m", "input": _output(call_id), "previous_response_id": first.id, "tools": TOOLS}
+    seen = websocket_turn(aclient, request)
     assert not any(getattr(getattr(e, "item", None), "type", None) == "function_call" for e in seen)
     assert seen[-1].type == "response.failed"
     assert seen[-1].response.error.code == "safety_blocked" and HOST in seen[-1].response.error.message
@@ -160,21 +141,13 @@ def test_the_same_call_to_a_host_the_user_named_is_released(action_gateway):
     )
     [call] = [o for o in answer.output if o.type == "function_call"]
     assert URL in call.arguments
-
-    async def over_websocket():
-        async with aclient.beta.responses.connect() as conn:
-            await conn.send(
-                {
-                    "type": "response.create",
-                    "model": "m",
-                    "input": _output(call.call_id),
-                    "previous_response_id": answer.id,
-                    "tools": TOOLS,
-                }
-            )
-            return await recv_until_done(conn)
-
-    done = asyncio.run(over_websocket())
+    request = {
+        "model": "m",
+        "input": _output(call.call_id),
+        "previous_response_id": answer.id,
+        "tools": TOOLS,
+    }
+    done = websocket_turn(aclient, request)[-1]
     assert done.type == "response.completed"
     assert any(o.type == "function_call" and URL in o.arguments for o in done.response.output)
     assert upstream.cancelled == 0 and not [e for e in flags.events if getattr(e, "reason", None)]
@@ -185,7 +158,7 @@ def test_a_stateless_client_resending_its_history_gets_the_same_verdict(action_g
     check reads the sketch at its end, as for a continuation."""
     base, _, _, _ = action_gateway
     client, _ = clients(base)
-    first, call_id = _start(client)
+    _, call_id = _start(client)
     history = [
         {"role": "user", "content": TASK},
         {"type": "function_call", "call_id": call_id, "name": "shell", "arguments": obey([])},
@@ -199,10 +172,11 @@ def test_a_stateless_client_resending_its_history_gets_the_same_verdict(action_g
     assert any(o.type == "function_call" and URL in o.arguments for o in answer.output)
 
 
-def test_the_flag_policy_releases_the_call_and_flags_it():
+@pytest.mark.parametrize("action", ["flag", "off"])
+def test_the_flag_and_off_policies_release_the_call(action):
     upstream = ToolCallingUpstream(tool="shell", arguments=_obey_call)
     flags = MemorySink()
-    policy = Policy(actions=ActionPolicy(action="flag"))
+    policy = Policy(actions=ActionPolicy(action=action))
     scorer = Scorer([ProvenanceClassifier()], policy)
     with gateway_thread(GatewayConfig(port=0), scorer, upstream=upstream, flag_sink=flags) as (base, _):
         client, _ = clients(base)
@@ -211,22 +185,11 @@ def test_the_flag_policy_releases_the_call_and_flags_it():
             model="m", input=_output(call_id), previous_response_id=first.id, tools=TOOLS
         )
         assert any(o.type == "function_call" and URL in o.arguments for o in answer.output)
+        if action == "off":
+            assert not [e for e in flags.events if getattr(e, "reason", None) == "injected_action"]
+            return
         [flag] = _action_flags(flags)
         assert flag.decision == "flag" and flag.scores["prompt_injection"] >= policy.actions.threshold
-
-
-def test_the_off_policy_checks_nothing():
-    upstream = ToolCallingUpstream(tool="shell", arguments=_obey_call)
-    flags = MemorySink()
-    scorer = Scorer([ProvenanceClassifier()], Policy(actions=ActionPolicy(action="off")))
-    with gateway_thread(GatewayConfig(port=0), scorer, upstream=upstream, flag_sink=flags) as (base, _):
-        client, _ = clients(base)
-        first, call_id = _start(client)
-        answer = client.responses.create(
-            model="m", input=_output(call_id), previous_response_id=first.id, tools=TOOLS
-        )
-        assert any(o.type == "function_call" and URL in o.arguments for o in answer.output)
-        assert not [e for e in flags.events if getattr(e, "reason", None) == "injected_action"]
 
 
 def _chat_script(body: dict) -> Answer:
