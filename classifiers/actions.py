@@ -68,7 +68,7 @@ RISKS: dict[str, float] = {
     "fetch": 0.67,
 }
 _SENDING = frozenset({"exfiltration", "payment", "fetch"})
-_RISK_ORDER = ("exfiltration", "payment", "credentials", "destructive", "secrets", "fetch")
+_RISK_ORDER = ("payment", "exfiltration", "credentials", "destructive", "secrets", "fetch")
 _ROLE_ORDER = ("destination", "target", "content")
 Role = Literal["destination", "target", "content"]
 # What a string does in the action: where data goes (a recipient, a host, an account),
@@ -449,8 +449,9 @@ def shell_risks(command: str) -> set[str]:
         elif _destroys(c, writes):
             risks.add("destructive")
         sent = _sends(c)
-        if sent is not None:
-            risks.add(sent)
+        addresses = [a for a in chunks(part) if is_address(a) or _REMOTE.match(a)]
+        if sent is not None and not (addresses and all(is_loopback(a) for a in addresses)):
+            risks.add(sent)  # nothing sent to this machine leaves it
     return risks
 
 

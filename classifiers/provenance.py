@@ -85,7 +85,7 @@ _VERBS = (
 )
 _IMPERATIVE = re.compile(
     r"(?:^|[:;)\]]|\b(?:please|kindly|then|and|todo|now|first|next)\b)[\s\-*•>#.)\d]*"
-    r"(?:(?:just|simply|also|quickly|immediately|now|then|please|kindly)\s+)*(?:" + _VERBS + r")\b"
+    r"(?:(?:just|simply|also|always|quickly|immediately|now|then|please|kindly)\s+)*(?:" + _VERBS + r")\b"
 )
 _ADDRESS = re.compile(
     r"\b(?:you|your|yourself|assistant|ai|chatbot|agent|model|llm|gpt[\w.-]*|claude|gemini|llama|"
