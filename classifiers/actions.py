@@ -122,7 +122,7 @@ _ENV = frozenset("env environ environment getenv printenv".split())
 _WEB = frozenset("webpage web page url website http request navigate browse visit download".split())
 _SHELL = frozenset("shell bash sh zsh exec execute run terminal command cmd powershell subprocess".split())
 _PATCH = frozenset("patch apply_patch".split())
-_COMMAND_KEYS = ("command", "cmd", "commands", "script", "input", "code")
+_COMMAND_KEYS = ("command", "cmd", "commands", "script", "input", "code", "sql", "query")
 _CONTENT_KEYS = re.compile(
     r"^(?:subject|body|content|contents|message|text|title|description|note|notes|summary|data|"
     r"amount|date|time|day|start.*|end.*|query|comment|reason|caption|html|markdown|file_content)$"

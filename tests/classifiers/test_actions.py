@@ -33,6 +33,8 @@ def shell(command: str) -> dict:
         (call("get_api_key", service="stripe"), {"secrets"}),
         (call("get_webpage", url="www.example.com"), {"fetch"}),
         (call("write_file", path=".github/workflows/ci.yml", content="x"), {"credentials"}),
+        (call("execute_sql", query="DROP TABLE users"), {"destructive"}),
+        (call("search_emails", query="DROP TABLE users"), set()),
         ({"type": "mcp_call", "name": "post_message", "arguments": '{"channel": "x"}'}, {"exfiltration"}),
         ({"type": "local_shell_call", "action": {"type": "exec", "command": ["env"]}}, {"secrets"}),
         ({"type": "shell_call", "action": {"commands": ["ls", "rm -rf ~/"]}}, {"destructive"}),
