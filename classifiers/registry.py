@@ -34,6 +34,11 @@ ordinary operator prompts (the Codex CLI's own scores 0.999), so those channels 
 Its screen, lexical-v3, clears the items it is sure of before the detector runs
 (training/detector_screen.py); it shares the `lexical` view's loaded model.
 
+`provenance` (classifiers/provenance.py) scores nothing: it keeps the sketch of which
+strings the conversation's principals named and which untrusted content told the model
+to use, which the gateway's action check reads before it releases a tool call
+(pipeline/lanes/provenance.py).
+
 The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
 `conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were
 calibrated on (eval/conversation_eval.py). When both name the same entry, the model is
@@ -55,11 +60,22 @@ from deltaguard.classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.operator import OperatorClassifier
 from deltaguard.classifiers.pii import PiiClassifier
+from deltaguard.classifiers.provenance import ProvenanceClassifier
 from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.classifiers.secrets import SecretsClassifier
 from deltaguard.models import MODELS_DIR
 
-DEFAULT_NAMES = ("secrets", "pii", "lexical", "conversation", "definitions", "operator", "harm", "detector")
+DEFAULT_NAMES = (
+    "secrets",
+    "pii",
+    "lexical",
+    "conversation",
+    "definitions",
+    "operator",
+    "harm",
+    "detector",
+    "provenance",
+)
 LEXICAL_ARTIFACT = "lexical"
 CONVERSATION_ARTIFACT = "lexical-v2"
 DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
@@ -119,6 +135,8 @@ def load_classifiers(
             out.append(OperatorClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
         elif name == "harm":
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
+        elif name == "provenance":
+            out.append(ProvenanceClassifier())
         elif name in ("encoder", "detector"):
             # 0.5-scaled already; a screen shares the lexical model loaded above
             out.append(

@@ -132,16 +132,31 @@ class RequestError(DeltaGuardError):
 
 
 class SafetyBlocked(RequestError):
-    def __init__(self, categories: list[str]) -> None:
+    def __init__(self, categories: list[str], *, reason: str | None = None) -> None:
+        """`reason`: what was blocked, when it was not the request itself (one of the
+        model's actions); said in the message and in the error object."""
+        what = "The model's action was" if reason else "The request was"
         super().__init__(
-            f"The request was blocked by the safety stage: {', '.join(categories)}.",
+            f"{what} blocked by the safety stage: {', '.join(categories)}{f': {reason}' if reason else ''}.",
             code="safety_blocked",
             status=400,
         )
         self.categories = categories
+        self.reason = reason
 
     def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "categories": self.categories}
+        return {
+            **super().to_error(),
+            "categories": self.categories,
+            **({"reason": self.reason} if self.reason else {}),
+        }
+
+    @classmethod
+    def from_error(cls, error: dict[str, Any]) -> SafetyBlocked:
+        """The refusal an error object describes (a response that failed mid-stream, told to
+        a JSON client): its categories, and its reason when it has one."""
+        reason = error.get("reason")
+        return cls(list(error.get("categories") or []), reason=reason if isinstance(reason, str) else None)
 
 
 class MonitorVerdictPending(RequestError):

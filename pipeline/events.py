@@ -44,8 +44,10 @@ class FlagEvent(_Event):
     # Why, when it is not a score crossing a threshold: "repeated_blocks" when a client kept
     # sending blocked turns and the whole conversation is now refused (SafetyStage);
     # "sanitized" when the flagged spans were cut out of untrusted content (policy action
-    # `sanitize`, `findings` says where) and the turn went on.
-    reason: Literal["repeated_blocks", "sanitized"] | None = None
+    # `sanitize`, `findings` says where) and the turn went on; "injected_action" when one
+    # of the model's actions used strings untrusted content told it to use (lane "output",
+    # `findings` names the action and the strings; deltaguard.lanes.provenance).
+    reason: Literal["repeated_blocks", "sanitized", "injected_action"] | None = None
     # Where the evidence is, when a classifier locates it: {"item", "start", "end",
     # "category", "score"} per span (docs/contract.md section 6; state/scoring.findings_json).
     findings: list[dict[str, Any]] = Field(default_factory=list)
@@ -61,11 +63,15 @@ class FlagEvent(_Event):
         categories: list[str],
         scores: dict[str, float],
         classifier_versions: dict[str, str],
-        reason: Literal["repeated_blocks", "sanitized"] | None = None,
+        reason: Literal["repeated_blocks", "sanitized", "injected_action"] | None = None,
         tenant: str = DEFAULT_TENANT,
         findings: list[dict[str, Any]] | None = None,
+        subject: str = "",
     ) -> FlagEvent:
+        """`subject`: what of the response the flag is about, when a response may raise
+        several of one reason (each of its actions): part of the event id."""
         parts = (conversation_id, response_id, lane, ",".join(categories), *((reason,) if reason else ()))
+        parts += (subject,) if subject else ()
         return cls(
             event_id=stable_event_id("flag", *parts),
             conversation_id=conversation_id,

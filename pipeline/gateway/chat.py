@@ -31,7 +31,7 @@ from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamEr
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.http_errors import error_response, server_overloaded, unauthorized
-from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
+from deltaguard.gateway.release import ActionBlocked, MonitorBlocked, ReleaseHold, release_hold
 from deltaguard.gateway.service import _with_stall_timeout, end_user, safety_summary
 from deltaguard.gateway.upstreams import (
     ChatUpstream,
@@ -221,21 +221,26 @@ class ChatService:
         first = choices[0] if choices and isinstance(choices[0], dict) else {}
         message = first.get("message")
         hold = self._hold(turn)
-        if hold is not None and (
-            hold.mode == "all" or (isinstance(message, dict) and message.get("tool_calls"))
-        ):
-            blocked = await hold.judge(turn.monitor_verdict)
-            if blocked:  # the call never reaches the client; the upstream's usage is billed
-                await turn.finish([], usage_from(response.get("usage"), "chat"))
-                raise MonitorBlocked(blocked)
+        calls = _tool_calls(message)
+        try:
+            if hold is not None and hold.mode != "off" and (hold.mode == "all" or calls):
+                blocked = await hold.judge(turn.monitor_verdict)
+                if blocked:
+                    raise MonitorBlocked(blocked)
+            if hold is not None and hold.actions is not None:
+                for i, call in enumerate(calls):
+                    verdict = await hold.actions.check(call, i)
+                    if verdict is not None and hold.actions.blocks:
+                        raise ActionBlocked([hold.actions.policy.category], verdict.reason())
+        except MonitorBlocked:  # the call never reaches the client; the upstream's usage is billed
+            await turn.finish([], usage_from(response.get("usage"), "chat"))
+            raise
         await self._finish(turn, message, response.get("usage"))
         return {**response, "safety": safety_summary(turn.gate)}
 
     def _hold(self, turn: Turn) -> ReleaseHold | None:
-        """What of the answer waits for the monitor verdict (None: nothing waits)."""
-        if not turn.awaits_monitor or self.config.release_hold == "off":
-            return None
-        return ReleaseHold(self.config.release_hold, self.config.release_hold_timeout_s, chat=True)
+        """What of the answer waits for the monitor verdict or the action check (None: nothing)."""
+        return release_hold(self.config, self.stage, turn, chat=True)
 
     async def stream(self, req: ChatRequest, turn: Turn) -> AsyncIterator[dict[str, Any]]:
         """The upstream's chunks, as it sent them (the first with `safety` added)."""
@@ -316,6 +321,27 @@ class ChatEndpoint:
             return self._error(err)
         self.metrics.requests.labels("chat_sse", "ok").inc()
         return StreamingResponse(_sse(first, chunks), media_type="text/event-stream")
+
+
+def _tool_calls(message: Any) -> list[dict[str, Any]]:
+    """A chat answer's tool calls as the action check reads calls (function_call items)."""
+    if not isinstance(message, dict):
+        return []
+    calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    if isinstance(message.get("function_call"), dict):
+        calls.append({"function": message["function_call"]})
+    out = []
+    for c in calls:
+        fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+        out.append(
+            {
+                "type": "function_call",
+                "call_id": str(c.get("id") or ""),
+                "name": str(fn.get("name") or ""),
+                "arguments": str(fn.get("arguments") or ""),
+            }
+        )
+    return out
 
 
 async def _fed(chunks: AsyncIterator[dict[str, Any]], answer: _Answer) -> AsyncIterator[dict[str, Any]]:

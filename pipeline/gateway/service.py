@@ -31,7 +31,7 @@ from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBloc
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.http_errors import server_overloaded
-from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
+from deltaguard.gateway.release import MonitorBlocked, release_hold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import SYNTHETIC_TYPES, Item, count_tokens
@@ -209,7 +209,7 @@ class ResponsesService:
                 if event["type"] == "response.failed":
                     error = event["response"].get("error") or {}
                     if error.get("code") == "safety_blocked":  # the monitor's verdict, mid-response
-                        raise SafetyBlocked(list(error.get("categories") or []))
+                        raise SafetyBlocked.from_error(error)
                     message = error.get("message", "the model failed")
                     raise RequestError(str(message), code="upstream_error", status=502, type="server_error")
                 if event["type"] in ("response.completed", "response.incomplete"):
@@ -282,8 +282,8 @@ class ResponsesService:
             _with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
         )
         stream: AsyncIterator[dict[str, Any]] = upstream.events()
-        if turn.awaits_monitor:
-            hold = ReleaseHold(self.config.release_hold, self.config.release_hold_timeout_s)
+        hold = release_hold(self.config, self.stage, turn)
+        if hold is not None:
             stream = hold.stream(stream, turn.monitor_verdict)
         try:
             async for event in stream:

@@ -153,6 +153,12 @@ class LaneSet:
             left[name] = len(events)
         return left
 
+    async def flush(self) -> None:
+        """Every job queued so far done, and its events delivered to the sinks."""
+        await self.drain()
+        for writer in self.writers.values():
+            await writer.flush()
+
     async def drain(self) -> None:
         await self.monitor.worker.drain()
         await self.post.worker.drain()

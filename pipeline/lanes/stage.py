@@ -30,7 +30,7 @@ from typing import Any
 
 from deltaguard import defaults
 from deltaguard.errors import LaneClosed
-from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event
+from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event, FlagEvent
 from deltaguard.items import Item
 from deltaguard.journal import BillingJournal, JournalCadence
 from deltaguard.lanes.assembly import TrackerTable, assemble, lockout_of, split_lanes
@@ -179,13 +179,9 @@ class SafetyStage:
         """Wait until every job queued so far (monitor, post-inference) is done and its
         events are delivered to the sinks; the stage keeps running."""
         self._require_running()
-
-        async def drained() -> None:
-            await self._lanes.drain()
-            for writer in self._lanes.writers.values():
-                await writer.flush()
-
-        await asyncio.wait_for(drained(), timeout_s if timeout_s is not None else self.config.drain_timeout_s)
+        await asyncio.wait_for(
+            self._lanes.flush(), timeout_s if timeout_s is not None else self.config.drain_timeout_s
+        )
 
     def _require_running(self) -> None:
         if self._state is not Lifecycle.RUNNING:
@@ -262,6 +258,11 @@ class SafetyStage:
     def _turn_of(self, rec: ResponseRecord) -> Turn:
         gate = _gate_from_json(rec.notes["gate"])
         return Turn(self._lanes.turn, gate, rec, resent=rec.parent_id is None, tools=rec.notes.get("tools"))
+
+    async def flag(self, event: FlagEvent, tenant: str = DEFAULT_TENANT) -> None:
+        """Queue a flag raised outside the lanes (an action judged before its release)."""
+        self._require_running()
+        await self._lanes.gate.flags.put(event, tenant)
 
     def mark_flagged(
         self, conversation_id: str, categories: Sequence[str], tenant: str = DEFAULT_TENANT

@@ -3,9 +3,11 @@
 A category is *flagged* for a conversation once its conversation-level score reaches
 its threshold. A turn is *blocked* when a flagged category's action is `block`.
 
-A policy file (`--policy FILE`) overrides the defaults per category and per field:
+A policy file (`--policy FILE`) overrides the defaults per category and per field, and
+the action check's settings (`actions`, below):
 
-    {"categories": {"pii": {"action": "block"}, "prompt_injection": {"threshold": 0.6}}}
+    {"categories": {"pii": {"action": "block"}, "prompt_injection": {"threshold": 0.6}},
+     "actions": {"action": "flag"}}
 """
 
 from __future__ import annotations
@@ -45,6 +47,26 @@ class CategoryPolicy(BaseModel):
 USER_BLOCK_THRESHOLD = 0.9
 
 
+# The action check's threshold, chosen on validation data (agentdojo's banking and slack
+# suites, the validation split of the benign agent traffic; `python -m eval.action_check`):
+# a string an instruction in untrusted content told the model to send to, pay, delete or
+# run, at the weakest instruction level. Every score between 0.3 and it decides the same.
+ACTION_THRESHOLD = 0.3333
+
+
+class ActionPolicy(BaseModel):
+    """What the action check does with the model's actions (deltaguard.lanes.provenance):
+    an action scoring `threshold` or more is an injection that worked. "block": it never
+    reaches the client, and the response fails with `prompt_injection`; "flag": it is
+    released, and a flag event says why; "off": actions are not checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["block", "flag", "off"] = "block"
+    threshold: float = Field(ACTION_THRESHOLD, gt=0.0, le=1.0)
+    category: str = "prompt_injection"  # the category a blocked or flagged action is reported in
+
+
 def _default_categories() -> dict[str, CategoryPolicy]:
     return {
         "prompt_injection": CategoryPolicy(
@@ -64,6 +86,7 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     categories: dict[str, CategoryPolicy] = Field(default_factory=_default_categories)
+    actions: ActionPolicy = Field(default_factory=ActionPolicy)
 
     def with_thresholds(self, thresholds: Mapping[str, float]) -> Policy:
         """A copy whose thresholds for the given categories are replaced."""
@@ -121,14 +144,12 @@ def load_policy(path: Path) -> Policy:
         raise PolicyError(f"{path}: {exc}") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("categories", {}), dict):
         raise PolicyError(f'{path}: expected {{"categories": {{CATEGORY: {{"threshold": T, "action": A}}}}}}')
-    if set(raw) - {"categories"}:
-        raise PolicyError(f"{path}: unknown field(s) {sorted(set(raw) - {'categories'})}")
+    if set(raw) - {"categories", "actions"}:
+        raise PolicyError(f"{path}: unknown field(s) {sorted(set(raw) - {'categories', 'actions'})}")
     cats = _default_categories()
     for name, fields in raw.get("categories", {}).items():
         if name not in CATEGORIES:  # a misspelt category would silently change nothing
-            near = difflib.get_close_matches(name, CATEGORIES, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(CATEGORIES)}"
-            raise PolicyError(f"{path}: categories.{name}: unknown category{hint}")
+            raise PolicyError(f"{path}: categories.{name}: unknown category{_hint(name)}")
         base = cats.get(name, CategoryPolicy()).model_dump()
         try:
             if not isinstance(fields, dict):
@@ -138,7 +159,28 @@ def load_policy(path: Path) -> Policy:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in ("categories", name, *err["loc"]))
             raise PolicyError(f"{path}: {where}: {err['msg']}") from exc
-    return Policy(categories=cats)
+    return Policy(categories=cats, actions=_action_policy(path, raw.get("actions", {})))
+
+
+def _action_policy(path: Path, fields: Any) -> ActionPolicy:
+    if not isinstance(fields, dict):
+        raise PolicyError(f"{path}: actions: expected an object")
+    try:
+        actions = ActionPolicy.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in ("actions", *err["loc"]))
+        raise PolicyError(f"{path}: {where}: {err['msg']}") from exc
+    if actions.category not in CATEGORIES:
+        raise PolicyError(
+            f"{path}: actions.category: unknown category {actions.category!r}{_hint(actions.category)}"
+        )
+    return actions
+
+
+def _hint(name: str) -> str:
+    near = difflib.get_close_matches(name, CATEGORIES, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(CATEGORIES)}"
 
 
 def ordered_categories(scores: Mapping[str, float]) -> list[str]:

