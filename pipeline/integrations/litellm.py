@@ -59,12 +59,14 @@ from deltaguard.chat_items import (
     chat_history_items,
     responses_history_items,
 )
+from deltaguard.classifiers.actions import ACTIONABLE_TYPES
 from deltaguard.errors import DeltaGuardError, ItemError, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
 from deltaguard.integrations.litellm_answers import answer_of
 from deltaguard.integrations.litellm_lifecycle import GuardrailStage
 from deltaguard.integrations.litellm_settings import DeltaGuardSettings
+from deltaguard.lanes.provenance import TurnActions
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import LruTtlMap
 from deltaguard.telemetry.metrics import PrometheusMetrics
@@ -297,8 +299,33 @@ class DeltaGuardGuardrail(CustomGuardrail):
     async def async_post_call_success_hook(self, data: dict, user_api_key_dict: Any, response: Any) -> Any:
         key = self._key(data, user_api_key_dict)
         if key is not None:
+            await self._check_actions(key, response)
             await self._complete(key, response)
         return None  # the response is never changed
+
+    async def _check_actions(self, key: tuple[str, str], response: Any) -> None:
+        """The action check (`deltaguard.lanes.provenance`) on the answer's tool calls,
+        before LiteLLM returns it: a blocked one drops the whole answer with the
+        guardrail's error, like a monitor block."""
+        turn = self._pending.get(key)
+        if turn is None:
+            return
+        try:
+            answer = answer_of(response, self._items)
+            actions = TurnActions.of((await self.ready()).stage, turn)
+        except (ItemError, DeltaGuardError):
+            return  # unreadable: `_complete` logs it; closing: the answer goes as it is
+        if answer is None or actions is None:
+            return
+        for index, item in enumerate(answer[0]):
+            if item.kind not in ACTIONABLE_TYPES:
+                continue
+            verdict = await actions.check(item.raw, index)
+            if verdict is not None and actions.blocks:
+                self._pending.discard(key)  # the answer is dropped: nothing to score or bill
+                error = safety_error([actions.policy.category], "output", None, self.guardrail_name or "")
+                error.detail["reason"] = verdict.reason()
+                raise error
 
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict
