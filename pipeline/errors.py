@@ -15,8 +15,7 @@ DeltaGuardError
 ├── SinkFull                   a bounded sink or spool refused an event
 ├── RecordingStoreError        the recording store cannot be used
 ├── StateBackendError          the conversation state backend cannot be used (bad URL, unreachable)
-├── RequestError               a request the gateway refuses (HTTP status, error code)
-│   └── SafetyBlocked          the safety stage blocked the turn
+├── TurnBlocked                the safety stage refused a turn (categories; a lock-out's why and until when)
 ├── UpstreamError              the upstream model failed or stalled
 └── KafkaPathError             the Kafka path failed
     ├── BrokerUnavailable      the broker could not be reached or refused a request
@@ -26,12 +25,14 @@ Foreign errors (aiokafka, onnxruntime, httpx, sqlite3) never leave the adapter t
 the library: each translates them at one boundary, `raise ... from exc`, so the original
 stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstreams.transport`,
 `deltaguard.classifiers.encoder`, `deltaguard.recording`, `deltaguard.state.backends`).
+
+None of these knows HTTP: the gateway tells a client of an error in one place
+(`deltaguard.gateway.error_exits`), which gives each the OpenAI error object and its status.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 
 class DeltaGuardError(Exception):
@@ -107,54 +108,31 @@ class StateBackendError(DeltaGuardError):
     be opened, a Redis server that cannot be reached."""
 
 
-class RequestError(DeltaGuardError):
-    """A request the gateway refuses: HTTP status, error type and code for the client."""
+class TurnBlocked(DeltaGuardError):
+    """The safety stage refused a turn, for `categories`. A refusal by a lock-out (of the
+    conversation, or of the client) also says why (`why`) and until when (`until`, epoch s).
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str,
-        param: str | None = None,
-        status: int = 400,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.param = param
-        self.status = status
-        self.type = type
+    >>> str(TurnBlocked(["secrets"]))
+    'The request was blocked by the safety stage: secrets.'
+    >>> TurnBlocked(["jailbreak"], why="3 turns were blocked", until=0).message
+    'This conversation is locked: 3 turns were blocked (jailbreak); locked until 1970-01-01T00:00:00Z.'
+    """
 
-    def to_error(self) -> dict[str, Any]:
-        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
-
-
-class SafetyBlocked(RequestError):
-    def __init__(self, categories: list[str]) -> None:
-        super().__init__(
-            f"The request was blocked by the safety stage: {', '.join(categories)}.",
-            code="safety_blocked",
-            status=400,
-        )
+    def __init__(self, categories: list[str], *, why: str | None = None, until: float | None = None) -> None:
         self.categories = categories
+        self.why = why
+        self.locked_until = None if until is None else int(until)
+        named = ", ".join(categories)
+        if until is None:
+            self.message = f"The request was blocked by the safety stage: {named}."
+        else:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+            self.message = f"This conversation is locked: {why} ({named}); locked until {stamp}."
+        super().__init__(self.message)
 
-    def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "categories": self.categories}
 
-
-class ConversationLocked(SafetyBlocked):
-    """A refusal of a locked conversation (or client): it says so, why, and until when."""
-
-    def __init__(self, categories: list[str], why: str, until: float) -> None:
-        super().__init__(categories)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
-        self.message = f"This conversation is locked: {why} ({', '.join(categories)}); locked until {stamp}."
-        self.args = (self.message,)
-        self.locked_until = int(until)
-
-    def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "locked_until": self.locked_until}
+# The name the gateway's release hold subclasses (`gateway.release.MonitorBlocked`).
+SafetyBlocked = TurnBlocked
 
 
 class UpstreamError(DeltaGuardError):

@@ -27,10 +27,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.errors import PreviousResponseNotFound, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.http_errors import server_overloaded
+from deltaguard.gateway.error_exits import client_error
+from deltaguard.gateway.http_errors import RequestError, server_overloaded, upstream_failed
 from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
@@ -209,17 +210,12 @@ class ResponsesService:
                 if event["type"] == "response.failed":
                     error = event["response"].get("error") or {}
                     if error.get("code") == "safety_blocked":  # the monitor's verdict, mid-response
-                        raise SafetyBlocked(list(error.get("categories") or []))
+                        raise TurnBlocked(list(error.get("categories") or []))
                     message = error.get("message", "the model failed")
-                    raise RequestError(str(message), code="upstream_error", status=502, type="server_error")
+                    raise upstream_failed(str(message))
                 if event["type"] in ("response.completed", "response.incomplete"):
                     return dict(event["response"])
-        raise RequestError(
-            "the response ended without a terminal event",
-            code="upstream_error",
-            status=502,
-            type="server_error",
-        )
+        raise upstream_failed("the response ended without a terminal event")
 
     async def events(
         self, req: CreateRequest, tenant: str = DEFAULT_TENANT
@@ -325,7 +321,7 @@ class ResponsesService:
                 **(last or response_object(response_id, req, status="failed", output=[])),
                 "status": "failed",
                 "output": [],
-                "error": blocked.to_error(),
+                "error": client_error(blocked).to_error(),
                 "safety": {**safety_summary(turn.gate), "decision": "block", "monitor": blocked.categories},
             }
             yield {"type": "response.failed", "response": failed}
