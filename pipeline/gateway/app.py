@@ -2,6 +2,9 @@
 `POST /v1/chat/completions` (`chat.py`), the guard API and `GET /openapi.json`
 (`guard.py`), `GET /metrics`, `GET /healthz`.
 
+Routes raise what they refuse; the app's exception handlers (`error_exits.ErrorExits`)
+answer it, as a JSON error or, on a socket, an `error` event that leaves the socket open.
+
     app = create_app(GatewayConfig(), scorer)   # classifiers already loaded
     uvicorn.run(app, host="127.0.0.1", port=8400)
 """
@@ -173,9 +176,9 @@ class Gateway:
         self.service = ResponsesService(config, self.stage, self.upstream)
         self.chat_upstream = chat_upstream or build_chat_upstream(config)
         self.chat = ChatEndpoint(
-            ChatService(config, self.stage, self.chat_upstream), self.tenant_of, self.metrics
+            ChatService(config, self.stage, self.chat_upstream), self.tenant, self.metrics
         )
-        self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant_of, self.metrics)
+        self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant, self.metrics)
         self.connections = 0
         # Set when the server begins to shut down (deltaguard.serving): each WebSocket
         # finishes its turn in flight, then closes.
@@ -220,13 +223,18 @@ class Gateway:
         """
         return tenant_for(self.config.api_keys, headers)
 
+    def tenant(self, headers: Any) -> str:
+        """The tenant whose API key the request carries; a wrong key is refused (401)."""
+        tenant = self.tenant_of(headers)
+        if tenant is None:
+            raise unauthorized()
+        return tenant
+
     # -- HTTP --------------------------------------------------------------------------
 
     async def create_response(self, request: Request) -> Response:
         request.state.transport = "http"  # a refusal's count (`ErrorExits`), streamed or not
-        tenant = self.tenant_of(request.headers)
-        if tenant is None:
-            raise unauthorized()
+        tenant = self.tenant(request.headers)
         req = read_create(await request.body(), self._create_limits)
         if not req.stream:
             final = await self.service.create(req, tenant)
@@ -246,9 +254,7 @@ class Gateway:
 
     async def conversations(self, request: Request) -> Response:
         """POST /v1/conversations, GET/DELETE /v1/conversations/{id}, GET .../items."""
-        tenant = self.tenant_of(request.headers)
-        if tenant is None:
-            raise unauthorized()
+        tenant = self.tenant(request.headers)
         conversation_id = request.path_params.get("conversation_id")
         if conversation_id is None:
             body = parse_body(await request.body() or b"{}", **self.config.json_limits())

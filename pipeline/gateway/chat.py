@@ -31,7 +31,7 @@ from deltaguard.errors import ItemError, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.error_exits import CLIENT_ERRORS, client_error
-from deltaguard.gateway.http_errors import RequestError, invalid_item, server_overloaded, unauthorized
+from deltaguard.gateway.http_errors import RequestError, invalid_item, server_overloaded
 from deltaguard.gateway.release import MonitorBlocked, ReleaseHold
 from deltaguard.gateway.service import _with_stall_timeout, end_user, safety_summary
 from deltaguard.gateway.upstreams import ChatUpstream, HttpChatUpstream, SimulatedChatModel
@@ -277,16 +277,15 @@ class ChatEndpoint:
     failure before the first chunk, is raised to the app's handler (`error_exits`): a
     JSON error; the upstream's own refusal reaches the client as it came."""
 
-    def __init__(self, service: ChatService, tenant_of: Callable[[Any], str | None], metrics: Any) -> None:
+    def __init__(self, service: ChatService, tenant: Callable[[Any], str], metrics: Any) -> None:
+        """`tenant`: the tenant of a request's headers, or the refusal of a wrong key."""
         self.service = service
-        self.tenant_of = tenant_of
+        self.tenant = tenant
         self.metrics = metrics
 
     async def handle(self, request: Request) -> Response:
         request.state.transport = "chat"  # a refusal's count (`ErrorExits`), streamed or not
-        tenant = self.tenant_of(request.headers)
-        if tenant is None:
-            raise unauthorized()
+        tenant = self.tenant(request.headers)
         req = self.service.parse(await request.body())
         turn = await self.service.gate(req, tenant)
         if not req.stream:

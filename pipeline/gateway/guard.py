@@ -49,7 +49,7 @@ from deltaguard.gateway.guard_wire import (
     Verdict,
     validated,
 )
-from deltaguard.gateway.http_errors import RequestError, invalid_item, unauthorized
+from deltaguard.gateway.http_errors import RequestError, invalid_item
 from deltaguard.gateway.wire import check_sizes, new_id, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
@@ -242,18 +242,17 @@ class GuardEndpoints:
     """The routes: tenant check, JSON parsing and validation by the wire models, then the
     check; a refusal is raised to the app's handler (`error_exits`), counted under the route."""
 
-    def __init__(self, service: GuardService, tenant_of: Callable[[Any], str | None], metrics: Any) -> None:
+    def __init__(self, service: GuardService, tenant: Callable[[Any], str], metrics: Any) -> None:
+        """`tenant`: the tenant of a request's headers, or the refusal of a wrong key."""
         self.service = service
-        self.tenant_of = tenant_of
+        self.tenant = tenant
         self.metrics = metrics
 
     async def _run(
         self, request: Request, model: type[Any], check: Callable[..., Any], name: str
     ) -> Response:
         request.state.transport = name
-        tenant = self.tenant_of(request.headers)
-        if tenant is None:
-            raise unauthorized()
+        tenant = self.tenant(request.headers)
         body = parse_body(await request.body(), **self.service.config.json_limits())
         result = await check(self.service.parse(model, body), tenant)
         self.metrics.requests.labels(name, "ok").inc()
