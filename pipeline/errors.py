@@ -26,8 +26,9 @@ the library: each translates them at one boundary, `raise ... from exc`, so the 
 stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstreams.transport`,
 `deltaguard.classifiers.encoder`, `deltaguard.recording`, `deltaguard.state.backends`).
 
-None of these knows HTTP: the gateway tells a client of an error in one place
-(`deltaguard.gateway.error_exits`), which gives each the OpenAI error object and its status.
+None of these knows HTTP. A refusal in HTTP terms (status, error type and code) is the
+gateway's `RequestError` (`deltaguard.gateway.http_errors`, a DeltaGuardError too), and the
+gateway tells a client of any error in one place (`deltaguard.gateway.error_exits`).
 """
 
 from __future__ import annotations
