@@ -49,6 +49,7 @@ from deltaguard.errors import (
     PreviousResponseNotFound,
     SinkFull,
     TranscriptError,
+    TurnBlocked,
 )
 from deltaguard.events import BillingEvent, FlagEvent, TurnEvent
 from deltaguard.items import Item, count_tokens
@@ -95,6 +96,7 @@ __all__ = [
     "StoreLimits",
     "TranscriptError",
     "Turn",
+    "TurnBlocked",
     "TurnEvent",
     "TurnVerdict",
     "Update",

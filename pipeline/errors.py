@@ -15,9 +15,8 @@ DeltaGuardError
 ├── SinkFull                   a bounded sink or spool refused an event
 ├── RecordingStoreError        the recording store cannot be used
 ├── StateBackendError          the conversation state backend cannot be used (bad URL, unreachable)
-├── RequestError               a request the gateway refuses (HTTP status, error code)
-│   ├── SafetyBlocked          the safety stage blocked the turn
-│   └── MonitorVerdictPending  the verdict on the conversation's last turn is late (retry)
+├── TurnBlocked                the safety stage refused a turn (categories; a lock-out's why and until when)
+├── MonitorVerdictPending      the verdict on the conversation's last turn is late (retry)
 ├── UpstreamError              the upstream model failed or stalled
 └── KafkaPathError             the Kafka path failed
     ├── BrokerUnavailable      the broker could not be reached or refused a request
@@ -27,6 +26,10 @@ Foreign errors (aiokafka, onnxruntime, httpx, sqlite3) never leave the adapter t
 the library: each translates them at one boundary, `raise ... from exc`, so the original
 stays in the traceback (`deltaguard.kafka.boundary`, `deltaguard.gateway.upstreams.transport`,
 `deltaguard.classifiers.encoder`, `deltaguard.recording`, `deltaguard.state.backends`).
+
+None of these knows HTTP. A refusal in HTTP terms (status, error type and code) is the
+gateway's `RequestError` (`deltaguard.gateway.http_errors`, a DeltaGuardError too), and the
+gateway tells a client of any error in one place (`deltaguard.gateway.error_exits`).
 """
 
 from __future__ import annotations
@@ -108,85 +111,63 @@ class StateBackendError(DeltaGuardError):
     be opened, a Redis server that cannot be reached."""
 
 
-class RequestError(DeltaGuardError):
-    """A request the gateway refuses: HTTP status, error type and code for the client."""
+class TurnBlocked(DeltaGuardError):
+    """The safety stage refused a turn, for `categories`. A refusal by a lock-out (of the
+    conversation, or of the client) also says why (`why`) and until when (`until`, epoch s).
+
+    >>> str(TurnBlocked(["secrets"]))
+    'The request was blocked by the safety stage: secrets.'
+    >>> TurnBlocked(["jailbreak"], why="3 turns were blocked", until=0).message
+    'This conversation is locked: 3 turns were blocked (jailbreak); locked until 1970-01-01T00:00:00Z.'
+    """
 
     def __init__(
         self,
-        message: str,
+        categories: list[str],
         *,
-        code: str,
-        param: str | None = None,
-        status: int = 400,
-        type: str = "invalid_request_error",
+        why: str | None = None,
+        until: float | None = None,
+        reason: str | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.param = param
-        self.status = status
-        self.type = type
-
-    def to_error(self) -> dict[str, Any]:
-        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
-
-
-class SafetyBlocked(RequestError):
-    def __init__(self, categories: list[str], *, reason: str | None = None) -> None:
         """`reason`: what was blocked, when it was not the request itself (one of the
-        model's actions); said in the message and in the error object."""
-        what = "The model's action was" if reason else "The request was"
-        super().__init__(
-            f"{what} blocked by the safety stage: {', '.join(categories)}{f': {reason}' if reason else ''}.",
-            code="safety_blocked",
-            status=400,
-        )
+        model's actions); said in the message."""
         self.categories = categories
+        self.why = why
         self.reason = reason
-
-    def to_error(self) -> dict[str, Any]:
-        return {
-            **super().to_error(),
-            "categories": self.categories,
-            **({"reason": self.reason} if self.reason else {}),
-        }
+        self.locked_until = None if until is None else int(until)
+        named = ", ".join(categories)
+        if until is not None:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+            self.message = f"This conversation is locked: {why} ({named}); locked until {stamp}."
+        elif reason:
+            self.message = f"The model's action was blocked by the safety stage: {named}: {reason}."
+        else:
+            self.message = f"The request was blocked by the safety stage: {named}."
+        super().__init__(self.message)
 
     @classmethod
-    def from_error(cls, error: dict[str, Any]) -> SafetyBlocked:
+    def from_error(cls, error: dict[str, Any]) -> TurnBlocked:
         """The refusal an error object describes (a response that failed mid-stream, told to
         a JSON client): its categories, and its reason when it has one."""
         reason = error.get("reason")
         return cls(list(error.get("categories") or []), reason=reason if isinstance(reason, str) else None)
 
 
-class MonitorVerdictPending(RequestError):
+# Its earlier name, still importable.
+SafetyBlocked = TurnBlocked
+
+
+class MonitorVerdictPending(DeltaGuardError):
     """A turn refused because the monitor verdicts pending on its conversation did not come
-    within the wait's deadline (`deltaguard.lanes.verdicts`, policy "refuse"): a 503 that
-    clients retry (the OpenAI SDK does on its own)."""
+    within the wait's deadline (`deltaguard.lanes.verdicts`, policy "refuse"): the gateway
+    answers 503 `monitor_verdict_pending`, which clients retry (the OpenAI SDK on its own)."""
 
     def __init__(self, waited_s: float) -> None:
+        self.waited_s = waited_s
         super().__init__(
             f"The safety verdict on this conversation's previous turn is not in after {waited_s:.1f} s; "
-            "retry the request.",
-            code="monitor_verdict_pending",
-            status=503,
-            type="server_error",
+            "retry the request."
         )
-        self.waited_s = waited_s
-
-
-class ConversationLocked(SafetyBlocked):
-    """A refusal of a locked conversation (or client): it says so, why, and until when."""
-
-    def __init__(self, categories: list[str], why: str, until: float) -> None:
-        super().__init__(categories)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
-        self.message = f"This conversation is locked: {why} ({', '.join(categories)}); locked until {stamp}."
-        self.args = (self.message,)
-        self.locked_until = int(until)
-
-    def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "locked_until": self.locked_until}
 
 
 class UpstreamError(DeltaGuardError):

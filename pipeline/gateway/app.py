@@ -2,6 +2,9 @@
 `POST /v1/chat/completions` (`chat.py`), the guard API and `GET /openapi.json`
 (`guard.py`), `GET /metrics`, `GET /healthz`.
 
+Routes raise what they refuse; the app's exception handlers (`error_exits.ErrorExits`)
+answer it, as a JSON error or, on a socket, an `error` event that leaves the socket open.
+
     app = create_app(GatewayConfig(), scorer)   # classifiers already loaded
     uvicorn.run(app, host="127.0.0.1", port=8400)
 """
@@ -26,11 +29,12 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from deltaguard.access import HostOriginGuard
-from deltaguard.errors import ItemError, KafkaPathError, RequestError
+from deltaguard.errors import ItemError, KafkaPathError
 from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstream
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.error_exits import CLIENT_ERRORS, ErrorExits, client_error
 from deltaguard.gateway.guard import GuardEndpoints, GuardService, routes_of
-from deltaguard.gateway.http_errors import error_response, unauthorized
+from deltaguard.gateway.http_errors import RequestError, error_event, invalid_item, unauthorized
 from deltaguard.gateway.service import ResponsesService
 from deltaguard.gateway.upstreams import (
     ChatUpstream,
@@ -39,7 +43,7 @@ from deltaguard.gateway.upstreams import (
     Upstream,
     WebSocketUpstream,
 )
-from deltaguard.gateway.wire import error_event, parse_body, read_create
+from deltaguard.gateway.wire import parse_body, read_create
 from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.parsing import parse_items
 from deltaguard.recording import TranscriptRecorder
@@ -121,6 +125,7 @@ class Gateway:
             "max_id_length": config.max_id_length,
         }
         self.metrics = PrometheusMetrics(tenant_labels=config.metrics_tenant_labels)
+        self.exits = ErrorExits(self.metrics)  # the app's exception handlers
         self.kafka: Any = None
         self.flag_subscriber: Any = None
         turn_sink = None
@@ -176,9 +181,9 @@ class Gateway:
         self.service = ResponsesService(config, self.stage, self.upstream)
         self.chat_upstream = chat_upstream or build_chat_upstream(config)
         self.chat = ChatEndpoint(
-            ChatService(config, self.stage, self.chat_upstream), self.tenant_of, self.metrics
+            ChatService(config, self.stage, self.chat_upstream), self.tenant, self.metrics
         )
-        self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant_of, self.metrics)
+        self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant, self.metrics)
         self.connections = 0
         # Set when the server begins to shut down (deltaguard.serving): each WebSocket
         # finishes its turn in flight, then closes.
@@ -223,71 +228,65 @@ class Gateway:
         """
         return tenant_for(self.config.api_keys, headers)
 
+    def tenant(self, headers: Any) -> str:
+        """The tenant whose API key the request carries; a wrong key is refused (401)."""
+        tenant = self.tenant_of(headers)
+        if tenant is None:
+            raise unauthorized()
+        return tenant
+
     # -- HTTP --------------------------------------------------------------------------
 
     async def create_response(self, request: Request) -> Response:
-        tenant = self.tenant_of(request.headers)
-        if tenant is None:
-            self.metrics.requests.labels("http", "invalid_api_key").inc()
-            return error_response(unauthorized())
+        request.state.transport = "http"  # a refusal's count (`ErrorExits`), streamed or not
+        tenant = self.tenant(request.headers)
+        req = read_create(await request.body(), self._create_limits)
+        if not req.stream:
+            final = await self.service.create(req, tenant)
+            self.metrics.requests.labels("http", "ok").inc()
+            return JSONResponse(final)
+        # Run until the first event so that a refusal is a plain HTTP error.
+        events = self.service.events(req, tenant)
         try:
-            req = read_create(await request.body(), self._create_limits)
-            if not req.stream:
-                final = await self.service.create(req, tenant)
-                self.metrics.requests.labels("http", "ok").inc()
-                return JSONResponse(final)
-            # Run until the first event so that a refusal is a plain HTTP error.
-            events = self.service.events(req, tenant)
-            try:
-                first = await anext(events)
-            except BaseException:
-                await events.aclose()
-                raise
-            self.metrics.requests.labels("sse", "ok").inc()
-            return StreamingResponse(_sse(first, events), media_type="text/event-stream")
-        except RequestError as err:
-            self.metrics.requests.labels("http", err.code).inc()
-            return error_response(err)
+            first = await anext(events)
+        except BaseException:
+            await events.aclose()
+            raise
+        self.metrics.requests.labels("sse", "ok").inc()
+        return StreamingResponse(_sse(first, events), media_type="text/event-stream")
 
     # -- the Conversations API -------------------------------------------------------------
 
     async def conversations(self, request: Request) -> Response:
         """POST /v1/conversations, GET/DELETE /v1/conversations/{id}, GET .../items."""
-        tenant = self.tenant_of(request.headers)
-        if tenant is None:
-            return error_response(unauthorized())
+        tenant = self.tenant(request.headers)
         conversation_id = request.path_params.get("conversation_id")
-        try:
-            if conversation_id is None:
-                body = parse_body(await request.body() or b"{}", **self.config.json_limits())
-                try:
-                    items = parse_items(body.get("items") or [], "items")
-                except ItemError as exc:
-                    raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
-                metadata = body.get("metadata")
-                if metadata is not None and not isinstance(metadata, dict):
-                    raise RequestError("metadata must be an object", code="invalid_type", param="metadata")
-                entry = await self.service.create_conversation(items, metadata, tenant)
-            elif request.url.path.endswith("/items"):
-                data = self.service.conversation_items(conversation_id, tenant)
-                return JSONResponse(
-                    {
-                        "object": "list",
-                        "data": data,
-                        "first_id": data[0].get("id") if data else None,
-                        "last_id": data[-1].get("id") if data else None,
-                        "has_more": False,
-                    }
-                )
-            elif request.method == "DELETE":
-                self.service.delete_conversation(conversation_id, tenant)
-                return JSONResponse(
-                    {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
-                )
-            else:
-                entry = self.service.conversation(conversation_id, tenant)
-        except RequestError as err:
-            return error_response(err)
+        if conversation_id is None:
+            body = parse_body(await request.body() or b"{}", **self.config.json_limits())
+            try:
+                items = parse_items(body.get("items") or [], "items")
+            except ItemError as exc:
+                raise invalid_item(exc) from None
+            metadata = body.get("metadata")
+            if metadata is not None and not isinstance(metadata, dict):
+                raise RequestError("metadata must be an object", code="invalid_type", param="metadata")
+            entry = await self.service.create_conversation(items, metadata, tenant)
+        elif request.url.path.endswith("/items"):
+            data = self.service.conversation_items(conversation_id, tenant)
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "data": data,
+                    "first_id": data[0].get("id") if data else None,
+                    "last_id": data[-1].get("id") if data else None,
+                    "has_more": False,
+                }
+            )
+        elif request.method == "DELETE":
+            self.service.delete_conversation(conversation_id, tenant)
+            return JSONResponse({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
+        else:
+            entry = self.service.conversation(conversation_id, tenant)
         return JSONResponse(
             {
                 "id": entry.id,
@@ -303,7 +302,7 @@ class Gateway:
         key = self.config.metrics_api_key
         allowed = tenant_for({key: "metrics"}, request.headers) if key else self.tenant_of(request.headers)
         if allowed is None:
-            return error_response(unauthorized())
+            raise unauthorized()
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def healthz(self, request: Request) -> Response:
@@ -348,7 +347,10 @@ class Gateway:
                 message = receive.result()
                 if message["type"] == "websocket.disconnect":
                     return
-                await self._ws_turn(ws, message, tenant)
+                try:
+                    await self._ws_turn(ws, message, tenant)
+                except CLIENT_ERRORS as exc:  # the frame is refused; the socket serves the next
+                    await self.exits.websocket(ws, exc)
         except WebSocketDisconnect:
             return
         finally:
@@ -358,20 +360,16 @@ class Gateway:
     async def _ws_turn(self, ws: WebSocket, message: dict[str, Any], tenant: str) -> None:
         """One `response.create` on a socket. Any response of the tenant can be continued,
         whichever transport or socket created it: state lives in the safety stage."""
-        try:
-            raw = message.get("text")
-            if raw is None:
-                raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
-            req = read_create(raw, self._create_limits, frame=True)
-            status = "ok"
-            async with contextlib.aclosing(self.service.events(req, tenant)) as events:
-                async for event in events:
-                    await ws.send_text(json.dumps(event))
-                    status = event.get("response", {}).get("status", status)
-            self.metrics.requests.labels("websocket", status).inc()
-        except RequestError as err:
-            self.metrics.requests.labels("websocket", err.code).inc()
-            await ws.send_text(json.dumps(error_event(err)))
+        raw = message.get("text")
+        if raw is None:
+            raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
+        req = read_create(raw, self._create_limits, frame=True)
+        status = "ok"
+        async with contextlib.aclosing(self.service.events(req, tenant)) as events:
+            async for event in events:
+                await ws.send_text(json.dumps(event))
+                status = event.get("response", {}).get("status", status)
+        self.metrics.requests.labels("websocket", status).inc()
 
 
 async def _sse(first: dict[str, Any], events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
@@ -379,8 +377,8 @@ async def _sse(first: dict[str, Any], events: AsyncGenerator[dict[str, Any], Non
         yield f"event: {first['type']}\ndata: {json.dumps(first)}\n\n".encode()
         async for event in events:
             yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-    except RequestError as err:
-        yield f"event: error\ndata: {json.dumps(error_event(err))}\n\n".encode()
+    except CLIENT_ERRORS as exc:  # after the first event: an `error` event ends the stream
+        yield f"event: error\ndata: {json.dumps(error_event(client_error(exc)))}\n\n".encode()
     finally:
         await events.aclose()
 
@@ -410,7 +408,7 @@ def create_app(
             *routes,
         ],
         lifespan=gateway.lifespan,
-        exception_handlers={ClientDisconnect: _gone},
+        exception_handlers={ClientDisconnect: _gone, **gateway.exits.handlers()},
         middleware=[
             Middleware(HostOriginGuard, allowed_hosts=config.hosts(), allowed_origins=config.allowed_origins)
         ],

@@ -27,18 +27,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deltaguard.chat_items import ItemCache, chat_history_items, chat_output_items
-from deltaguard.errors import ItemError, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.errors import ItemError, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.http_errors import error_response, server_overloaded, unauthorized
+from deltaguard.gateway.error_exits import CLIENT_ERRORS, client_error
+from deltaguard.gateway.http_errors import RequestError, invalid_item, server_overloaded
 from deltaguard.gateway.release import ActionBlocked, MonitorBlocked, ReleaseHold, release_hold
 from deltaguard.gateway.service import _with_stall_timeout, end_user, safety_summary
-from deltaguard.gateway.upstreams import (
-    ChatUpstream,
-    HttpChatUpstream,
-    SimulatedChatModel,
-    UpstreamRefused,
-)
+from deltaguard.gateway.upstreams import ChatUpstream, HttpChatUpstream, SimulatedChatModel
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item
 from deltaguard.lanes.stage import SafetyStage, Turn
@@ -104,7 +100,7 @@ def parse_chat(
     try:
         items = chat_history_items(messages, cache=cache)
     except ItemError as exc:
-        raise RequestError(f"invalid message: {exc}", code="invalid_item", param=exc.field) from None
+        raise invalid_item(exc, "message") from None
     if tools:
         # Tool descriptions and schemas are untrusted (tool poisoning); first, so that
         # the same tools keep the history's prefix, and its scores, unchanged.
@@ -182,7 +178,7 @@ class ChatService:
         )
 
     async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> Turn:
-        """The gate lane on the request's whole history; raises `SafetyBlocked`."""
+        """The gate lane on the request's whole history; raises `TurnBlocked`."""
         if self.inflight >= self.config.max_inflight_responses:
             raise server_overloaded(self.inflight, "chat completions")
         turn = await self.stage.begin(
@@ -193,7 +189,7 @@ class ChatService:
         if turn.gate.sanitized or turn.upstream_history != turn.history:
             # The client's messages are forwarded as sent: what `sanitize` would cut out
             # cannot be, so it blocks here.
-            raise SafetyBlocked(turn.gate.sanitized or turn.gate.verdict.flagged_categories)
+            raise TurnBlocked(turn.gate.sanitized or turn.gate.verdict.flagged_categories)
         return turn
 
     async def _finish(self, turn: Turn, message: Any, usage: Any) -> None:
@@ -282,43 +278,30 @@ class ChatService:
 
 
 class ChatEndpoint:
-    """The route: tenant check, parsing, then JSON or SSE; every refusal a JSON error."""
+    """The route: tenant check, parsing, then JSON or SSE. A refusal, or the upstream's
+    failure before the first chunk, is raised to the app's handler (`error_exits`): a
+    JSON error; the upstream's own refusal reaches the client as it came."""
 
-    def __init__(self, service: ChatService, tenant_of: Callable[[Any], str | None], metrics: Any) -> None:
+    def __init__(self, service: ChatService, tenant: Callable[[Any], str], metrics: Any) -> None:
+        """`tenant`: the tenant of a request's headers, or the refusal of a wrong key."""
         self.service = service
-        self.tenant_of = tenant_of
+        self.tenant = tenant
         self.metrics = metrics
 
-    def _error(self, err: RequestError) -> Response:
-        self.metrics.requests.labels("chat", err.code).inc()
-        return error_response(err)
-
     async def handle(self, request: Request) -> Response:
-        tenant = self.tenant_of(request.headers)
-        if tenant is None:
-            return self._error(unauthorized())
+        request.state.transport = "chat"  # a refusal's count (`ErrorExits`), streamed or not
+        tenant = self.tenant(request.headers)
+        req = self.service.parse(await request.body())
+        turn = await self.service.gate(req, tenant)
+        if not req.stream:
+            out = await self.service.complete(req, turn)
+            self.metrics.requests.labels("chat", "ok").inc()
+            return JSONResponse(out)
+        chunks = aiter(self.service.stream(req, turn))
         try:
-            req = self.service.parse(await request.body())
-            turn = await self.service.gate(req, tenant)
-            if not req.stream:
-                out = await self.service.complete(req, turn)
-                self.metrics.requests.labels("chat", "ok").inc()
-                return JSONResponse(out)
-            chunks = aiter(self.service.stream(req, turn))
             first = await anext(chunks)  # so that a failure before any chunk is a plain HTTP error
-        except UpstreamRefused as exc:
-            self.metrics.requests.labels("chat", "upstream_refused").inc()
-            return JSONResponse(exc.body, status_code=exc.status)
-        except UpstreamError as exc:
-            return self._error(RequestError(str(exc), code="upstream_error", status=502, type="server_error"))
         except StopAsyncIteration:
-            return self._error(
-                RequestError(
-                    "upstream sent no chunks", code="upstream_error", status=502, type="server_error"
-                )
-            )
-        except RequestError as err:
-            return self._error(err)
+            raise UpstreamError("upstream sent no chunks") from None
         self.metrics.requests.labels("chat_sse", "ok").inc()
         return StreamingResponse(_sse(first, chunks), media_type="text/event-stream")
 
@@ -364,11 +347,7 @@ async def _sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> 
         yield f"data: {json.dumps(first)}\n\n".encode()
         async for chunk in chunks:
             yield f"data: {json.dumps(chunk)}\n\n".encode()
-    except UpstreamError as exc:
-        error = {"type": "server_error", "code": "upstream_error", "message": str(exc), "param": None}
-        yield f"data: {json.dumps({'error': error})}\n\n".encode()
-        return
-    except RequestError as exc:  # the monitor's verdict blocked the answer mid-stream
-        yield f"data: {json.dumps({'error': exc.to_error()})}\n\n".encode()
+    except CLIENT_ERRORS as exc:  # the upstream failed, or the monitor's verdict blocked the answer
+        yield f"data: {json.dumps({'error': client_error(exc).to_error()})}\n\n".encode()
         return
     yield b"data: [DONE]\n\n"

@@ -3,7 +3,7 @@
     POST /v1/guard/input    the conversation (or a continuation id and only its new items)
     POST /v1/guard/output   the model's answer to a checked input, and its usage
     POST /v1/guard/portkey  the same two checks in the Portkey AI gateway's webhook shape
-    GET  /openapi.json      the description of all of it (`guard_openapi.py`)
+    GET  /openapi.json      the description of all of it, from the wire models (`guard_wire.py`)
 
 Both checks take the conversation in Responses shape (`input`, `instructions`) or Chat
 Completions shape (`messages`), with optional `tools` (scored as untrusted content).
@@ -34,17 +34,28 @@ from deltaguard.chat_items import (
     responses_history_items,
     responses_output_items,
 )
-from deltaguard.errors import ItemError, PreviousResponseNotFound, RequestError
+from deltaguard.errors import ItemError, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard_openapi import OPENAPI
-from deltaguard.gateway.http_errors import error_response, unauthorized
-from deltaguard.gateway.wire import check_sizes, new_id, optional_instructions, optional_tools, parse_body
+from deltaguard.gateway.guard_wire import (
+    InputCheck,
+    Latency,
+    Locked,
+    OutputCheck,
+    PortkeySkipped,
+    PortkeyVerdict,
+    PortkeyWebhook,
+    Verdict,
+    validated,
+)
+from deltaguard.gateway.http_errors import RequestError, invalid_item
+from deltaguard.gateway.wire import check_sizes, new_id, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import TurnVerdict
-from deltaguard.usage import usage_from, usage_problem
+from deltaguard.usage import usage_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +71,21 @@ def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000.0, 4)
 
 
-def _answer(gate: GateResult, verdict: TurnVerdict, decision: str, start: float) -> dict[str, Any]:
+def _answer(gate: GateResult, verdict: TurnVerdict, decision: str, start: float) -> Verdict:
     categories = sorted(set(verdict.flagged_categories) | set(gate.blocked_categories))
-    # A locked conversation says so, why and until when, as the gateway's refusal does.
-    locked = {"locked": {"message": gate.refusal().message}} if gate.lock is not None else {}
-    return {
-        **locked,
-        "decision": decision,
-        "categories": categories,
-        "category_scores": {k: round(s, 6) for k, s in verdict.category_scores.items()},
-        "continuation_id": gate.response_id,
-        "conversation_id": gate.conversation_id,
-        "tokens_scored": verdict.tokens_scored,
-        "latency_ms": {**{k: round(v, 4) for k, v in verdict.latency_ms.items()}, "request": _ms(start)},
-    }
+    return Verdict(
+        decision=decision,
+        categories=categories,
+        category_scores={k: round(s, 6) for k, s in verdict.category_scores.items()},
+        continuation_id=gate.response_id,
+        conversation_id=gate.conversation_id,
+        tokens_scored=verdict.tokens_scored,
+        latency_ms=Latency(
+            **{**{k: round(v, 4) for k, v in verdict.latency_ms.items()}, "request": _ms(start)}
+        ),
+        # A locked conversation says so, why and until when, as the gateway's refusal does.
+        locked=Locked(message=gate.refusal().message) if gate.lock is not None else None,
+    )
 
 
 class GuardService:
@@ -86,47 +98,23 @@ class GuardService:
 
     # -- parsing -------------------------------------------------------------------------
 
-    def _id(self, body: dict[str, Any]) -> str | None:
-        value = body.get("continuation_id")
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value:
-            raise RequestError(
-                "continuation_id must be a non-empty string", code="invalid_type", param="continuation_id"
-            )
-        if len(value) > self.config.max_id_length:
-            raise RequestError(
-                f"continuation_id is longer than {self.config.max_id_length} characters",
-                code="invalid_value",
-                param="continuation_id",
-            )
-        return value
-
-    def _conversation(self, body: dict[str, Any], parent: Turn | None) -> _Conversation:
+    def _conversation(self, check: InputCheck | OutputCheck, parent: Turn | None) -> _Conversation:
         """The items a check scores; with a parent, definitions and instructions only when changed."""
-        has_messages, has_input = "messages" in body, "input" in body
-        if has_messages == has_input:
-            raise RequestError(
-                "send the conversation as exactly one of messages (Chat Completions) or input (Responses)",
-                code="missing_required_parameter" if not has_messages else "invalid_request",
-                param="messages",
-            )
-        field = "messages" if has_messages else "input"
-        raw = body[field]
+        field = check.conversation_field
+        raw = check.messages if field == "messages" else check.input
         if isinstance(raw, list):
             c = self.config
-            check_sizes(raw, field, max_items=c.max_items_per_request, max_item_bytes=c.max_item_bytes)
-        tools = optional_tools(body)
-        instructions = optional_instructions(body)
+            check_sizes(raw, str(field), max_items=c.max_items_per_request, max_item_bytes=c.max_item_bytes)
+        tools, instructions = check.tools, check.instructions
         context = hashlib.sha256(canonical_json([tools or [], instructions or ""])).digest()
         changed = parent is None or parent.record.notes.get(_CONTEXT) != context
         try:
-            if has_messages:
+            if field == "messages":
                 items = chat_history_items(raw, cache=self.items)
             else:
                 items = responses_history_items(raw, instructions if changed else None, cache=self.items)
         except ItemError as exc:
-            raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
+            raise invalid_item(exc) from None
         if tools and changed:
             items.insert(0, parse_item({"type": TOOL_DEFINITIONS, "tools": tools}))
         return _Conversation(items, context)
@@ -136,13 +124,7 @@ class GuardService:
             turn = self.stage.resume(tenant, continuation_id)
             if _CONTEXT in turn.record.notes:
                 return turn
-        raise RequestError(
-            f"Continuation '{continuation_id}' not found (unknown, expired or evicted); "
-            "send the whole conversation instead.",
-            code="continuation_not_found",
-            param="continuation_id",
-            status=404,
-        )
+        raise _not_found(continuation_id, "unknown, expired or evicted")
 
     def _checked_at(self, tenant: str, items: list[Item]) -> Turn | None:
         """The input check of exactly this history, if one is known."""
@@ -153,10 +135,9 @@ class GuardService:
 
     # -- the checks ----------------------------------------------------------------------
 
-    async def _gate(self, body: dict[str, Any], tenant: str) -> Turn:
-        continuation = self._id(body)
+    async def _gate(self, check: InputCheck | OutputCheck, tenant: str, continuation: str | None) -> Turn:
         parent = self._parent(tenant, continuation) if continuation else None
-        conversation = self._conversation(body, parent)
+        conversation = self._conversation(check, parent)
         response_id = new_id("guard")
         if parent is None:
             turn = await self.stage.begin(tenant, history=conversation.items, response_id=response_id)
@@ -169,80 +150,45 @@ class GuardService:
                     response_id=response_id,
                 )
             except PreviousResponseNotFound:
-                raise self._not_found(continuation or "") from None
+                raise _not_found(continuation or "", "its history was evicted") from None
         turn.annotate(index=parent is None and bool(conversation.items), **{_CONTEXT: conversation.context})
         return turn
 
-    @staticmethod
-    def _not_found(continuation_id: str) -> RequestError:
-        return RequestError(
-            f"Continuation '{continuation_id}' not found (its history was evicted); "
-            "send the whole conversation instead.",
-            code="continuation_not_found",
-            param="continuation_id",
-            status=404,
-        )
-
-    async def check_input(self, body: dict[str, Any], tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    async def check_input(self, check: InputCheck, tenant: str = DEFAULT_TENANT) -> Verdict:
         """The gate lane on the conversation's new items."""
         start = time.perf_counter()
-        gate = (await self._gate(body, tenant)).gate
+        gate = (await self._gate(check, tenant, check.continuation_id)).gate
         decision = "block" if gate.blocked else gate.verdict.decision
         return _answer(gate, gate.verdict, decision, start)
 
-    def _output_items(self, body: dict[str, Any]) -> tuple[list[Item], Any]:
-        """(the answer's items, its usage) from `output`, `message` or `response`."""
-        given = [k for k in ("output", "message", "response") if k in body]
-        if len(given) != 1:
-            raise RequestError(
-                "send the model's answer as exactly one of output (Responses items), "
-                "message (a chat message) or response (the model's whole response object)",
-                code="missing_required_parameter" if not given else "invalid_request",
-                param="output",
-            )
-        field = given[0]
-        value = body[field]
-        usage = body.get("usage")
+    def _output_items(self, check: OutputCheck) -> list[Item]:
+        """The answer's items, from `output`, `message` or `response`."""
         try:
-            if field == "output":
-                if not isinstance(value, list):
-                    raise ItemError("output", "expected a list of items")
-                return responses_output_items(value, self.items), usage
-            if field == "message":
-                if not isinstance(value, dict):
-                    raise ItemError("message", "expected a message object")
-                return chat_output_items(value, self.items), usage
-            if not isinstance(value, dict):
-                raise ItemError("response", "expected a response object")
-            usage = usage if usage is not None else value.get("usage")
-            if isinstance(value.get("choices"), list):
-                first = value["choices"][0] if value["choices"] else {}
+            if check.answer_field == "output":
+                return responses_output_items(check.output, self.items)
+            if check.answer_field == "message":
+                return chat_output_items(check.message, self.items)
+            response = check.response
+            if isinstance(response.get("choices"), list):
+                first = response["choices"][0] if response["choices"] else {}
                 message = first.get("message") if isinstance(first, dict) else None
-                return (chat_output_items(message, self.items) if isinstance(message, dict) else []), usage
-            if isinstance(value.get("output"), list):
-                return responses_output_items(value["output"], self.items), usage
-            raise ItemError("response", "expected a chat completion (choices) or a Responses object (output)")
+                return chat_output_items(message, self.items) if isinstance(message, dict) else []
+            return responses_output_items(response["output"], self.items)
         except ItemError as exc:
-            raise RequestError(f"invalid answer: {exc}", code="invalid_item", param=exc.field) from None
+            raise invalid_item(exc, "answer") from None
 
-    async def check_output(self, body: dict[str, Any], tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    async def check_output(self, check: OutputCheck, tenant: str = DEFAULT_TENANT) -> Verdict:
         """Score the model's answer now; billing and the output flag are queued."""
         start = time.perf_counter()
-        output, usage = self._output_items(body)
-        if usage is not None and not isinstance(usage, dict):
-            raise RequestError("usage must be an object", code="invalid_type", param="usage")
-        problem = usage_problem(usage) if usage is not None else None
-        if problem is not None:  # billed as given: refused rather than clamped or dropped
-            raise RequestError(problem, code="invalid_usage", param="usage")
-        continuation = self._id(body)
+        output = self._output_items(check)
         turn: Turn | None = None
-        if continuation is not None and not ("messages" in body or "input" in body):
-            turn = self._parent(tenant, continuation)
+        if check.continuation_id is not None and check.conversation_field is None:
+            turn = self._parent(tenant, check.continuation_id)
         else:
             # The conversation as sent to the model: its input check, found by its chain.
-            turn = self._checked_at(tenant, self._conversation(body, None).items)
+            turn = self._checked_at(tenant, self._conversation(check, None).items)
             if turn is None or self._has_output(turn):
-                turn = await self._gate({k: v for k, v in body.items() if k != "continuation_id"}, tenant)
+                turn = await self._gate(check, tenant, None)
         if self._has_output(turn):
             raise RequestError(
                 f"the answer to continuation '{turn.gate.response_id}' was already checked; "
@@ -252,74 +198,74 @@ class GuardService:
                 status=409,
             )
         verdict = await turn.check_output(output)
-        await turn.finish(output, usage_from(usage))
+        await turn.finish(output, usage_from(check.billed_usage))
         return _answer(turn.gate, verdict, verdict.decision, start)
 
     def _has_output(self, turn: Turn) -> bool:
         try:
             return turn.record.outputs > 0
         except PreviousResponseNotFound:
-            raise self._not_found(turn.gate.response_id) from None
+            raise _not_found(turn.gate.response_id, "its history was evicted") from None
 
     # -- the Portkey AI gateway's webhook guardrail ------------------------------------
 
-    async def portkey(self, body: dict[str, Any], tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    async def portkey(self, hook: PortkeyWebhook, tenant: str = DEFAULT_TENANT) -> PortkeyVerdict:
         """A Portkey webhook call: `{"verdict": false}` fails the guardrail (Portkey denies
         the request or answer when the guardrail has `deny: true`)."""
-        event = body.get("eventType")
-        request = body.get("request") if isinstance(body.get("request"), dict) else {}
-        sent = request.get("json") if isinstance(request.get("json"), dict) else None
-        if sent is None:
-            raise RequestError(
-                "request.json must be the request object", code="invalid_type", param="request"
-            )
+        sent = hook.request.body
         conversation = {k: sent[k] for k in ("messages", "input", "instructions", "tools") if k in sent}
-        if event == "beforeRequestHook":
-            result = await self.check_input(conversation, tenant)
-        elif event == "afterRequestHook":
-            response = body.get("response") if isinstance(body.get("response"), dict) else {}
-            answer = response.get("json")
-            if not isinstance(answer, dict) or ("choices" not in answer and "output" not in answer):
-                return {"verdict": True, "data": {"decision": "allow", "skipped": "no model answer to check"}}
-            result = await self.check_output({**conversation, "response": answer}, tenant)
+        if hook.event_type == "beforeRequestHook":
+            result = await self.check_input(self.parse(InputCheck, conversation), tenant)
         else:
-            raise RequestError(
-                f"unknown eventType {event!r}; expected beforeRequestHook or afterRequestHook",
-                code="invalid_value",
-                param="eventType",
-            )
-        return {"verdict": result["decision"] != "block", "data": result}
+            answer = hook.response.body if hook.response is not None else None
+            if answer is None or ("choices" not in answer and "output" not in answer):
+                return PortkeyVerdict(verdict=True, data=PortkeySkipped(skipped="no model answer to check"))
+            check = self.parse(OutputCheck, {**conversation, "response": answer})
+            result = await self.check_output(check, tenant)
+        return PortkeyVerdict(verdict=result.decision != "block", data=result)
+
+    def parse(self, model: type[Any], body: dict[str, Any]) -> Any:
+        """`body` as the wire model `model`, or the refusal that names its fault."""
+        return validated(model, body, max_id_length=self.config.max_id_length)
+
+
+def _not_found(continuation_id: str, why: str) -> RequestError:
+    return RequestError(
+        f"Continuation '{continuation_id}' not found ({why}); send the whole conversation instead.",
+        code="continuation_not_found",
+        param="continuation_id",
+        status=404,
+    )
 
 
 class GuardEndpoints:
-    """The routes: tenant check, JSON parsing, one error shape for every refusal."""
+    """The routes: tenant check, JSON parsing and validation by the wire models, then the
+    check; a refusal is raised to the app's handler (`error_exits`), counted under the route."""
 
-    def __init__(self, service: GuardService, tenant_of: Callable[[Any], str | None], metrics: Any) -> None:
+    def __init__(self, service: GuardService, tenant: Callable[[Any], str], metrics: Any) -> None:
+        """`tenant`: the tenant of a request's headers, or the refusal of a wrong key."""
         self.service = service
-        self.tenant_of = tenant_of
+        self.tenant = tenant
         self.metrics = metrics
 
-    async def _run(self, request: Request, check: Callable[..., Any], name: str) -> Response:
-        tenant = self.tenant_of(request.headers)
-        try:
-            if tenant is None:
-                raise unauthorized()
-            body = parse_body(await request.body(), **self.service.config.json_limits())
-            result = await check(body, tenant)
-        except RequestError as err:
-            self.metrics.requests.labels(name, err.code).inc()
-            return error_response(err)
+    async def _run(
+        self, request: Request, model: type[Any], check: Callable[..., Any], name: str
+    ) -> Response:
+        request.state.transport = name
+        tenant = self.tenant(request.headers)
+        body = parse_body(await request.body(), **self.service.config.json_limits())
+        result = await check(self.service.parse(model, body), tenant)
         self.metrics.requests.labels(name, "ok").inc()
-        return JSONResponse(result)
+        return JSONResponse(result.model_dump(mode="json", exclude_none=True))
 
     async def input(self, request: Request) -> Response:
-        return await self._run(request, self.service.check_input, "guard_input")
+        return await self._run(request, InputCheck, self.service.check_input, "guard_input")
 
     async def output(self, request: Request) -> Response:
-        return await self._run(request, self.service.check_output, "guard_output")
+        return await self._run(request, OutputCheck, self.service.check_output, "guard_output")
 
     async def portkey(self, request: Request) -> Response:
-        return await self._run(request, self.service.portkey, "guard_portkey")
+        return await self._run(request, PortkeyWebhook, self.service.portkey, "guard_portkey")
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(OPENAPI)

@@ -1,106 +1,52 @@
 """The guard API's OpenAPI 3.1 description, served at `GET /openapi.json`.
 
-Written by hand next to the endpoints it describes (`guard.py`); a test validates it
-with `openapi-spec-validator` and checks real answers against its schemas.
+Its schemas are the JSON schemas of the wire models the API validates requests with and
+answers in (`guard_wire.py`, and the error object of `http_errors.py`): one source of
+truth. Written here are only the operations: their paths, summaries and statuses. A test
+validates the document with `openapi-spec-validator` and checks real answers against it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_ITEMS = {"type": "array", "items": {"type": "object"}}
-_CONVERSATION = {
-    "messages": {**_ITEMS, "description": "The conversation in Chat Completions shape."},
-    "input": {
-        "oneOf": [{"type": "string"}, _ITEMS],
-        "description": "The conversation in Responses shape (input items, or one user message).",
-    },
-    "instructions": {
-        "type": "string",
-        "description": "Responses `instructions` (scored as a system message).",
-    },
-    "tools": {**_ITEMS, "description": "Tool definitions, scored as untrusted content when they change."},
-    "continuation_id": {
-        "type": "string",
-        "maxLength": 256,
-        "description": "The `continuation_id` of the previous check: then send only the new items.",
-    },
-}
+from pydantic.json_schema import models_json_schema
 
-_VERDICT = {
-    "type": "object",
-    "required": [
-        "decision",
-        "categories",
-        "category_scores",
-        "continuation_id",
-        "conversation_id",
-        "tokens_scored",
-        "latency_ms",
+from deltaguard.gateway.guard_wire import InputCheck, OutputCheck, PortkeyVerdict, PortkeyWebhook, Verdict
+from deltaguard.gateway.http_errors import Error
+
+_REF = "#/components/schemas/{model}"
+# Requests as they are validated; answers as they are written.
+_, _SCHEMAS = models_json_schema(
+    [
+        (InputCheck, "validation"),
+        (OutputCheck, "validation"),
+        (PortkeyWebhook, "validation"),
+        (Verdict, "serialization"),
+        (PortkeyVerdict, "serialization"),
+        (Error, "serialization"),
     ],
-    "properties": {
-        "decision": {"type": "string", "enum": ["allow", "flag", "block"]},
-        "categories": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "Flagged categories (and, on a block, those the conversation is refused for).",
-        },
-        "category_scores": {
-            "type": "object",
-            "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1},
-            "description": "Conversation-level score per category.",
-        },
-        "continuation_id": {
-            "type": "string",
-            "description": "Continue from this check. After a block, continue from the previous one.",
-        },
-        "conversation_id": {"type": "string"},
-        "tokens_scored": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "Tokens the classifiers processed.",
-        },
-        "latency_ms": {
-            "type": "object",
-            "required": ["total", "request"],
-            "additionalProperties": {"type": "number"},
-            "description": "`total` and per classifier (classifier time); `request` (the whole call).",
-        },
-        "locked": {
-            "type": "object",
-            "required": ["message"],
-            "properties": {"message": {"type": "string"}},
-            "description": "Present when the conversation is locked out: why, and until when.",
-        },
-    },
-}
+    ref_template=_REF,
+)
 
-_ERROR = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["type", "code", "message"],
-            "properties": {
-                "type": {"type": "string"},
-                "code": {"type": "string"},
-                "message": {"type": "string"},
-                "param": {"type": ["string", "null"]},
+
+def _json(model: type) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": _REF.format(model=model.__name__)}}}
+
+
+def _operation(operation_id: str, summary: str, body: type, answer: type, statuses: str) -> dict[str, Any]:
+    """A POST that takes `body` and answers `answer`, or a refusal with one of `statuses`."""
+    refused = {"description": "A refused request (the code says why).", "content": _json(Error)}
+    return {
+        "post": {
+            "operationId": operation_id,
+            "summary": summary,
+            "requestBody": {"required": True, "content": _json(body)},
+            "responses": {
+                "200": {"description": answer.__doc__.splitlines()[0], "content": _json(answer)},
+                **dict.fromkeys(statuses.split(), refused),
             },
         }
-    },
-}
-
-
-def _json(schema: str) -> dict[str, Any]:
-    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
-
-
-def _errors(*statuses: str) -> dict[str, Any]:
-    return {
-        s: {"description": "A refused request (the code says why).", "content": _json("Error")}
-        for s in statuses
     }
 
 
@@ -119,42 +65,27 @@ OPENAPI: dict[str, Any] = {
     "servers": [{"url": "http://127.0.0.1:8400"}],
     "security": [{}, {"bearer": []}],
     "paths": {
-        "/v1/guard/input": {
-            "post": {
-                "operationId": "checkInput",
-                "summary": "Gate the conversation's new items before the model is called.",
-                "requestBody": {"required": True, "content": _json("InputCheck")},
-                "responses": {
-                    "200": {"description": "The verdict.", "content": _json("Verdict")},
-                    **_errors("400", "401", "404", "413"),
-                },
-            }
-        },
-        "/v1/guard/output": {
-            "post": {
-                "operationId": "checkOutput",
-                "summary": "Score the model's answer; billing and output flags are queued.",
-                "requestBody": {"required": True, "content": _json("OutputCheck")},
-                "responses": {
-                    "200": {
-                        "description": "The verdict on the conversation with the answer.",
-                        "content": _json("Verdict"),
-                    },
-                    **_errors("400", "401", "404", "409", "413"),
-                },
-            }
-        },
-        "/v1/guard/portkey": {
-            "post": {
-                "operationId": "portkeyWebhook",
-                "summary": "Both checks as a Portkey AI gateway webhook guardrail (eventType picks one).",
-                "requestBody": {"required": True, "content": _json("PortkeyWebhook")},
-                "responses": {
-                    "200": {"description": "Portkey's webhook verdict.", "content": _json("PortkeyVerdict")},
-                    **_errors("400", "401", "409", "413"),
-                },
-            }
-        },
+        "/v1/guard/input": _operation(
+            "checkInput",
+            "Gate the conversation's new items before the model is called.",
+            InputCheck,
+            Verdict,
+            "400 401 404 413",
+        ),
+        "/v1/guard/output": _operation(
+            "checkOutput",
+            "Score the model's answer; billing and output flags are queued.",
+            OutputCheck,
+            Verdict,
+            "400 401 404 409 413",
+        ),
+        "/v1/guard/portkey": _operation(
+            "portkeyWebhook",
+            "Both checks as a Portkey AI gateway webhook guardrail (eventType picks one).",
+            PortkeyWebhook,
+            PortkeyVerdict,
+            "400 401 409 413",
+        ),
         "/openapi.json": {
             "get": {
                 "operationId": "openapi",
@@ -171,53 +102,6 @@ OPENAPI: dict[str, Any] = {
                 "description": "Required when the gateway has tenant keys (DELTAGUARD_API_KEYS).",
             }
         },
-        "schemas": {
-            "InputCheck": {
-                "type": "object",
-                "description": "Exactly one of `messages` or `input`.",
-                "properties": _CONVERSATION,
-            },
-            "OutputCheck": {
-                "type": "object",
-                "description": (
-                    "The answer as exactly one of `output`, `message` or `response`, and the turn as "
-                    "`continuation_id` (of its input check) or the conversation sent to the model."
-                ),
-                "properties": {
-                    **_CONVERSATION,
-                    "output": {**_ITEMS, "description": "Responses output items."},
-                    "message": {"type": "object", "description": "The chat answer (`choices[0].message`)."},
-                    "response": {
-                        "type": "object",
-                        "description": "The model's whole response: a chat completion or a Responses object.",
-                    },
-                    "usage": {
-                        "type": "object",
-                        "description": "The model's usage (either shape), billed; default: `response.usage`. "
-                        "Each count must be a whole number from 0 to 10^9, else 400 `invalid_usage`.",
-                    },
-                },
-            },
-            "Verdict": _VERDICT,
-            "PortkeyWebhook": {
-                "type": "object",
-                "required": ["eventType", "request"],
-                "properties": {
-                    "eventType": {"type": "string", "enum": ["beforeRequestHook", "afterRequestHook"]},
-                    "request": {
-                        "type": "object",
-                        "required": ["json"],
-                        "properties": {"json": {"type": "object"}},
-                    },
-                    "response": {"type": "object", "properties": {"json": {"type": "object"}}},
-                },
-            },
-            "PortkeyVerdict": {
-                "type": "object",
-                "required": ["verdict", "data"],
-                "properties": {"verdict": {"type": "boolean"}, "data": {"type": "object"}},
-            },
-            "Error": _ERROR,
-        },
+        "schemas": _SCHEMAS["$defs"],
     },
 }

@@ -1,24 +1,95 @@
-"""The one shape of a refused HTTP request: `{"error": {...}}` with the error's status.
+"""The one shape of a refused request: `{"error": {...}}`, the OpenAI SDK's error object,
+with an HTTP status.
 
-Every gateway endpoint (Responses, chat, guard, conversations) answers a `RequestError`
-with `error_response`, so that clients meet one error object, the OpenAI SDK's, whatever
-route they called. WebSocket frames carry the same object in an `error` event
-(`wire.error_event`).
+`RequestError` is a refusal in the gateway's own words (status, type, code, param);
+`error_exits` turns every other error a client is told of into one, and answers it on
+whatever route or transport it arose: as a JSON response (`error_response`), an SSE or
+WebSocket `error` event (`error_event`). `ErrorObject` is the object's wire model, and
+the guard API's OpenAPI description names it.
 
 >>> error_response(unauthorized()).status_code
 401
+>>> RequestError("no", code="invalid_value", param="n").to_error()
+{'type': 'invalid_request_error', 'code': 'invalid_value', 'message': 'no', 'param': 'n'}
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse
 
-from deltaguard.errors import RequestError
+from deltaguard.errors import DeltaGuardError, ItemError
+
+
+class ErrorObject(BaseModel):
+    """The OpenAI error object: what went wrong, for a client and for its SDK."""
+
+    type: str = Field(description="The kind of error: invalid_request_error, authentication_error, ...")
+    code: str = Field(description="What was refused, e.g. safety_blocked, invalid_item, invalid_api_key.")
+    message: str
+    param: str | None = Field(None, description="The request field at fault, when one is.")
+    categories: list[str] | None = Field(None, description="Why the safety stage blocked the turn.")
+    locked_until: int | None = Field(
+        None, description="A lock-out's end (epoch seconds): the conversation is refused until then."
+    )
+
+
+class Error(BaseModel):
+    """The body of every refusal."""
+
+    error: ErrorObject
+
+
+class RequestError(DeltaGuardError):
+    """A request the gateway refuses: HTTP status, error type and code for the client.
+
+    `detail`: more fields of the error object (a blocked turn's `categories`, a lock-out's
+    `locked_until`). `body`: the whole answer when the refusal is not the gateway's own
+    (an upstream's, passed through as it came)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        param: str | None = None,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        detail: dict[str, Any] | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.param = param
+        self.status = status
+        self.type = type
+        self.detail = detail or {}
+        self.body = body
+
+    def to_error(self) -> dict[str, Any]:
+        """The error object, as the SDK reads it."""
+        if self.body is not None:
+            return dict(self.body["error"])
+        error = ErrorObject(
+            type=self.type, code=self.code, message=self.message, param=self.param, **self.detail
+        )
+        return error.model_dump(exclude_unset=True)
 
 
 def error_response(err: RequestError) -> JSONResponse:
     """The HTTP response that refuses a request with `err`."""
-    return JSONResponse({"error": err.to_error()}, status_code=err.status)
+    return JSONResponse(err.body or {"error": err.to_error()}, status_code=err.status)
+
+
+def error_event(err: RequestError, sequence_number: int | None = None) -> dict[str, Any]:
+    """The `error` event of a stream or a socket, carrying the same object."""
+    event: dict[str, Any] = {"type": "error", "error": err.to_error(), "status": err.status}
+    if sequence_number is not None:
+        event["sequence_number"] = sequence_number
+    return event
 
 
 def unauthorized() -> RequestError:
@@ -36,3 +107,13 @@ def server_overloaded(inflight: int, what: str) -> RequestError:
         status=503,
         type="server_error",
     )
+
+
+def upstream_failed(message: str) -> RequestError:
+    """The upstream model failed or stalled: the gateway's 502."""
+    return RequestError(message, code="upstream_error", status=502, type="server_error")
+
+
+def invalid_item(exc: ItemError, what: str = "item") -> RequestError:
+    """An item (`what`: a message, an answer) of the wrong shape; `param` names its field."""
+    return RequestError(f"invalid {what}: {exc}", code="invalid_item", param=exc.field)

@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaguard.classifiers.actions import ACTIONABLE_TYPES
-from deltaguard.errors import SafetyBlocked
+from deltaguard.errors import TurnBlocked
 from deltaguard.lanes.provenance import TurnActions
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ _NEVER_HELD = frozenset({"response.created", "response.queued", "response.in_pro
 _ALWAYS_HELD = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-class MonitorBlocked(SafetyBlocked):
+class MonitorBlocked(TurnBlocked):
     """The monitor lane's verdict on the turn's untrusted input blocks it, mid-response."""
 
 

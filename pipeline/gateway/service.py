@@ -27,10 +27,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltaguard.errors import PreviousResponseNotFound, RequestError, SafetyBlocked, UpstreamError
+from deltaguard.errors import PreviousResponseNotFound, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.http_errors import server_overloaded
+from deltaguard.gateway.error_exits import client_error
+from deltaguard.gateway.http_errors import RequestError, server_overloaded, upstream_failed
 from deltaguard.gateway.release import MonitorBlocked, release_hold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
@@ -202,31 +203,26 @@ class ResponsesService:
     # -- one response ----------------------------------------------------------------------
 
     async def create(self, req: CreateRequest, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
-        """Run one response to its end and return it (a JSON client). Raises `RequestError`
-        (incl. `SafetyBlocked`, and the upstream's failure as HTTP 502)."""
+        """Run one response to its end and return it (a JSON client). Raises `RequestError`,
+        `TurnBlocked` (a refusal, or a block mid-response) or `UpstreamError`."""
         async with contextlib.aclosing(self.events(req, tenant)) as events:
             async for event in events:
                 if event["type"] == "response.failed":
                     error = event["response"].get("error") or {}
                     if error.get("code") == "safety_blocked":  # the monitor's verdict, mid-response
-                        raise SafetyBlocked.from_error(error)
+                        raise TurnBlocked.from_error(error)
                     message = error.get("message", "the model failed")
-                    raise RequestError(str(message), code="upstream_error", status=502, type="server_error")
+                    raise upstream_failed(str(message))
                 if event["type"] in ("response.completed", "response.incomplete"):
                     return dict(event["response"])
-        raise RequestError(
-            "the response ended without a terminal event",
-            code="upstream_error",
-            status=502,
-            type="server_error",
-        )
+        raise upstream_failed("the response ended without a terminal event")
 
     async def events(
         self, req: CreateRequest, tenant: str = DEFAULT_TENANT
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Run one response for `tenant`: its stream events, numbered, the last of them
-        terminal (completed, incomplete or failed). Raises `RequestError` (incl.
-        `SafetyBlocked`) before any event; previous responses are looked up in the
+        terminal (completed, incomplete or failed). Raises `RequestError` or
+        `TurnBlocked` before any event; previous responses are looked up in the
         tenant's own state."""
         mine = self.inflight_by_tenant.get(tenant, 0)
         if mine >= self.config.max_inflight_per_tenant:  # one tenant cannot take every slot
@@ -325,7 +321,7 @@ class ResponsesService:
                 **(last or response_object(response_id, req, status="failed", output=[])),
                 "status": "failed",
                 "output": [],
-                "error": blocked.to_error(),
+                "error": client_error(blocked).to_error(),
                 "safety": {**safety_summary(turn.gate), "decision": "block", "monitor": blocked.categories},
             }
             yield {"type": "response.failed", "response": failed}

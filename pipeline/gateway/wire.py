@@ -1,4 +1,4 @@
-"""Responses API wire shapes: request parsing, response objects, streaming events, errors.
+"""Responses API wire shapes: request parsing, response objects, streaming events.
 
 Only what the safety stage needs is validated strictly (input items, ids, sizes); the
 other request fields are passed through to the upstream model unchanged.
@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltaguard import defaults
-from deltaguard.errors import ItemError, RequestError
+from deltaguard.errors import ItemError
+from deltaguard.gateway.http_errors import RequestError, invalid_item
 from deltaguard.items import Item
 from deltaguard.parsing import parse_items
 
@@ -88,7 +89,7 @@ def check_structure(obj: Any, *, max_depth: int, max_values: int) -> None:
     >>> check_structure({"a": [1, {"b": 2}]}, max_depth=3, max_values=10)
     >>> check_structure({"a": [[1]]}, max_depth=2, max_values=10)
     Traceback (most recent call last):
-    deltaguard.errors.RequestError: request JSON nests deeper than 2 levels
+    deltaguard.gateway.http_errors.RequestError: request JSON nests deeper than 2 levels
     """
     stack: list[tuple[Any, int]] = [(obj, 1)]
     values = 0
@@ -195,7 +196,7 @@ def parse_create(
     try:
         items = parse_items(raw_input, "input", from_client=True)
     except ItemError as exc:
-        raise RequestError(f"invalid item: {exc}", code="invalid_item", param=exc.field) from None
+        raise invalid_item(exc) from None
     tools = optional_tools(body)
     instructions = optional_instructions(body)
     stream = body.get("stream", False)
@@ -265,10 +266,3 @@ def response_object(
         "error": error,
         "usage": usage,
     }
-
-
-def error_event(err: RequestError, sequence_number: int | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "error", "error": err.to_error(), "status": err.status}
-    if sequence_number is not None:
-        event["sequence_number"] = sequence_number
-    return event

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from deltaguard.errors import ConversationLocked, LifecycleError, SafetyBlocked
+from deltaguard.errors import LifecycleError, TurnBlocked
 from deltaguard.events import FlagEvent
 from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.lockout import Lock
@@ -54,11 +54,11 @@ class GateResult:
     sanitized: list[str] = field(default_factory=list)
     lock: Lock | None = None  # the lock-out that refused the turn, if one did
 
-    def refusal(self) -> SafetyBlocked:
+    def refusal(self) -> TurnBlocked:
         """The error a client gets for this blocked turn: a locked conversation says so."""
         if self.lock is not None:
-            return ConversationLocked(self.blocked_categories, self.lock.why, self.lock.until)
-        return SafetyBlocked(self.blocked_categories)
+            return TurnBlocked(self.blocked_categories, why=self.lock.why, until=self.lock.until)
+        return TurnBlocked(self.blocked_categories)
 
 
 class OutputWatcher(Protocol):

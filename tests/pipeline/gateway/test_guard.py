@@ -189,6 +189,49 @@ def test_injection_is_blocked_and_the_output_check_scores_the_answer(guard):
         ("output", {"input": "x", "output": "y"}, 400, "invalid_item", "output"),
         ("output", {"input": "x", "response": {"id": 1}}, 400, "invalid_item", "response"),
         ("output", {"input": "x", "output": [], "usage": 3}, 400, "invalid_type", "usage"),
+        ("input", {"messages": 5}, 400, "invalid_item", "messages"),
+        ("input", {"messages": None}, 400, "invalid_item", "messages"),
+        ("input", {"input": 5}, 400, "invalid_item", "input"),
+        ("input", {"input": "x", "instructions": 5}, 400, "invalid_type", "instructions"),
+        ("input", {"input": "x", "tools": ["a"]}, 400, "invalid_type", "tools"),
+        ("input", {"input": "x", "continuation_id": ""}, 400, "invalid_type", "continuation_id"),
+        ("input", {"input": "x", "continuation_id": "x" * 300}, 400, "invalid_value", "continuation_id"),
+        ("output", {"input": "x", "output": [], "message": {}}, 400, "invalid_request", "output"),
+        ("output", {"input": "x", "message": "hi"}, 400, "invalid_item", "message"),
+        ("output", {"input": "x", "output": None}, 400, "invalid_item", "output"),
+        ("output", {"input": "x", "response": {"choices": [], "usage": "x"}}, 400, "invalid_type", "usage"),
+        ("output", {"output": []}, 400, "missing_required_parameter", "messages"),
+        ("output", {"messages": [], "input": "x", "output": []}, 400, "invalid_request", "messages"),
+        ("output", {"continuation_id": 5, "output": []}, 400, "invalid_type", "continuation_id"),
+        ("output", {"continuation_id": "guard_nope", "output": []}, 404, "continuation_not_found", None),
+        ("portkey", {}, 400, "invalid_type", "request"),
+        ("portkey", {"request": "x", "eventType": "beforeRequestHook"}, 400, "invalid_type", "request"),
+        ("portkey", {"request": {"json": {"input": "x"}}}, 400, "invalid_value", "eventType"),
+        (
+            "portkey",
+            {"request": {"json": {"input": "x"}}, "eventType": "x"},
+            400,
+            "invalid_value",
+            "eventType",
+        ),
+        (
+            "portkey",
+            {"request": {"json": {"input": "x", "tools": "t"}}, "eventType": "beforeRequestHook"},
+            400,
+            "invalid_type",
+            "tools",
+        ),
+        (
+            "portkey",
+            {
+                "request": {"json": {"input": "x"}},
+                "eventType": "afterRequestHook",
+                "response": {"json": {"choices": 3}},
+            },
+            400,
+            "invalid_item",
+            "response",
+        ),
     ],
 )
 def test_bad_input_gets_a_specific_error(guard, path, body, status, code, param):
@@ -200,6 +243,19 @@ def test_bad_input_gets_a_specific_error(guard, path, body, status, code, param)
     assert error["code"] == code
     if param is not None:
         assert error["param"] == param
+
+
+def test_a_portkey_answer_of_another_shape_is_no_answer_to_check(guard):
+    base, spec, _ = guard
+    for response in ("x", {"json": "x"}, {"json": {"id": "r1"}}):
+        hook = {"request": {"json": {"input": "x"}}, "eventType": "afterRequestHook", "response": response}
+        r = post(base, "portkey", hook)
+        assert r.status_code == 200, r.text
+        spec.check("PortkeyVerdict", r.json())
+        assert r.json() == {
+            "verdict": True,
+            "data": {"decision": "allow", "skipped": "no model answer to check"},
+        }
 
 
 def test_invalid_json_a_repeated_output_and_a_wrong_key_are_refused(guard, scorer):

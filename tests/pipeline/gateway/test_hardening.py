@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deltaguard.errors import RequestError
 from deltaguard.gateway.config import GatewayConfig
+from deltaguard.gateway.http_errors import RequestError
 from deltaguard.gateway.server import free_port
 from deltaguard.gateway.wire import parse_body, parse_create
 from tests.pipeline.gateway.conftest import clients, gateway_thread
