@@ -34,6 +34,9 @@ class ErrorObject(BaseModel):
     locked_until: int | None = Field(
         None, description="A lock-out's end (epoch seconds): the conversation is refused until then."
     )
+    reason: str | None = Field(
+        None, description="What was blocked when it was not the request itself: one of the model's actions."
+    )
 
 
 class Error(BaseModel):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from deltaguard.errors import MonitorVerdictPending
+from deltaguard.gateway.error_exits import client_error
 from deltaguard.lanes.stage import SafetyStage
 from deltaguard.lanes.verdicts import PendingVerdicts, VerdictWait
 from deltaguard.parsing import parse_item
@@ -76,7 +77,8 @@ async def test_the_refuse_policy_refuses_a_turn_whose_verdict_is_late(replicas):
     one.note("t", "c", "r1")
     with pytest.raises(MonitorVerdictPending) as refused:
         await two.wait("t", "c")
-    assert refused.value.status == 503 and refused.value.code == "monitor_verdict_pending"
+    told = client_error(refused.value)  # what the gateway answers
+    assert told.status == 503 and told.code == "monitor_verdict_pending" and told.type == "server_error"
 
 
 async def test_an_output_pending_holds_only_the_other_replicas_monitor_lane(replicas):
