@@ -33,8 +33,9 @@ from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.error_exits import CLIENT_ERRORS, client_error
 from deltaguard.gateway.http_errors import RequestError, invalid_item, server_overloaded
 from deltaguard.gateway.release import ActionBlocked, MonitorBlocked, ReleaseHold, release_hold
-from deltaguard.gateway.service import _with_stall_timeout, end_user, safety_summary
+from deltaguard.gateway.service import end_user, safety_summary
 from deltaguard.gateway.upstreams import ChatUpstream, HttpChatUpstream, SimulatedChatModel
+from deltaguard.gateway.upstreams.transport import with_stall_timeout
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item
 from deltaguard.lanes.stage import SafetyStage, Turn
@@ -246,7 +247,7 @@ class ChatService:
         answer = _Answer()
         first = True
         turn.generating()
-        chunks = _with_stall_timeout(self.upstream.stream(body), self.config.upstream_stall_timeout_s)
+        chunks = with_stall_timeout(self.upstream.stream(body), self.config.upstream_stall_timeout_s)
         hold = self._hold(turn)
         if hold is not None:
             chunks = hold.stream(_fed(chunks, answer), turn.monitor_verdict)

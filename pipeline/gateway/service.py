@@ -34,6 +34,7 @@ from deltaguard.gateway.error_exits import client_error
 from deltaguard.gateway.http_errors import RequestError, server_overloaded, upstream_failed
 from deltaguard.gateway.release import MonitorBlocked, release_hold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
+from deltaguard.gateway.upstreams.transport import with_stall_timeout
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import SYNTHETIC_TYPES, Item, count_tokens
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
@@ -275,7 +276,7 @@ class ResponsesService:
         )
         last: dict[str, Any] | None = None  # the newest response object seen
         upstream = _UpstreamTap(
-            _with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
+            with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
         )
         stream: AsyncIterator[dict[str, Any]] = upstream.events()
         hold = release_hold(self.config, self.stage, turn)
@@ -384,26 +385,6 @@ class _UpstreamTap:
         if self._usage is not None:
             return usage_from(self._usage, "responses")
         return Usage(sum(i.tokens for i in history), 0, self._output_tokens)
-
-
-async def _with_stall_timeout(
-    events: AsyncIterator[dict[str, Any]], timeout_s: float
-) -> AsyncIterator[dict[str, Any]]:
-    """The upstream's events, failing with `UpstreamError` when it goes quiet too long."""
-    iterator = aiter(events)
-    try:
-        while True:
-            try:
-                event = await asyncio.wait_for(anext(iterator), timeout_s)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise UpstreamError(f"upstream sent nothing for {timeout_s:g} s") from None
-            yield event
-    finally:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def safety_summary(gate: GateResult) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""What both protocols' HTTP upstreams share: the httpx error boundary, server-sent events."""
+"""What both protocols' upstreams share: the httpx error boundary and server-sent events of
+the HTTP ones, and a deadline on any upstream's silence."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -48,3 +50,23 @@ def error_body(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")[:500]
+
+
+async def with_stall_timeout(
+    events: AsyncIterator[dict[str, Any]], timeout_s: float
+) -> AsyncIterator[dict[str, Any]]:
+    """The upstream's events, failing with `UpstreamError` when it goes quiet too long."""
+    iterator = aiter(events)
+    try:
+        while True:
+            try:
+                event = await asyncio.wait_for(anext(iterator), timeout_s)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise UpstreamError(f"upstream sent nothing for {timeout_s:g} s") from None
+            yield event
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()
