@@ -34,6 +34,7 @@ from deltaguard.chat_items import (
     responses_history_items,
     responses_output_items,
 )
+from deltaguard.classifiers.actions import ACTIONABLE_TYPES
 from deltaguard.errors import ItemError, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
@@ -52,6 +53,7 @@ from deltaguard.gateway.guard_wire import (
 from deltaguard.gateway.http_errors import RequestError, invalid_item
 from deltaguard.gateway.wire import check_sizes, new_id, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
+from deltaguard.lanes.provenance import TurnActions
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import TurnVerdict
@@ -198,8 +200,30 @@ class GuardService:
                 status=409,
             )
         verdict = await turn.check_output(output)
+        decision, actions = await self._check_actions(turn, output, verdict.decision)
         await turn.finish(output, usage_from(check.billed_usage))
-        return _answer(turn.gate, verdict, verdict.decision, start)
+        answer = _answer(turn.gate, verdict, decision, start)
+        if actions:
+            category = self.stage.policy.actions.category
+            answer.categories = sorted({*answer.categories, category})
+            answer.actions = actions
+        return answer
+
+    async def _check_actions(self, turn: Turn, output: list[Item], decision: str) -> tuple[str, list[str]]:
+        """The action check on the answer's tool calls (`deltaguard.lanes.provenance`): the
+        decision with it, and a reason per call it raises (each gets a flag event)."""
+        actions = TurnActions.of(self.stage, turn)
+        if actions is None:
+            return decision, []
+        reasons = []
+        for index, item in enumerate(output):
+            if item.kind in ACTIONABLE_TYPES:
+                found = await actions.check(item.raw, index)
+                if found is not None:
+                    reasons.append(found.reason())
+        if reasons and actions.blocks:
+            return "block", reasons
+        return ("flag" if reasons and decision == "allow" else decision), reasons
 
     def _has_output(self, turn: Turn) -> bool:
         try:

@@ -253,6 +253,11 @@ class Verdict(BaseModel):
     locked: Locked | None = Field(
         None, description="Present when the conversation is locked out: why, and until when."
     )
+    actions: list[str] | None = Field(
+        None,
+        description="An output check's tool calls that untrusted content told the model to make "
+        "(the action check): one reason each. Their category joins `categories`.",
+    )
 
 
 class PortkeySkipped(BaseModel):
