@@ -9,7 +9,7 @@ classifier's). A benign tool output is sent to replica A; its continuation goes 
 replica B, which reads the conversation's flags once A's verdict is in. Side by side in
 one run, two pairs of replicas:
 
-- `wait`: `monitor_verdict_wait_s` at its default (the continuation waits for the verdict);
+- `wait`: `monitor_verdict_wait_s = 10` (the continuation waits for the verdict);
 - `no wait`: `monitor_verdict_wait_s = 0` (the continuation reads the flags as they are).
 
 Three ways of continuing, each a row:

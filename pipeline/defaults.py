@@ -37,7 +37,7 @@ DRAIN_TIMEOUT_S = 10.0  # shutdown: lanes and sinks drain within this, the rest 
 # any replica of a shared state backend) before it reads the flags they raise; past it,
 # the turn proceeds without them ("proceed", logged and counted) or is refused with a
 # retryable 503 ("refuse"). 0: never waits.
-MONITOR_VERDICT_WAIT_S = 10.0
+MONITOR_VERDICT_WAIT_S = 0.0
 MONITOR_VERDICT_LATE = "proceed"
 # A streaming answer's output count is journalled (with a billing journal) once this many
 # tokens have streamed since the last write, or this long after it: a kill loses at most

@@ -239,7 +239,7 @@ def _monitored_gateways(state: str, replicas: int):
     """`replicas` gateways on `state` (behind HAProxy when several), whose monitor lane
     takes 0.5 s to flag an injected tool output, and whose responses are not held for it
     (`release_hold="off"`): the client has the response before the verdict."""
-    config = GatewayConfig(port=0, state=state, release_hold="off")
+    config = GatewayConfig(port=0, state=state, release_hold="off", monitor_verdict_wait_s=10.0)
     with contextlib.ExitStack() as stack:
         running = [
             stack.enter_context(

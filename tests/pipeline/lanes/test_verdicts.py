@@ -11,7 +11,7 @@ import pytest
 
 from deltaguard.errors import MonitorVerdictPending
 from deltaguard.gateway.error_exits import client_error
-from deltaguard.lanes.stage import SafetyStage
+from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.lanes.verdicts import PendingVerdicts, VerdictWait
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
@@ -125,7 +125,8 @@ async def test_a_stage_continuation_waits_for_the_monitor_verdict_and_is_blocked
     continuation is gated only once it is in, and is blocked by it."""
     hold = threading.Event()
     clf = BatchingCounter(hold=hold)  # the monitor lane flags `secrets` on BOOM
-    stage = SafetyStage(Scorer([clf]), flag_sink=MemorySink(), billing_sink=MemorySink())
+    config = StageConfig(verdict_wait=VerdictWait(deadline_s=10.0))  # the wait is off by default
+    stage = SafetyStage(Scorer([clf]), flag_sink=MemorySink(), billing_sink=MemorySink(), config=config)
     await stage.start()
     try:
         await stage.check_turn("a1", [user("BOOM")])
