@@ -99,6 +99,19 @@ _OVERRIDE = re.compile(
     r"don't (?:tell|mention|inform|ask))\b|!!!"
 )
 _CUES = (_IMPERATIVE, _ADDRESS, _OVERRIDE)
+# A word each cue's match must contain, as a run of letters (for `gpt…`, its start): a
+# segment with none of them cannot match the cue, so its regex is not run there. Most
+# segments of code and logs are skipped so; the regexes are most of this classifier's cost.
+_LETTERS = re.compile(r"[^\W\d_]+")
+_CUE_WORDS = (
+    frozenset(_VERBS.split("|")),
+    frozenset("you your yourself assistant ai chatbot agent model llm claude gemini llama copilot".split())
+    | {"chatgpt"},
+    frozenset(
+        "ignore disregard forget override instead important urgent urgently immediately must mandatory "
+        "system admin administrator todo instruction instructions do before secretly without don".split()
+    ),
+)
 _HOSTLIKE = re.compile(r"^(?:[a-z0-9-]+\.)+[a-z][a-z0-9-]{1,62}$")
 _NOT_TLDS = frozenset(
     "py md txt rs js ts sh json yaml yml toml cfg ini lock log csv pdf docx xlsx html htm css go c h "
@@ -177,6 +190,23 @@ def _segments(text: str) -> list[str]:
     return out
 
 
+def _cue_groups(segment: str) -> frozenset[int]:
+    """The cue groups whose regex matches `segment` (lower-cased), each run only where a
+    word it needs is present (`_CUE_WORDS`)."""
+    words = set(_LETTERS.findall(segment))
+    found = []
+    if not words.isdisjoint(_CUE_WORDS[0]) and _IMPERATIVE.search(segment):
+        found.append(0)
+    named = not words.isdisjoint(_CUE_WORDS[1]) or (
+        "gpt" in segment and any(w.startswith("gpt") for w in words)
+    )
+    if named and _ADDRESS.search(segment):
+        found.append(1)
+    if (not words.isdisjoint(_CUE_WORDS[2]) or "!!!" in segment) and _OVERRIDE.search(segment):
+        found.append(2)
+    return frozenset(found)
+
+
 def told_segments(text: str) -> list[tuple[str, int]]:
     """The segments of untrusted `text` that read as instructions, each with its level:
     the cue groups (an imperative clause, an address to the model, an override) found in
@@ -184,7 +214,7 @@ def told_segments(text: str) -> list[tuple[str, int]]:
     segs = _segments(text)
     # "_" separates words for the cues: `###(system_message)`, `External_TODO:`
     lowered = [s.casefold().replace("_", " ") for s in segs]
-    groups = [frozenset(i for i, cue in enumerate(_CUES) if cue.search(s)) for s in lowered]
+    groups = [_cue_groups(s) for s in lowered]
     out = []
     for i, seg in enumerate(segs):
         if not groups[i]:
