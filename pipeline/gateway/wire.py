@@ -17,7 +17,7 @@ from deltaguard import defaults
 from deltaguard.errors import ItemError
 from deltaguard.gateway.http_errors import RequestError, invalid_item
 from deltaguard.items import Item
-from deltaguard.parsing import parse_items
+from deltaguard.parsing import parse_items, shape_problem
 
 log = logging.getLogger("deltaguard.gateway")
 
@@ -82,33 +82,17 @@ def parse_body(
 
 
 def check_structure(obj: Any, *, max_depth: int, max_values: int) -> None:
-    """Refuse JSON nested deeper than `max_depth` containers or holding more than
-    `max_values` values: every later walk (item parsing, text fields, hashing, scoring,
-    recording) recurses, so depth is bounded here, once, without recursing.
+    """Refuse JSON nested too deep or holding too many values (`parsing.shape_problem`):
+    400 `nesting_too_deep`, 413 `too_many_values`.
 
-    >>> check_structure({"a": [1, {"b": 2}]}, max_depth=3, max_values=10)
     >>> check_structure({"a": [[1]]}, max_depth=2, max_values=10)
     Traceback (most recent call last):
     deltaguard.gateway.http_errors.RequestError: request JSON nests deeper than 2 levels
     """
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    values = 0
-    while stack:
-        value, depth = stack.pop()
-        values += 1
-        if values > max_values:
-            raise RequestError(
-                f"request JSON holds more than {max_values} values", code="too_many_values", status=413
-            )
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        if depth > max_depth:
-            raise RequestError(f"request JSON nests deeper than {max_depth} levels", code="nesting_too_deep")
-        stack.extend((child, depth + 1) for child in children)
+    problem = shape_problem(obj, max_depth=max_depth, max_values=max_values)
+    if problem is not None:
+        code, message = problem
+        raise RequestError(message, code=code, status=413 if code == "too_many_values" else 400)
 
 
 def check_sizes(entries: list[Any], field: str, *, max_items: int, max_item_bytes: int) -> None:

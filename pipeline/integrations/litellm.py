@@ -54,6 +54,7 @@ from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.responses.utils import ResponsesAPIRequestUtils
 from litellm.types.guardrails import GuardrailEventHooks
 
+from deltaguard import defaults
 from deltaguard.chat_items import (
     ItemCache,
     chat_history_items,
@@ -67,6 +68,7 @@ from deltaguard.integrations.litellm_answers import answer_of
 from deltaguard.integrations.litellm_lifecycle import GuardrailStage
 from deltaguard.integrations.litellm_settings import DeltaGuardSettings
 from deltaguard.lanes.provenance import TurnActions
+from deltaguard.parsing import shape_problem
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import LruTtlMap
 from deltaguard.telemetry.metrics import PrometheusMetrics
@@ -254,6 +256,13 @@ class DeltaGuardGuardrail(CustomGuardrail):
         if call not in _CHAT_CALLS and call not in _RESPONSES_CALLS:
             return data
         tenant = tenant_of(user_api_key_dict, self.settings.tenant_by)
+        # What is read of the body is bounded first: its walks recurse (as the gateway's do).
+        read = {k: data[k] for k in ("messages", "input", "instructions", "tools") if k in data}
+        problem = shape_problem(read, max_depth=defaults.MAX_JSON_DEPTH, max_values=defaults.MAX_JSON_VALUES)
+        if problem is not None:
+            code, message = problem
+            log.warning("DeltaGuard: request refused: %s: %s", code, message)
+            raise refusal(413 if code == "too_many_values" else 400, message, code)
         try:
             turn = await check_request(await self.ready(), call, data, self._items, tenant)
         except ItemError as exc:

@@ -144,6 +144,18 @@ def test_injection_is_blocked_with_the_guardrail_error(proxy):
     assert flag["scores"]["prompt_injection"] >= 0.5
 
 
+def test_a_history_nested_too_deep_is_refused_with_a_specific_error(proxy):
+    deep: dict = {"k": "x"}
+    for _ in range(200):  # the walks that read a history recurse: depth is bounded first
+        deep = {"k": deep}
+    part = {"type": "text", "text": "hello", "meta": deep}
+    with pytest.raises(openai.BadRequestError) as info:
+        client(proxy).chat.completions.create(
+            model="mock-gpt", messages=[{"role": "user", "content": [part]}]
+        )
+    assert info.value.body["provider_specific_fields"]["code"] == "nesting_too_deep", info.value.body
+
+
 def test_resent_history_is_scored_only_on_its_new_messages(proxy):
     sdk = client(proxy)
     messages = [{"role": "system", "content": "You are a concise travel assistant."}]
