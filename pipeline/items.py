@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,11 @@ class Item:
 
     def to_wire(self) -> dict[str, Any]:
         return self.raw
+
+
+def wire_items(items: Sequence[Item]) -> list[dict[str, Any]]:
+    """Items as an upstream is sent them: synthetic ones stand for request fields, not items."""
+    return [i.raw for i in items if i.kind not in SYNTHETIC_TYPES]
 
 
 def new_item(

@@ -34,7 +34,6 @@ from deltaguard.chat_items import (
     responses_history_items,
     responses_output_items,
 )
-from deltaguard.classifiers.actions import ACTIONABLE_TYPES
 from deltaguard.errors import ItemError, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
@@ -215,12 +214,7 @@ class GuardService:
         actions = TurnActions.of(self.stage, turn)
         if actions is None:
             return decision, []
-        reasons = []
-        for index, item in enumerate(output):
-            if item.kind in ACTIONABLE_TYPES:
-                found = await actions.check(item.raw, index)
-                if found is not None:
-                    reasons.append(found.reason())
+        reasons = [verdict.reason() for verdict in await actions.check_answer(output)]
         if reasons and actions.blocks:
             return "block", reasons
         return ("flag" if reasons and decision == "allow" else decision), reasons

@@ -36,7 +36,7 @@ from deltaguard.gateway.release import MonitorBlocked, release_hold
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.upstreams.transport import with_stall_timeout
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
-from deltaguard.items import SYNTHETIC_TYPES, Item, count_tokens
+from deltaguard.items import Item, count_tokens, wire_items
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.parsing import parse_items
 from deltaguard.state.scoring import findings_json
@@ -86,10 +86,6 @@ def end_user(body: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value
     return ""
-
-
-def _wire(items: Sequence[Item]) -> list[dict[str, Any]]:
-    return [i.raw for i in items if i.kind not in SYNTHETIC_TYPES]
 
 
 class ResponsesService:
@@ -171,7 +167,7 @@ class ResponsesService:
             turn = self.stage.resume(tenant, entry.last_response_id)
         except PreviousResponseNotFound:
             raise conversation_not_found(conversation_id) from None
-        return _wire(turn.record.history())
+        return wire_items(turn.record.history())
 
     def delete_conversation(self, conversation_id: str, tenant: str = DEFAULT_TENANT) -> None:
         self.conversation(conversation_id, tenant)

@@ -60,18 +60,19 @@ from deltaguard.chat_items import (
     chat_history_items,
     responses_history_items,
 )
-from deltaguard.classifiers.actions import ACTIONABLE_TYPES
 from deltaguard.errors import DeltaGuardError, ItemError, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.integrations.history_gate import HistoryGate, ProxyTurn
 from deltaguard.integrations.litellm_answers import answer_of
 from deltaguard.integrations.litellm_lifecycle import GuardrailStage
 from deltaguard.integrations.litellm_settings import DeltaGuardSettings
+from deltaguard.items import Item
 from deltaguard.lanes.provenance import TurnActions
 from deltaguard.parsing import shape_problem
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import LruTtlMap
 from deltaguard.telemetry.metrics import PrometheusMetrics
+from deltaguard.usage import Usage
 
 log = logging.getLogger("deltaguard.litellm")
 
@@ -223,18 +224,22 @@ class DeltaGuardGuardrail(CustomGuardrail):
             headers = self._headers.get(key) or {"x-deltaguard-conversation-id": turn.conversation_id}
             self._headers.put(key, verdict_headers(headers, lane, verdict))
 
-    async def _complete(self, key: tuple[str, str], response: Any) -> None:
-        turn = self._pending.get(key)
-        if turn is None:
-            return
-        self._pending.discard(key)
+    def _answer(self, turn: ProxyTurn, response: Any) -> tuple[list[Item], Usage, str | None] | None:
+        """The answer's items, usage and id, read once; None (logged) when unreadable."""
         try:
             answer = answer_of(response, self._items)
         except ItemError as exc:
             log.warning("DeltaGuard: answer of %s not scored: %s", turn.response_id, exc)
-            return
+            return None
         if answer is None:
             log.warning("DeltaGuard: answer of %s has an unknown shape; not scored", turn.response_id)
+        return answer
+
+    async def _complete(
+        self, key: tuple[str, str], turn: ProxyTurn, answer: tuple[list[Item], Usage, str | None] | None
+    ) -> None:
+        self._pending.discard(key)
+        if answer is None:
             return
         output, usage, upstream_id = answer
         try:
@@ -307,34 +312,29 @@ class DeltaGuardGuardrail(CustomGuardrail):
 
     async def async_post_call_success_hook(self, data: dict, user_api_key_dict: Any, response: Any) -> Any:
         key = self._key(data, user_api_key_dict)
-        if key is not None:
-            await self._check_actions(key, response)
-            await self._complete(key, response)
+        turn = self._pending.get(key) if key is not None else None
+        if key is None or turn is None:
+            return None
+        answer = self._answer(turn, response)
+        if answer is not None:
+            await self._check_actions(key, turn, answer[0])
+        await self._complete(key, turn, answer)
         return None  # the response is never changed
 
-    async def _check_actions(self, key: tuple[str, str], response: Any) -> None:
+    async def _check_actions(self, key: tuple[str, str], turn: ProxyTurn, output: list[Item]) -> None:
         """The action check (`deltaguard.lanes.provenance`) on the answer's tool calls,
         before LiteLLM returns it: a blocked one drops the whole answer with the
         guardrail's error, like a monitor block."""
-        turn = self._pending.get(key)
-        if turn is None:
-            return
         try:
-            answer = answer_of(response, self._items)
             actions = TurnActions.of((await self.ready()).stage, turn)
-        except (ItemError, DeltaGuardError):
-            return  # unreadable: `_complete` logs it; closing: the answer goes as it is
-        if answer is None or actions is None:
-            return
-        for index, item in enumerate(answer[0]):
-            if item.kind not in ACTIONABLE_TYPES:
-                continue
-            verdict = await actions.check(item.raw, index)
-            if verdict is not None and actions.blocks:
-                self._pending.discard(key)  # the answer is dropped: nothing to score or bill
-                error = safety_error([actions.policy.category], "output", None, self.guardrail_name or "")
-                error.detail["reason"] = verdict.reason()
-                raise error
+        except DeltaGuardError:
+            return  # closing: the answer goes as it is
+        verdicts = await actions.check_answer(output) if actions is not None else []
+        if verdicts and actions is not None and actions.blocks:
+            self._pending.discard(key)  # the answer is dropped: nothing to score or bill
+            error = safety_error([actions.policy.category], "output", None, self.guardrail_name or "")
+            error.detail["reason"] = verdicts[0].reason()
+            raise error
 
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict
@@ -356,8 +356,9 @@ class DeltaGuardGuardrail(CustomGuardrail):
         if final is None and chunks:
             with contextlib.suppress(Exception):
                 final = litellm.stream_chunk_builder(chunks=chunks)
-        if final is not None:
-            await self._complete(key, final)
+        turn = self._pending.get(key)
+        if final is not None and turn is not None:
+            await self._complete(key, turn, self._answer(turn, final))
         else:
             self._pending.discard(key)
 

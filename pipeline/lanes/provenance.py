@@ -23,13 +23,14 @@ classifier over the items after it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deltaguard.classifiers.actions import ActionVerdict, judge
+from deltaguard.classifiers.actions import ACTIONABLE_TYPES, ActionVerdict, judge
 from deltaguard.classifiers.base import State
 from deltaguard.classifiers.provenance import ProvenanceClassifier, Sketch
 from deltaguard.events import FlagEvent
+from deltaguard.items import Item
 from deltaguard.lanes.stage import SafetyStage, Turn
 from deltaguard.state.policy import ActionPolicy
 from deltaguard.state.store import ConversationStore, ResponseRecord
@@ -98,6 +99,16 @@ class TurnActions:
         self.verdicts.append(verdict)
         await self._flag(verdict, index)
         return verdict
+
+    async def check_answer(self, items: Sequence[Item]) -> list[ActionVerdict]:
+        """`check` every actionable item of an answer, in order; the verdicts it flagged."""
+        found = []
+        for index, item in enumerate(items):
+            if item.kind in ACTIONABLE_TYPES:
+                verdict = await self.check(item.raw, index)
+                if verdict is not None:
+                    found.append(verdict)
+        return found
 
     @property
     def blocks(self) -> bool:

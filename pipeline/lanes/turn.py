@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from deltaguard.errors import LifecycleError, TurnBlocked
 from deltaguard.events import FlagEvent
-from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json
+from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json, wire_items
 from deltaguard.lanes.lockout import Lock
 from deltaguard.lanes.output_stream import OutputStreamScorer
 from deltaguard.lanes.sanitize import SanitizedItems
@@ -106,9 +106,10 @@ class TurnContext:
         """`continues`: the turn continues a response (whose notes are `parent_notes`)."""
         if tools is None and instructions is None and "tools_digest" not in parent_notes:
             return cls()  # nothing to judge, nothing for continuations to inherit
-        if tools is None and continues:
-            tools = parent_notes.get("tools")
-        tools_digest = hashlib.sha256(canonical_json(tools or [])).hexdigest()
+        if tools is None and continues:  # inherited whole: its digest too, not hashed again
+            tools, tools_digest = parent_notes.get("tools"), parent_notes.get("tools_digest")
+        else:
+            tools_digest = hashlib.sha256(canonical_json(tools or [])).hexdigest()
         instructions_digest = hashlib.sha256(canonical_json(instructions or "")).hexdigest()
         items = []
         if tools and tools_digest != parent_notes.get("tools_digest"):
@@ -126,11 +127,6 @@ class Forward:
     parent: str | None  # the upstream's id of the response it continues; None: send `history`
     new_items: list[dict[str, Any]]  # what that response has not seen
     history: list[dict[str, Any]]  # every item, oldest first
-
-
-def _wire(items: Sequence[Item]) -> list[dict[str, Any]]:
-    """Items as the upstream is sent them: synthetic ones stand for request fields."""
-    return [i.raw for i in items if i.kind not in SYNTHETIC_TYPES]
 
 
 class Turn:
@@ -225,7 +221,7 @@ class Turn:
         new = history[len(history) - unseen :]
         self._lanes.metrics.observe_items("input", new)
         clean = self._lanes.sanitized.apply(self.gate.tenant, history)  # item for item
-        return Forward(upstream, _wire(clean[len(clean) - unseen :]), _wire(clean))
+        return Forward(upstream, wire_items(clean[len(clean) - unseen :]), wire_items(clean))
 
     def _parent_record_notes(self) -> dict[str, Any]:
         parent = self._begun.parent
