@@ -62,8 +62,23 @@ REPOSITORIES = (
     "python-poetry/poetry",
     "vuejs/docs",
 )
-
-_REPO_ORDER = sorted(REPOSITORIES, key=lambda r: hashlib.sha256(f"real-text\0{r}".encode()).digest())
+# Code that talks about models, prompts, system messages and tools all day: what a coding
+# agent reads when its user builds an LLM application (and what this project's own code
+# reads like). Dealt into the splits on their own, so adding them moved no repository above.
+LLM_REPOSITORIES = (
+    "simonw/llm",
+    "anthropics/anthropic-sdk-python",
+    "modelcontextprotocol/python-sdk",
+    "pydantic/pydantic-ai",
+    "huggingface/smolagents",
+    "ollama/ollama",
+    "openai/openai-agents-python",
+    "567-labs/instructor",
+)
+_REPO_GROUPS = tuple(
+    sorted(group, key=lambda r: hashlib.sha256(f"real-text\0{r}".encode()).digest())
+    for group in (REPOSITORIES, LLM_REPOSITORIES)
+)
 
 CODE_SUFFIXES = frozenset(
     {".py", ".js", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".rb", ".java", ".sh", ".lua", ".vue", ".mjs"}
@@ -91,9 +106,9 @@ def split_of(source: str) -> str:
     """train / validation / test for a whole source, 3 : 1 : 1. Repositories are few and
     large, so they are dealt in turn in a stable shuffled order (each split gets its
     share); every other source goes by a stable hash of its name."""
-    if source.startswith("repo:") and source[5:] in REPOSITORIES:
-        rank = _REPO_ORDER.index(source[5:])
-        bucket = rank % 5
+    dealt = [group.index(source[5:]) for group in _REPO_GROUPS if source[5:] in group]
+    if source.startswith("repo:") and dealt:
+        bucket = dealt[0] % 5
     else:
         bucket = int(hashlib.sha256(f"real-text\0{source}".encode()).hexdigest()[:8], 16) % 5
     return "validation" if bucket == 3 else "test" if bucket == 4 else "train"
@@ -230,9 +245,10 @@ def repo_history(repo_name: str, commits: int = 60, root: Path | None = None) ->
 
 
 def repository_documents(root: Path | None = None) -> Iterator[Document]:
-    """Files and history of every fetched repository of REPOSITORIES (missing ones skipped)."""
+    """Files and history of every fetched repository of REPOSITORIES and LLM_REPOSITORIES
+    (missing ones skipped)."""
     base = root or mirror_dir()
-    for name in REPOSITORIES:
+    for name in (*REPOSITORIES, *LLM_REPOSITORIES):
         if not (base / name.replace("/", "+") / "repo").exists():
             continue
         yield from repo_files(name, root=base)

@@ -31,9 +31,10 @@ def test_file_kind(path, kind):
 
 def test_a_source_lies_in_one_split_and_repositories_are_dealt_evenly():
     assert split_of("debian:git") == split_of("debian:git")
-    splits = [split_of(f"repo:{r}") for r in real_text.REPOSITORIES]
-    for s in ("train", "validation", "test"):
-        assert splits.count(s) >= len(splits) // 5
+    for group in (real_text.REPOSITORIES, real_text.LLM_REPOSITORIES):
+        splits = [split_of(f"repo:{r}") for r in group]
+        for s in ("train", "validation", "test"):
+            assert splits.count(s) >= len(splits) // 5
     assert Document("x" * 100, "debian:git", "debian_doc", "git/README").split == split_of("debian:git")
 
 
