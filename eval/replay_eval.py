@@ -149,20 +149,27 @@ def pct(cell: dict[str, Any]) -> str:
     return f"{cell['flagged']:.1%} [{lo:.1%}, {hi:.1%}]"
 
 
-def report(results: dict[str, dict[str, Any]], seconds: dict[str, float], n: int) -> list[str]:
-    default, v2 = results["default"], results["v2"]
+def report(
+    results: dict[str, dict[str, Any]], seconds: dict[str, float], n: int, beside: str = "v2"
+) -> list[str]:
+    default, v2 = results["default"], results[beside]
+    what = (
+        "v2: secrets, pii, and the lexical, conversation and definitions views on lexical-v2 "
+        "(the default before lexical-v3 and the detector)."
+        if beside == "v2"
+        else f"{beside}: the default set with the models of `{beside}` (`--beside`)."
+    )
     lines = [
-        "# The default pipeline through `deltaguard replay`, beside the v2 pipeline",
+        f"# The default pipeline through `deltaguard replay`, beside {beside}",
         "",
         f"`python -m eval.replay_eval`: the {n} rows of the detection corpus' test split as agent "
         "conversations (a user row: one turn; a tool output or document: the task and the model's "
         "function call, then the row as the next turn's `function_call_output`), replayed by "
         "`deltaguard replay` in delta mode. Flagged: a turn flags prompt_injection or jailbreak. "
         "Sources the shipped models trained on (their other rows); held-out figures: "
-        "`python -m eval.detector_eval`. v2: secrets, pii, and the lexical, conversation and "
-        "definitions views on lexical-v2 (the default before lexical-v3 and the detector).",
+        f"`python -m eval.detector_eval`. {what}",
         "",
-        "| conversations | n | default | v2 |",
+        f"| conversations | n | default | {beside} |",
         "|---|---|---|---|",
     ]
     for key, cell in default["rates"].items():
@@ -173,7 +180,7 @@ def report(results: dict[str, dict[str, Any]], seconds: dict[str, float], n: int
         "and its fillings, a conversation, a source file; the rule the operating points are "
         "chosen by; intervals treat the groups as the trials):",
         "",
-        "| benign set | groups | default | v2 |",
+        f"| benign set | groups | default | {beside} |",
         "|---|---|---|---|",
     ]
     for key, cell in default["rates"].items():
@@ -186,7 +193,7 @@ def report(results: dict[str, dict[str, Any]], seconds: dict[str, float], n: int
         "this machine; the detector's work counts in the default pipeline's turn, though the "
         "gateway runs it beside inference):",
         "",
-        "| turn | default p50 / p95 ms | v2 p50 / p95 ms | default / v2 tokens scored (mean) |",
+        f"| turn | default p50 / p95 ms | {beside} p50 / p95 ms | default / {beside} tokens scored (mean) |",
         "|---|---|---|---|",
     ]
     for channel, cost in default["cost"].items():
@@ -197,7 +204,7 @@ def report(results: dict[str, dict[str, Any]], seconds: dict[str, float], n: int
         )
     lines += [
         "",
-        f"Replay wall time: default {seconds['default']:.0f} s, v2 {seconds['v2']:.0f} s "
+        f"Replay wall time: default {seconds['default']:.0f} s, {beside} {seconds[beside]:.0f} s "
         "(model loading included).",
     ]
     return lines
@@ -207,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N test rows (a smoke run)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--beside",
+        type=Path,
+        help="a models directory (a previous release): the default set with its models is the "
+        "second column instead of the v2 pipeline",
+    )
     args = parser.parse_args(argv)
     from training import train_detector as recipe
 
@@ -217,16 +230,21 @@ def main(argv: list[str] | None = None) -> int:
         src = Path(tmp) / "test-split.jsonl"
         lines = (json.dumps(conversation(i, r)) for i, r in enumerate(rows))
         src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        beside = "v2" if args.beside is None else str(args.beside)
         pipelines = {
             "default": [],
-            "v2": ["--classifiers", V2_CLASSIFIERS, "--models-dir", str(v2_models(Path(tmp)))],
+            beside: (
+                ["--classifiers", V2_CLASSIFIERS, "--models-dir", str(v2_models(Path(tmp)))]
+                if args.beside is None
+                else ["--models-dir", str(args.beside)]
+            ),
         }
         for name, extra in pipelines.items():
             verdicts, seconds[name] = replay(src, Path(tmp) / f"{name}.json", extra)
             results[name] = summarise(rows, verdicts)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"n": len(rows), **results}, indent=1))
-    write_report(args.out, report(results, seconds, len(rows)))
+    write_report(args.out, report(results, seconds, len(rows), beside))
     return 0
 
 

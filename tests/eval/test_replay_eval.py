@@ -84,3 +84,15 @@ def test_benign_sets_are_also_rated_with_each_group_weighing_one():
     assert cell["by_group"]["n"] == 4 and cell["by_group"]["flagged"] == 0.25
     lo, hi = cell["by_group"]["ci"]
     assert lo < 0.25 < hi
+
+
+def test_a_previous_release_can_be_the_second_column(tmp_path):
+    """`--beside DIR`: the default set with another release's models, named by its folder."""
+    rates = {"s-labs (user)": {"n": 1, "flagged": 1.0, "ci": (0.2, 1.0)}}
+    cost = {"user": {"p50_ms": 1.0, "p95_ms": 2.0, "mean_tokens": 10.0}}
+    before = {"rates": {"s-labs (user)": {"n": 1, "flagged": 0.0, "ci": (0.0, 0.8)}}, "cost": cost}
+    results = {"default": {"rates": rates, "cost": cost}, "/x/models-before": before}
+    lines = replay_eval.report(results, {"default": 1.0, "/x/models-before": 2.0}, 1, "/x/models-before")
+    assert lines[0].endswith("beside /x/models-before")
+    assert "| conversations | n | default | /x/models-before |" in lines
+    assert "| s-labs (user) | 1 | 100.0% [20.0%, 100.0%] | 0.0% [0.0%, 80.0%] |" in lines
