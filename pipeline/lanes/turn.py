@@ -54,6 +54,28 @@ class GateResult:
     sanitized: list[str] = field(default_factory=list)
     lock: Lock | None = None  # the lock-out that refused the turn, if one did
 
+    def to_json(self) -> dict[str, Any]:
+        """The gate verdict as the turn's record notes it (`from_json` reads it back)."""
+        return {
+            "tenant": self.tenant,
+            "response_id": self.response_id,
+            "conversation_id": self.conversation_id,
+            "verdict": self.verdict.to_json(),
+            "blocked": self.blocked,
+            "blocked_categories": list(self.blocked_categories),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> GateResult:
+        return cls(
+            tenant=obj["tenant"],
+            response_id=obj["response_id"],
+            conversation_id=obj["conversation_id"],
+            verdict=TurnVerdict.from_json(obj["verdict"]),
+            blocked=bool(obj["blocked"]),
+            blocked_categories=list(obj["blocked_categories"]),
+        )
+
     def refusal(self) -> TurnBlocked:
         """The error a client gets for this blocked turn: a locked conversation says so."""
         if self.lock is not None:
@@ -143,13 +165,15 @@ class Turn:
         tools: list[dict[str, Any]] | None = None,
         tracker: ConversationTracker | None = None,
         parent_notes: dict[str, Any] | None = None,
+        history: list[Item] | None = None,
     ) -> None:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
         history a stateless client resent (else the items after its parent's).
         `monitor_verdict`: the queued monitor lane's verdict on the turn, when it carries
         untrusted input (None: nothing to wait for). `tools`: see `TurnContext`.
         `tracker`: the tenant's gate tracker, when the caller holds it; `parent_notes`: the
-        notes of the response it continues, when the caller has read them."""
+        notes of the response it continues, and `history`: the turn's, when the caller has
+        read them (the gate has)."""
         self._lanes = lanes
         self._monitor_verdict = monitor_verdict
         self._tracker = tracker if tracker is not None else lanes.tracker(gate.tenant)
@@ -165,7 +189,7 @@ class Turn:
         self.finished = False
         self._begun = record
         self._resent = resent
-        self._history: list[Item] | None = None
+        self._history = history
         self._stream: OutputStreamScorer | None = None
         self._appended = False  # the output joined the history (`check_output`)
         self._parent_notes = parent_notes
