@@ -301,7 +301,7 @@ class ResponsesService:
             failed = {
                 **(last or response_object(response_id, req, status="failed", output=[])),
                 "status": "failed",
-                "error": {"code": "upstream_error", "message": str(exc)},
+                "error": upstream_failed(str(exc)).to_response_error(),
             }
             yield {"type": "response.failed", "response": failed}
         except (GeneratorExit, asyncio.CancelledError):
