@@ -14,7 +14,7 @@ marked `<` returns to a module already left: the module was entered before on th
 and none of its calls is still open. That is what "a turn goes down once and comes back
 once" counts: a module the path leaves and then has to go back into. A coroutine
 suspended at an `await` (or a generator at a `yield`) is still open until it finishes,
-though it finishes after the trace ends; resuming one is not a call. The summary also
+even when that is after the trace ends; resuming one is not a call. The summary also
 counts the distinct functions those returns enter (a loop's returns are one each), and,
 the older way, every step into a module seen before other than the previous step's.
 """

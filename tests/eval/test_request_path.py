@@ -27,11 +27,7 @@ def test_a_module_entered_again_after_it_was_left_is_a_return_but_not_while_it_i
         new_item("message", "user", "hi", {"content": "hi"})  # calls count_tokens while open
         tracer.on = False
 
-    sys.setprofile(tracer)
-    try:
-        asyncio.run(entry())
-    finally:
-        sys.setprofile(None)
+    _run_traced(tracer, entry)
     steps = [(s.function, s.returns) for s in tracer.steps()]
     assert steps[:2] == [("count_tokens", False), ("count_tokens", True)]
     assert ("new_item", True) in steps and steps[-1] == ("count_tokens", False), steps
@@ -59,11 +55,15 @@ def test_a_generator_suspended_at_a_yield_is_still_open():
         tracer.on = False
         await watched.aclose()
 
+    _run_traced(tracer, entry)
+    steps = [(s.function, s.returns) for s in tracer.steps()]
+    assert ("OutputStreamScorer.raised", False) in steps, steps
+    assert not any(returns for _, returns in steps), steps
+
+
+def _run_traced(tracer: Tracer, entry) -> None:
     sys.setprofile(tracer)
     try:
         asyncio.run(entry())
     finally:
         sys.setprofile(None)
-    steps = [(s.function, s.returns) for s in tracer.steps()]
-    assert ("OutputStreamScorer.raised", False) in steps, steps
-    assert not any(returns for _, returns in steps), steps
