@@ -13,7 +13,8 @@ over items, or over the streamed deltas) are folded into one with a count. A ste
 marked `<` returns to a module already left: the module was entered before on this path
 and none of its calls is still open. That is what "a turn goes down once and comes back
 once" counts: a module the path leaves and then has to go back into. A coroutine
-suspended at an `await` is still open; resuming one is not a call. The summary also
+suspended at an `await` (or a generator at a `yield`) is still open until it finishes,
+even when that is after the trace ends; resuming one is not a call. The summary also
 counts the distinct functions those returns enter (a loop's returns are one each), and,
 the older way, every step into a module seen before other than the previous step's.
 """
@@ -87,6 +88,8 @@ class Tracer:
         new = event == "call" and frame.f_lasti <= self._start(frame.f_code)
         if new:
             self._frames.append(frame)
+        if event == "return" and _suspends(frame):
+            event = "suspend"  # a generator or coroutine at a yield or an await: still open
         self.events.append((event, id(frame), path[len(PACKAGE) :], name, new))
 
     def steps(self) -> list[Step]:
@@ -107,6 +110,14 @@ class Tracer:
             out.append(Step(module, name, module in entered and not open_))
             entered.add(module)
         return out
+
+
+_YIELD = dis.opmap["YIELD_VALUE"]
+
+
+def _suspends(frame: FrameType) -> bool:
+    """The frame leaves at a yield (a generator's, or an await's), to be resumed later."""
+    return frame.f_code.co_code[frame.f_lasti] == _YIELD
 
 
 def fold(steps: list[Step]) -> list[tuple[list[Step], int]]:

@@ -15,8 +15,8 @@ review page and the tools stay side by side rather than stacked (a test checks e
 import of the package against both):
 
     errors, items, models, defaults,   the exception tree, the hot-path item type, artifacts' home,
-      worker                             every default value, the one bounded worker under every
-                                         background loop
+      worker, bounds                     every default value, the one bounded worker under every
+                                         background loop, how much a request's JSON may nest
     parsing, events, artifacts,        wire items to `Item`s, emitted events, hash-checked
       transcripts, usage, tenants,       model files, the transcript file format, token usage,
       access, serving                    tenant API keys, Host and Origin allow-lists, read
@@ -113,7 +113,7 @@ __all__ = [
 # another name of its own layer only along an edge of `LAYER_EDGES`. Keys are the first
 # name under `deltaguard` (`deltaguard.state.store` -> "state").
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "items", "models", "defaults", "worker"}),
+    frozenset({"errors", "items", "models", "defaults", "worker", "bounds"}),
     frozenset({"parsing", "events", "artifacts", "transcripts", "usage", "tenants", "access", "serving"}),
     frozenset({"classifiers"}),
     frozenset({"state"}),

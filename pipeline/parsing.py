@@ -188,37 +188,6 @@ def _first_error_field(exc: ValidationError) -> tuple[str, str]:
     return field, " or ".join(msgs)
 
 
-def shape_problem(obj: Any, *, max_depth: int, max_values: int) -> tuple[str, str] | None:
-    """What is wrong with the shape of a request's JSON, as (code, message), or None: nested
-    deeper than `max_depth` containers (`nesting_too_deep`), or holding more than
-    `max_values` values (`too_many_values`). Every later walk (item parsing, text fields,
-    hashing, scoring, recording) recurses, so depth is bounded here, once, without
-    recursing; each adapter refuses a request this finds fault with.
-
-    >>> shape_problem({"a": [1, {"b": 2}]}, max_depth=3, max_values=10) is None
-    True
-    >>> shape_problem({"a": [[1]]}, max_depth=2, max_values=10)
-    ('nesting_too_deep', 'request JSON nests deeper than 2 levels')
-    """
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    values = 0
-    while stack:
-        value, depth = stack.pop()
-        values += 1
-        if values > max_values:
-            return "too_many_values", f"request JSON holds more than {max_values} values"
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        if depth > max_depth:
-            return "nesting_too_deep", f"request JSON nests deeper than {max_depth} levels"
-        stack.extend((child, depth + 1) for child in children)
-    return None
-
-
 def parse_item(obj: Any, *, from_client: bool = False) -> Item:
     """Validate one wire item and build its `Item` view.
 

@@ -81,6 +81,11 @@ class RequestError(DeltaGuardError):
         )
         return error.model_dump(exclude_unset=True)
 
+    def to_response_error(self) -> dict[str, Any]:
+        """The error of a response that failed after it began (its `response.failed`
+        event): the hosted API's `response.error` holds a code and a message, no more."""
+        return {"code": self.code, "message": self.message}
+
 
 def error_response(err: RequestError) -> JSONResponse:
     """The HTTP response that refuses a request with `err`."""

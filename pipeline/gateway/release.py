@@ -26,6 +26,8 @@ measures it.
     hold = release_hold(config, stage, turn)       # None: nothing to hold or check
     async for event in hold.stream(upstream_events, turn.monitor_verdict):
         ...   # raises MonitorBlocked(categories) when the verdict or an action blocks
+    async for event in released(config, stage, turn, upstream_events):
+        ...   # the same, holding nothing when nothing is held
 
 A blocking verdict is seen at the next event the upstream sends, or at once while an
 event is held.
@@ -80,6 +82,22 @@ def release_hold(
     if mode == "off" and actions is None:
         return None
     return ReleaseHold(mode, config.release_hold_timeout_s, chat=chat, actions=actions)
+
+
+async def released(
+    config: GatewayConfig, stage: SafetyStage, turn: Turn, events: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[dict[str, Any]]:
+    """`events` as the turn's hold lets them go (`release_hold`; as they come when nothing
+    is held); closing it closes `events`."""
+    hold = release_hold(config, stage, turn)
+    stream = events if hold is None else hold.stream(events, turn.monitor_verdict)
+    try:
+        async for event in stream:
+            yield event
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class ReleaseHold:

@@ -32,13 +32,13 @@ from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.error_exits import client_error
 from deltaguard.gateway.http_errors import RequestError, server_overloaded, upstream_failed
-from deltaguard.gateway.release import MonitorBlocked, release_hold
+from deltaguard.gateway.release import MonitorBlocked, released
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.upstreams.transport import with_stall_timeout
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
 from deltaguard.items import Item, count_tokens, wire_items
 from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
-from deltaguard.parsing import parse_items
+from deltaguard.lanes.turn import Forward
 from deltaguard.state.scoring import findings_json
 from deltaguard.state.tiers import StateMap
 from deltaguard.usage import Usage, usage_from
@@ -260,40 +260,40 @@ class ResponsesService:
         response_id = gate.response_id
         if gate.blocked:
             raise gate.refusal()
-        sent = turn.forward(generate=req.generate)
-        call = UpstreamCall(
-            body=req.upstream_body,
-            history=sent.history,
-            new_items=sent.new_items,
-            parent=sent.parent,
-            conversation=f"{tenant}\x1f{gate.conversation_id}",
-            generate=req.generate,
-            tools=turn.tools,
-        )
+        tap = _UpstreamTap()
+
+        def upstream(sent: Forward) -> AsyncIterator[dict[str, Any]]:
+            """The upstream's events for what the turn sends it, as the hold releases them."""
+            call = UpstreamCall(
+                body=req.upstream_body,
+                history=sent.history,
+                new_items=sent.new_items,
+                parent=sent.parent,
+                conversation=f"{tenant}\x1f{gate.conversation_id}",
+                generate=req.generate,
+                tools=turn.tools,
+            )
+            stalled = with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
+            return released(self.config, self.stage, turn, tap.events(stalled))
+
         last: dict[str, Any] | None = None  # the newest response object seen
-        upstream = _UpstreamTap(
-            with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
-        )
-        stream: AsyncIterator[dict[str, Any]] = upstream.events()
-        hold = release_hold(self.config, self.stage, turn)
-        if hold is not None:
-            stream = hold.stream(stream, turn.monitor_verdict)
+        # Closed as this generator ends, whatever ends it: the upstream's stream with it.
+        stream = contextlib.aclosing(turn.stream(upstream, _output_text, generate=req.generate))
         try:
-            async for event in stream:
-                kind = event.get("type")
-                if kind in _LIFECYCLE and isinstance(event.get("response"), dict):
-                    upstream_response = event["response"]
-                    last = self._rewrite(upstream_response, response_id, req)
-                    if kind in ("response.completed", "response.incomplete"):
-                        yield await self._complete(req, turn, event, upstream_response, last)
-                        return
-                    yield {**event, "response": last}
-                    if kind == "response.failed":
-                        return
-                    continue
-                if kind == "response.output_text.delta":
-                    await turn.watch(str(event.get("delta", "")))
-                yield event
+            async with stream as events:
+                async for event in events:
+                    kind = event.get("type")
+                    if kind in _LIFECYCLE and isinstance(event.get("response"), dict):
+                        upstream_response = event["response"]
+                        last = self._rewrite(upstream_response, response_id, req)
+                        if kind in ("response.completed", "response.incomplete"):
+                            yield await self._complete(req, turn, event, upstream_response, last)
+                            return
+                        yield {**event, "response": last}
+                        if kind == "response.failed":
+                            return
+                        continue
+                    yield event
             raise UpstreamError("upstream stream ended before response.completed")
         except UpstreamError as exc:
             # The turn's input is already part of the conversation's history (a retry
@@ -301,19 +301,19 @@ class ResponsesService:
             failed = {
                 **(last or response_object(response_id, req, status="failed", output=[])),
                 "status": "failed",
-                "error": {"code": "upstream_error", "message": str(exc)},
+                "error": upstream_failed(str(exc)).to_response_error(),
             }
             yield {"type": "response.failed", "response": failed}
         except (GeneratorExit, asyncio.CancelledError):
             # The client left: the upstream's stream closes with this generator.
             if req.generate and not turn.finished:
-                self._bill_abandoned(turn, upstream.usage(turn.history))
+                self._bill_abandoned(turn, tap.usage(turn.history))
             raise
         except MonitorBlocked as blocked:
             # The generation is cancelled (the upstream's stream is closed); nothing of the
             # output joins the history; the upstream's usage is billed as it reported it,
             # or as far as it got when cancelled before reporting any.
-            await turn.finish([], upstream.usage(turn.history) if req.generate else None)
+            await turn.finish([], tap.usage(turn.history) if req.generate else None)
             failed = {
                 **(last or response_object(response_id, req, status="failed", output=[])),
                 "status": "failed",
@@ -334,12 +334,11 @@ class ResponsesService:
         """The terminal event, once the turn is finished (its output, notes, billing)."""
         final["safety"] = safety_summary(turn.gate)
         output = [o for o in upstream_response.get("output") or [] if isinstance(o, dict)]
-        output_items = parse_items(output, "output")
         upstream_id = upstream_response.get("id")
         # Before response.completed, so that an immediate continuation sees it all; output
         # scoring and billing are queued, overlapped with the client's next request.
         await turn.finish(
-            output_items,
+            output,
             usage_from(upstream_response.get("usage"), "responses") if req.generate else None,
             **({"upstream_id": upstream_id} if isinstance(upstream_id, str) else {}),
         )
@@ -353,26 +352,25 @@ class ResponsesService:
 
 
 class _UpstreamTap:
-    """The upstream's events as they arrive, noting its newest usage and the output it
+    """The upstream's events as they arrive, noting its newest usage and the text it
     streamed, so that a response cancelled mid-way is billed for what it cost."""
 
-    def __init__(self, events: AsyncIterator[dict[str, Any]]) -> None:
-        self._events = events
+    def __init__(self) -> None:
         self._usage: Any = None
-        self._output_tokens = 0
+        self._streamed: list[str] = []  # counted only if the upstream never reports usage
 
-    async def events(self) -> AsyncGenerator[dict[str, Any], None]:
+    async def events(self, source: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
         try:
-            async for event in self._events:
+            async for event in source:
                 response = event.get("response")
                 if isinstance(response, dict) and response.get("usage"):
                     self._usage = response["usage"]
                 delta = event.get("delta")
                 if isinstance(delta, str):
-                    self._output_tokens += count_tokens(delta)
+                    self._streamed.append(delta)
                 yield event
         finally:
-            aclose = getattr(self._events, "aclose", None)
+            aclose = getattr(source, "aclose", None)
             if aclose is not None:
                 await aclose()
 
@@ -380,7 +378,14 @@ class _UpstreamTap:
         """The upstream's usage, else DeltaGuard's count of the input and streamed output."""
         if self._usage is not None:
             return usage_from(self._usage, "responses")
-        return Usage(sum(i.tokens for i in history), 0, self._output_tokens)
+        return Usage(sum(i.tokens for i in history), 0, sum(count_tokens(d) for d in self._streamed))
+
+
+def _output_text(event: dict[str, Any]) -> str | None:
+    """The piece of the model's answer a stream event carries (None: none)."""
+    if event.get("type") == "response.output_text.delta":
+        return str(event.get("delta", ""))
+    return None
 
 
 def safety_summary(gate: GateResult) -> dict[str, Any]:

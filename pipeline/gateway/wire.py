@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltaguard import defaults
+from deltaguard.bounds import shape_problem
 from deltaguard.errors import ItemError
 from deltaguard.gateway.http_errors import RequestError, invalid_item
 from deltaguard.items import Item
-from deltaguard.parsing import parse_items, shape_problem
+from deltaguard.parsing import parse_items
 
 log = logging.getLogger("deltaguard.gateway")
 
@@ -82,7 +83,7 @@ def parse_body(
 
 
 def check_structure(obj: Any, *, max_depth: int, max_values: int) -> None:
-    """Refuse JSON nested too deep or holding too many values (`parsing.shape_problem`):
+    """Refuse JSON nested too deep or holding too many values (`bounds.shape_problem`):
     400 `nesting_too_deep`, 413 `too_many_values`.
 
     >>> check_structure({"a": [[1]]}, max_depth=2, max_values=10)

@@ -55,6 +55,7 @@ from litellm.responses.utils import ResponsesAPIRequestUtils
 from litellm.types.guardrails import GuardrailEventHooks
 
 from deltaguard import defaults
+from deltaguard.bounds import shape_problem
 from deltaguard.chat_items import (
     ItemCache,
     chat_history_items,
@@ -68,7 +69,6 @@ from deltaguard.integrations.litellm_lifecycle import GuardrailStage
 from deltaguard.integrations.litellm_settings import DeltaGuardSettings
 from deltaguard.items import Item
 from deltaguard.lanes.provenance import TurnActions
-from deltaguard.parsing import shape_problem
 from deltaguard.state.scoring import TurnVerdict
 from deltaguard.state.store import LruTtlMap
 from deltaguard.telemetry.metrics import PrometheusMetrics

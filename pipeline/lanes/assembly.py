@@ -159,7 +159,13 @@ class LaneSet:
         for writer in self.writers.values():
             await writer.flush()
 
+    async def settled(self) -> None:
+        """Every cancelled `Turn.finish` has queued what follows it."""
+        while self.turn.settling:
+            await asyncio.gather(*self.turn.settling, return_exceptions=True)
+
     async def drain(self) -> None:
+        await self.settled()
         await self.monitor.worker.drain()
         await self.post.worker.drain()
         await self.monitor.worker.drain()  # output-only jobs queued meanwhile
@@ -224,7 +230,7 @@ def assemble(
         watcher,
         monitor.judge,
         post.put,
-        post.owe,
+        post.owe if journal is not None else None,
         m,
         stage.stream_classifiers,
         stage.sanitized,

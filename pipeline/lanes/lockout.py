@@ -1,8 +1,8 @@
 """Which conversations are refused before their turn is even scored, and why.
 
 Two things refuse a conversation's later turns: a monitor-lane flag in a `block`
-category (local, or from a remote worker), and the lock-out. A turn reads the flags once
-the monitor verdicts still pending on its conversation are in (`judged_flags`, bounded:
+category (local, or from a remote worker), and the lock-out. The gate reads the flags once
+the monitor verdicts still pending on its conversation are in (bounded:
 `verdicts.PendingVerdicts`), on whichever replica they are judged. A blocked turn never joins
 the history, so a client could rephrase a refused request again and again from the same
 point until one version passes; after `block_limit` turns of one conversation blocked
@@ -201,13 +201,6 @@ class ConversationLockout:
         flags = self._flags.get((tenant, conversation_id)) or frozenset()
         lock = self._live(self._locks.get((tenant, conversation_id)))
         return flags | set(lock.categories) if lock is not None else flags
-
-    async def judged_flags(self, tenant: str, conversation_id: str) -> frozenset[str]:
-        """`flagged`, once the monitor verdicts pending on the conversation are in (on any
-        replica of a shared backend); past the wait's deadline, as its policy says
-        (`verdicts.PendingVerdicts.wait`: proceed, or `MonitorVerdictPending`)."""
-        await self.verdicts.wait(tenant, conversation_id)
-        return self.flagged(tenant, conversation_id)
 
     def mark(self, tenant: str, conversation_id: str, categories: Sequence[str]) -> None:
         # read-modify-write in the backend, atomically: two replicas' marks both stay

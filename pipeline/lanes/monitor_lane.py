@@ -97,7 +97,7 @@ class MonitorLane:
         its verdict (else None)."""
         if not self.queued:
             return None
-        parent = record.parent.response_id if record.parent is not None else None
+        parent = record.parent_id
         items, history = (None, record.items) if resent else (record.items, None)
         awaited = gate.untrusted_input and not gate.blocked
         verdict = asyncio.get_running_loop().create_future() if awaited else None

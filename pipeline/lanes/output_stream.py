@@ -8,12 +8,17 @@ once, and each character is scanned at most once plus the bounded window.
 This is early warning (a flag while the answer is still streaming); the conversation's
 history state is still the fold of the completed output item, so verdicts do not depend
 on how the stream was chunked.
+
+A turn's scorer (`Turn.watch`, `Turn.stream`) also knows what the gate flagged already,
+where a newly raised flag goes, and what meters the streamed text for billing; `watched`
+runs it over a stream of events, in the stream.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from typing import Any
 
 from deltaguard.classifiers.base import Classifier, Finding, State
 from deltaguard.items import Item, count_tokens
@@ -41,9 +46,23 @@ def _chunk_item(text: str) -> Item:
 class OutputStreamScorer:
     """Feed it text deltas; it returns findings as soon as a chunk completes one."""
 
-    def __init__(self, classifiers: Sequence[Classifier], chunk_chars: int = 256) -> None:
+    def __init__(
+        self,
+        classifiers: Sequence[Classifier],
+        chunk_chars: int = 256,
+        *,
+        flagged: Collection[str] = (),
+        flag: Callable[[list[str], dict[str, float]], Awaitable[Any]] | None = None,
+        meter: Callable[[str], None] | None = None,
+    ) -> None:
+        """`flagged`: categories already flagged (the gate's), never raised again; `flag`:
+        what a newly raised category goes to, with the scores so far; `meter`: what each
+        piece of text is counted by (a billing journal's output meter)."""
         self.classifiers = list(classifiers)
         self.chunk_chars = chunk_chars
+        self.flagged = flagged
+        self.flag = flag
+        self.meter = meter
         self._states: dict[str, State] = {c.name: c.initial_state() for c in self.classifiers}
         self._pending: list[str] = []
         self._pending_chars = 0
@@ -61,6 +80,32 @@ class OutputStreamScorer:
         """`feed` a delta; the categories its findings raise beyond `flagged`."""
         found = self.feed(delta)
         return new_categories(found, flagged) if found else []
+
+    async def watch(self, delta: str) -> list[str]:
+        """Meter and score a piece of the streamed text; flags (and returns) the categories
+        it raises beyond `flagged`."""
+        if self.meter is not None:
+            self.meter(delta)
+        raised = self.raised(delta, self.flagged)
+        if raised and self.flag is not None:
+            await self.flag(raised, dict(self.scores))
+        return raised
+
+    async def watched(
+        self, events: AsyncIterator[dict[str, Any]], text: Callable[[dict[str, Any]], str | None]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """`events`, each piece of text in them (`text(event)`; None: none) watched before
+        the event is passed on; closing it closes `events`."""
+        try:
+            async for event in events:
+                piece = text(event)
+                if piece is not None:
+                    await self.watch(piece)
+                yield event
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def flush(self) -> list[Finding]:
         return self._score() if self._pending else []

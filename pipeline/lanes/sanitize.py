@@ -21,6 +21,7 @@ data) cannot be cut out: the category then blocks, as `block` would.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,18 +77,22 @@ class SanitizedItems:
 
     def __init__(self, max_items: int = defaults.MAX_RESPONSES, ttl_s: float = defaults.STATE_TTL_S) -> None:
         self._clean: LruTtlMap[tuple[str, bytes], Item] = LruTtlMap(max_items, ttl_s)
+        self._lock = threading.Lock()  # the gate's job writes on a pool thread, turns read on the loop
 
     def put(self, tenant: str, original: Item, clean: Item) -> None:
-        self._clean.put((tenant, original.digest), clean)
+        with self._lock:
+            self._clean.put((tenant, original.digest), clean)
 
     def knows_any(self, tenant: str, items: Sequence[Item]) -> bool:
-        return any((tenant, i.digest) in self._clean for i in items)
+        with self._lock:
+            return any((tenant, i.digest) in self._clean for i in items)
 
     def apply(self, tenant: str, items: Sequence[Item]) -> list[Item]:
         """`items`, each replaced by its sanitised form when it has one."""
-        if not len(self._clean):
-            return list(items)
-        return [self._clean.get((tenant, i.digest)) or i for i in items]
+        with self._lock:
+            if not len(self._clean):
+                return list(items)
+            return [self._clean.get((tenant, i.digest)) or i for i in items]
 
     def sanitize(
         self,

@@ -35,13 +35,14 @@ from deltaguard.items import Item
 from deltaguard.journal import BillingJournal, JournalCadence
 from deltaguard.lanes.assembly import TrackerTable, assemble, lockout_of, split_lanes
 from deltaguard.lanes.awaited import AwaitedVerdicts
+from deltaguard.lanes.gate import GateAsk
 from deltaguard.lanes.limiter import InferenceLimiter
 from deltaguard.lanes.sanitize import SanitizedItems
-from deltaguard.lanes.turn import GateResult, Turn, TurnContext
+from deltaguard.lanes.turn import GateResult, Turn
 from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
 from deltaguard.state.backends import StateBackend
-from deltaguard.state.scoring import Scorer, TurnVerdict
+from deltaguard.state.scoring import Scorer
 from deltaguard.state.store import ConversationStore, ResponseRecord, StoreLimits
 from deltaguard.telemetry.metrics import NullMetrics, StageMetrics
 from deltaguard.usage import Usage
@@ -216,30 +217,30 @@ class SafetyStage:
         `instructions`: a request's, judged when they change (`turn.TurnContext`).
         Raises `PreviousResponseNotFound` for an unknown or evicted previous response."""
         self._require_running()
-        response_id = response_id or f"turn_{uuid.uuid4().hex}"
+        ask = GateAsk(
+            tenant,
+            response_id or f"turn_{uuid.uuid4().hex}",
+            new_items,
+            history,
+            previous_response_id,
+            conversation_id,
+            client,
+            tools,
+            instructions,
+        )
         tracker = self._trackers.gate(tenant)
-        parent_notes = tracker.record(previous_response_id).notes if previous_response_id else {}
-        context = TurnContext.of(
-            parent_notes, tools, instructions, continues=previous_response_id is not None
-        )
-        new = None if history is not None else [*context.items, *new_items]
-        resent = [*context.items, *history] if history is not None else None
-        gate, rec = await self._lanes.gate.check(
-            tenant, response_id, new, resent, previous_response_id, conversation_id, client, tracker
-        )
-        # The gate verdict is a note on the record, so that the turn can be resumed (a guard
-        # API's output check) by this process or another on the same state backend.
-        rec = tracker.annotate(response_id, {"gate": _gate_json(gate), **context.notes}, record=rec)
-        verdict = await self._lanes.watcher.submit_turn(gate, rec, resent=history is not None)
+        gated = await self._lanes.gate.check(ask, tracker)
+        verdict = await self._lanes.watcher.submit_turn(gated.gate, gated.record, resent=history is not None)
         return Turn(
             self._lanes.turn,
-            gate,
-            rec,
+            gated.gate,
+            gated.record,
             resent=history is not None,
             monitor_verdict=verdict,
-            tools=context.tools,
+            tools=gated.context.tools,
             tracker=tracker,
-            parent_notes=parent_notes,
+            parent_notes=gated.parent_notes,
+            history=gated.history,
         )
 
     def resume(self, tenant: str, response_id: str) -> Turn:
@@ -256,7 +257,7 @@ class SafetyStage:
         return (self._turn_of(rec), k) if rec is not None else (None, 0)
 
     def _turn_of(self, rec: ResponseRecord) -> Turn:
-        gate = _gate_from_json(rec.notes["gate"])
+        gate = GateResult.from_json(rec.notes["gate"])
         return Turn(self._lanes.turn, gate, rec, resent=rec.parent_id is None, tools=rec.notes.get("tools"))
 
     async def flag(self, event: FlagEvent, tenant: str = DEFAULT_TENANT) -> None:
@@ -288,25 +289,3 @@ class SafetyStage:
             response_id=response_id,
         )
         return turn.gate
-
-
-def _gate_json(gate: GateResult) -> dict[str, Any]:
-    return {
-        "tenant": gate.tenant,
-        "response_id": gate.response_id,
-        "conversation_id": gate.conversation_id,
-        "verdict": gate.verdict.to_json(),
-        "blocked": gate.blocked,
-        "blocked_categories": list(gate.blocked_categories),
-    }
-
-
-def _gate_from_json(obj: dict[str, Any]) -> GateResult:
-    return GateResult(
-        tenant=obj["tenant"],
-        response_id=obj["response_id"],
-        conversation_id=obj["conversation_id"],
-        verdict=TurnVerdict.from_json(obj["verdict"]),
-        blocked=bool(obj["blocked"]),
-        blocked_categories=list(obj["blocked_categories"]),
-    )

@@ -19,8 +19,11 @@ output scoring and billing are queued for the post-inference lane.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import hashlib
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,12 +33,14 @@ from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json, wire_items
 from deltaguard.lanes.lockout import Lock
 from deltaguard.lanes.output_stream import OutputStreamScorer
 from deltaguard.lanes.sanitize import SanitizedItems
-from deltaguard.parsing import instructions_item, parse_item
+from deltaguard.parsing import instructions_item, parse_item, parse_items
 from deltaguard.state.scoring import Scorer, TurnVerdict
 from deltaguard.state.store import ResponseRecord
 from deltaguard.state.tracker import ConversationTracker
 from deltaguard.telemetry.metrics import StageMetrics
 from deltaguard.usage import Usage
+
+log = logging.getLogger("deltaguard.stage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,28 @@ class GateResult:
     # turn goes on, and the upstream is sent the sanitised items (`Turn.forward`).
     sanitized: list[str] = field(default_factory=list)
     lock: Lock | None = None  # the lock-out that refused the turn, if one did
+
+    def to_json(self) -> dict[str, Any]:
+        """The gate verdict as the turn's record notes it (`from_json` reads it back)."""
+        return {
+            "tenant": self.tenant,
+            "response_id": self.response_id,
+            "conversation_id": self.conversation_id,
+            "verdict": self.verdict.to_json(),
+            "blocked": self.blocked,
+            "blocked_categories": list(self.blocked_categories),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> GateResult:
+        return cls(
+            tenant=obj["tenant"],
+            response_id=obj["response_id"],
+            conversation_id=obj["conversation_id"],
+            verdict=TurnVerdict.from_json(obj["verdict"]),
+            blocked=bool(obj["blocked"]),
+            blocked_categories=list(obj["blocked_categories"]),
+        )
 
     def refusal(self) -> TurnBlocked:
         """The error a client gets for this blocked turn: a locked conversation says so."""
@@ -78,10 +105,13 @@ class TurnLanes:
     watcher: OutputWatcher
     judge: Callable[[GateResult, Sequence[Item]], Awaitable[TurnVerdict | None]]
     post: Callable[[GateResult, Sequence[Item], Usage], Awaitable[None]]
-    owe: Callable[[GateResult, Callable[[], Usage]], Callable[[str], None] | None]  # `Turn.generating`
+    # `Turn.generating` (None: the stage keeps no billing journal)
+    owe: Callable[[GateResult, Callable[[], Usage]], Callable[[str], None] | None] | None
     metrics: StageMetrics
     stream_classifiers: frozenset[str]  # gate classifiers that also score streamed output
     sanitized: SanitizedItems = field(default_factory=SanitizedItems)  # items sent cut
+    # What follows the responses whose `finish` was cancelled mid-way, still to be queued.
+    settling: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +173,15 @@ class Turn:
         tools: list[dict[str, Any]] | None = None,
         tracker: ConversationTracker | None = None,
         parent_notes: dict[str, Any] | None = None,
+        history: list[Item] | None = None,
     ) -> None:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
         history a stateless client resent (else the items after its parent's).
         `monitor_verdict`: the queued monitor lane's verdict on the turn, when it carries
         untrusted input (None: nothing to wait for). `tools`: see `TurnContext`.
         `tracker`: the tenant's gate tracker, when the caller holds it; `parent_notes`: the
-        notes of the response it continues, when the caller has read them."""
+        notes of the response it continues, and `history`: the turn's, when the caller has
+        read them (the gate has)."""
         self._lanes = lanes
         self._monitor_verdict = monitor_verdict
         self._tracker = tracker if tracker is not None else lanes.tracker(gate.tenant)
@@ -165,7 +197,7 @@ class Turn:
         self.finished = False
         self._begun = record
         self._resent = resent
-        self._history: list[Item] | None = None
+        self._history = history
         self._stream: OutputStreamScorer | None = None
         self._appended = False  # the output joined the history (`check_output`)
         self._parent_notes = parent_notes
@@ -211,7 +243,9 @@ class Turn:
             self.generating()
         history = self.history
         if not self._resent:
-            parent = self._parent_notes if self._parent_notes is not None else self._parent_record_notes()
+            parent = self._parent_notes
+            if parent is None:
+                parent = self._begun.parent.notes if self._begun.parent is not None else {}
             upstream = parent.get("upstream_id")
             unseen = len(self._begun.items)
         else:
@@ -223,22 +257,26 @@ class Turn:
         clean = self._lanes.sanitized.apply(self.gate.tenant, history)  # item for item
         return Forward(upstream, wire_items(clean[len(clean) - unseen :]), wire_items(clean))
 
-    def _parent_record_notes(self) -> dict[str, Any]:
-        parent = self._begun.parent
-        return parent.notes if parent is not None else {}
+    async def stream(
+        self,
+        upstream: Callable[[Forward], AsyncIterator[dict[str, Any]]],
+        text: Callable[[dict[str, Any]], str | None],
+        *,
+        generate: bool = True,
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The turn's exchange with the upstream model: what it is sent (`forward`), handed
+        to `upstream`, and the events that returns, as they come, each piece of the model's
+        text in them (`text(event)`; None: none) watched (`watch`) before the event is
+        passed on. The caller finishes the turn (`finish`) at the terminal event."""
+        events = upstream(self.forward(generate=generate))
+        async with contextlib.aclosing(_scorer(self).watched(events, text)) as watched:
+            async for event in watched:
+                yield event
 
     async def watch(self, delta: str) -> list[str]:
         """Score a piece of the model's streamed text; flags (and returns) the categories
         it raises that the gate did not. Each character is scanned once."""
-        if self._metered is not None:
-            self._metered(delta)
-        if self._stream is None:
-            names = self._lanes.stream_classifiers
-            self._stream = OutputStreamScorer([c for c in self._lanes.scorer.classifiers if c.name in names])
-        flagged = self._stream.raised(delta, self.gate.verdict.flagged_categories)
-        if flagged:
-            await self._lanes.flag_output(self.gate, flagged, dict(self._stream.scores))
-        return flagged
+        return await _scorer(self).watch(delta)
 
     async def monitor(self) -> TurnVerdict | None:
         """Run the monitor lane on the turn now (None without monitor classifiers), for a
@@ -248,8 +286,11 @@ class Turn:
     async def check_output(self, output: Sequence[Item]) -> TurnVerdict:
         """Append the model's output to the history and score it now, for a caller that
         must judge the answer before it is returned (a guard API). The verdict covers the
-        whole conversation; `finish` then finds the output scored (cached)."""
-        await self._append(output)
+        whole conversation; `finish` then finds the output scored (cached). The output
+        joins the history unscored (cheap) and goes to the monitor lane first."""
+        self._tracker.append_output(self.gate.response_id, output)
+        self._appended = True
+        await self._lanes.watcher.submit_output(self.gate, output)
         tracked = await self._lanes.run(
             self._tracker.score_pending, self.gate.response_id, tenant=self.gate.tenant
         )
@@ -257,24 +298,43 @@ class Turn:
 
     def generating(self) -> None:
         """The upstream is asked for a response: until `finish` bills it, the input counted
-        here is owed (kept in the billing journal when the stage has one)."""
-        self._metered = self._lanes.owe(self.gate, lambda: Usage(sum(i.tokens for i in self.history), 0, 0))
+        here is owed (kept in the billing journal, when the stage has one)."""
+        if self._lanes.owe is not None:
+            self._metered = self._lanes.owe(
+                self.gate, lambda: Usage(sum(i.tokens for i in self.history), 0, 0)
+            )
 
-    async def finish(self, output: Sequence[Item], usage: Usage | None, **notes: Any) -> None:
+    async def finish(
+        self, output: Sequence[Item] | Sequence[dict[str, Any]], usage: Usage | None, **notes: Any
+    ) -> None:
         """Everything that follows the response, once, in order: the output joins the
         history (before the client can continue it), `notes` join the record (an
         `upstream_id` note also indexes the record by its history, for resent histories),
         the output is counted, and output scoring and billing are queued (not awaited;
-        `usage` None: nothing to bill, nothing queued)."""
+        `usage` None: nothing to bill, nothing queued). `output`: the model's output as
+        items, or as Responses API output objects (parsed with the write).
+
+        The output is parsed and kept on a thread, in one write (a shared backend's round
+        trips stay off the event loop). A caller cancelled meanwhile (the client left) does
+        not lose what follows: it is queued once the write is done (`TurnLanes.settling`)."""
         if self.finished:
             raise LifecycleError(f"turn {self.gate.response_id} is already finished")
         self.finished = True
-        if output and not self._appended and self._begun.outputs == 0:
-            self._tracker.finish(self.gate.response_id, output, notes, index="upstream_id" in notes)
+        if not output and not notes:
+            return await self._queue([], False, usage)
+        kept = asyncio.ensure_future(asyncio.to_thread(_keep_output, self, output, notes))
+        try:
+            items, appended = await asyncio.shield(kept)
+        except asyncio.CancelledError:
+            _queue_when_kept(self, kept, usage)
+            raise
+        await self._queue(items, appended, usage)
+
+    async def _queue(self, output: list[Item], appended: bool, usage: Usage | None) -> None:
+        """What follows the kept output: the monitor lane folds it (when it joined the
+        history here), the post-inference lane scores and bills it."""
+        if appended:
             await self._lanes.watcher.submit_output(self.gate, output)
-        elif notes:
-            self.annotate(index="upstream_id" in notes, **notes)
-        self._lanes.metrics.observe_items("output", output)
         if usage is not None:
             await self._lanes.post(self.gate, output, usage)
 
@@ -283,8 +343,49 @@ class Turn:
         history that ends where the record does finds it (`ConversationTracker.ended_at`)."""
         self._tracker.annotate(self.gate.response_id, notes, index=index)
 
-    async def _append(self, output: Sequence[Item]) -> None:
-        """The output joins the history, unscored (cheap), and goes to the monitor lane."""
-        self._tracker.append_output(self.gate.response_id, output)
-        self._appended = True
-        await self._lanes.watcher.submit_output(self.gate, output)
+
+def _scorer(turn: Turn) -> OutputStreamScorer:
+    """The turn's scorer of its streamed text, made at the first piece (after `generating`,
+    whose journal meters the text): the gate's stream classifiers, the gate's flags."""
+    if turn._stream is None:
+        lanes = turn._lanes
+        turn._stream = OutputStreamScorer(
+            [c for c in lanes.scorer.classifiers if c.name in lanes.stream_classifiers],
+            flagged=turn.gate.verdict.flagged_categories,
+            flag=functools.partial(lanes.flag_output, turn.gate),
+            meter=turn._metered,
+        )
+    return turn._stream
+
+
+def _keep_output(
+    turn: Turn, output: Sequence[Item] | Sequence[dict[str, Any]], notes: dict[str, Any]
+) -> tuple[list[Item], bool]:
+    """(On a thread.) `Turn.finish`'s write: the output parsed (when it is wire objects),
+    joined to the history with `notes` in one write (unless `check_output` appended it or
+    the record has an output already), and counted; (the items, whether they joined)."""
+    items = (
+        parse_items(list(output), "output") if output and not isinstance(output[0], Item) else list(output)
+    )
+    appended = bool(items) and not turn._appended and turn._begun.outputs == 0
+    if appended:
+        turn._tracker.finish(turn.gate.response_id, items, notes, index="upstream_id" in notes)
+    elif notes:
+        turn.annotate(index="upstream_id" in notes, **notes)
+    turn._lanes.metrics.observe_items("output", items)
+    return items, appended
+
+
+def _queue_when_kept(turn: Turn, kept: asyncio.Future[tuple[list[Item], bool]], usage: Usage | None) -> None:
+    """`Turn.finish`'s caller was cancelled while the output was being kept: what follows
+    is queued by a task of its own once it is (the stage's lanes wait for it as they close)."""
+
+    async def later() -> None:
+        try:
+            await turn._queue(*await kept, usage)
+        except Exception:
+            log.exception("what follows response %s was not queued", turn.gate.response_id)
+
+    task = asyncio.get_running_loop().create_task(later())
+    turn._lanes.settling.add(task)
+    task.add_done_callback(turn._lanes.settling.discard)

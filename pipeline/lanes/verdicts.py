@@ -6,7 +6,7 @@ the verdict (on another replica, or on this one when nothing held the response f
 a user's own message, `release_hold="off"`) would go without it. So the lane notes each
 job it queues as pending (`note`) and clears it once the job is done (`done`: its flags
 are written by then), and the gate waits for the conversation's pending jobs before it
-reads the flags (`wait`). On a shared state backend (redis) the pending jobs are kept
+reads the flags (`pending`, then `wait`). On a shared state backend (redis) the pending jobs are kept
 there, one hash per conversation, so that a replica waits for every replica's verdicts;
 otherwise they are kept in the process.
 
@@ -122,6 +122,20 @@ class PendingVerdicts:
                 log.exception("could not clear the pending monitor job %s of %s", name, conversation_id)
         if event is not None:
             event.set()
+
+    def pending(self, tenant: str, conversation_id: str) -> bool:
+        """Whether `wait` has anything to wait for: a verdict on the conversation pending
+        here, or on another replica of a shared backend (read from it: call it off the
+        event loop, as the gate's job does)."""
+        if not self.active:
+            return False
+        mine = dict(self._local.get((tenant, conversation_id)) or {})  # a copy: the loop changes it
+        if any(event is not None for event in mine.values()):
+            return True
+        if self.backend is None:
+            return False
+        fields = self.backend.fields(self._key(tenant, conversation_id))
+        return any(not name.endswith(_OUTPUT) and name not in mine for name in fields)
 
     async def wait(self, tenant: str, conversation_id: str) -> float:
         """Wait until no verdict on the conversation is pending (here, and on every replica

@@ -27,12 +27,43 @@ def test_a_module_entered_again_after_it_was_left_is_a_return_but_not_while_it_i
         new_item("message", "user", "hi", {"content": "hi"})  # calls count_tokens while open
         tracer.on = False
 
+    _run_traced(tracer, entry)
+    steps = [(s.function, s.returns) for s in tracer.steps()]
+    assert steps[:2] == [("count_tokens", False), ("count_tokens", True)]
+    assert ("new_item", True) in steps and steps[-1] == ("count_tokens", False), steps
+    assert "returns to a module already left (<): 2" in report(tracer.steps())
+
+
+def test_a_generator_suspended_at_a_yield_is_still_open():
+    """A module whose generator is suspended (not finished) is open: entering it then is
+    not a return, whether the generator finishes before the trace ends or after."""
+    from deltaguard.lanes.output_stream import OutputStreamScorer
+
+    tracer = Tracer("entry")
+
+    async def events():
+        yield {"type": "response.output_text.delta", "delta": "hi"}
+        yield {"type": "response.completed"}
+
+    async def entry() -> None:
+        tracer.task = asyncio.current_task()
+        scorer = OutputStreamScorer([])
+        tracer.on = True
+        watched = scorer.watched(events(), lambda e: e.get("delta"))
+        await watched.__anext__()  # suspended at its first yield
+        scorer.raised("more", ())  # into output_stream.py while the generator is open
+        tracer.on = False
+        await watched.aclose()
+
+    _run_traced(tracer, entry)
+    steps = [(s.function, s.returns) for s in tracer.steps()]
+    assert ("OutputStreamScorer.raised", False) in steps, steps
+    assert not any(returns for _, returns in steps), steps
+
+
+def _run_traced(tracer: Tracer, entry) -> None:
     sys.setprofile(tracer)
     try:
         asyncio.run(entry())
     finally:
         sys.setprofile(None)
-    steps = [(s.function, s.returns) for s in tracer.steps()]
-    assert steps[:2] == [("count_tokens", False), ("count_tokens", True)]
-    assert ("new_item", True) in steps and steps[-1] == ("count_tokens", False), steps
-    assert "returns to a module already left (<): 2" in report(tracer.steps())

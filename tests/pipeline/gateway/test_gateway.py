@@ -295,8 +295,13 @@ def test_upstream_failure_mid_stream_is_a_clear_error_and_state_stays_consistent
         with pytest.raises(openai.APIStatusError) as exc:
             client.responses.create(model="sim", input="hello")
         assert exc.value.status_code == 502 and exc.value.body["code"] == "upstream_error"
-        events = [e.type for e in client.responses.create(model="sim", input="hello", stream=True)]
-        assert events[-1] == "response.failed"
+        events = list(client.responses.create(model="sim", input="hello", stream=True))
+        assert events[-1].type == "response.failed"
+        # The hosted API's `response.error`: a code and a message, no more.
+        assert events[-1].response.error.model_dump(exclude_unset=True) == {
+            "code": "upstream_error",
+            "message": "upstream connection reset",
+        }
         upstream.fail_after = None
         first = client.responses.create(model="sim", input="hello")
         second = client.responses.create(model="sim", input="again", previous_response_id=first.id)

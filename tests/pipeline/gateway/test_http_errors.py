@@ -69,3 +69,12 @@ def test_a_refusal_that_is_not_the_gateways_own_is_passed_through_as_it_came():
     response = error_response(err)
     assert response.status_code == 404 and json.loads(response.body) == body
     assert err.to_error() == body["error"]
+
+
+def test_a_response_that_failed_after_it_began_carries_the_hosted_apis_error_shape():
+    """`response.failed`'s `response.error` is a code and a message, as the hosted API's."""
+    err = upstream_failed("upstream stream ended before response.completed")
+    assert err.to_response_error() == {
+        "code": "upstream_error",
+        "message": "upstream stream ended before response.completed",
+    }

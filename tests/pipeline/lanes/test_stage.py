@@ -326,3 +326,43 @@ async def test_untrusted_content_over_the_flag_threshold_blocks_the_next_turn():
 async def test_a_file_the_user_attached_is_untrusted_content_and_blocks_at_the_flag_threshold():
     second, events = await _monitored(["a note to the assistant score=0.7 "], role="file")
     assert second.blocked and [e.decision for e in events][:1] == ["block"]
+
+
+async def test_a_finish_cancelled_while_the_output_is_kept_still_bills_it(monkeypatch):
+    """The output is kept on a thread: a client that leaves meanwhile cancels the caller,
+    not the write, and what follows it (billing above all) is still queued."""
+    from deltaguard.state.tracker import ConversationTracker
+
+    writing, go_on = threading.Event(), threading.Event()
+    finish = ConversationTracker.finish
+
+    def slow_finish(self, *args, **kw):
+        writing.set()
+        go_on.wait(10)
+        return finish(self, *args, **kw)
+
+    monkeypatch.setattr(ConversationTracker, "finish", slow_finish)
+    stage, _, billing = await started()
+    turn = await stage.begin(new_items=[user("hello")], response_id="resp_1")
+    finishing = asyncio.ensure_future(turn.finish(reply("hi there"), Usage(5, 0, 2)))
+    await asyncio.to_thread(writing.wait, 10)
+    finishing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await finishing
+    go_on.set()
+    await stage.drain()
+    assert [(e.response_id, e.output_tokens) for e in billing.events] == [("resp_1", 2)]
+    assert [i.text for i in turn.record.history()] == ["hello", "hi there"]
+    await stage.aclose()
+
+
+async def test_a_finish_given_responses_output_objects_parses_them_with_the_write():
+    stage, _, billing = await started()
+    turn = await stage.begin(new_items=[user("hello")], response_id="resp_1")
+    output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]
+    await turn.finish(output, Usage(5, 0, 1), upstream_id="up_1")
+    assert [i.text for i in turn.record.history()] == ["hello", "hi"]
+    assert turn.record.notes["upstream_id"] == "up_1"
+    await stage.drain()
+    assert len(billing.events) == 1
+    await stage.aclose()

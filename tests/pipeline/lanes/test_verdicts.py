@@ -140,3 +140,31 @@ async def test_a_stage_continuation_waits_for_the_monitor_verdict_and_is_blocked
     finally:
         hold.set()
         await stage.aclose()
+
+
+async def test_pending_says_what_wait_would_wait_for_here_and_on_the_other_replica(replicas):
+    """The gate's job asks `pending` on a pool thread before it reads the flags: a verdict
+    noted here or on another replica is pending until done; an output job is not."""
+    one, two = replicas
+    assert not one.pending("acme", "conv_1") and not two.pending("acme", "conv_1")
+    one.note("acme", "conv_1", "resp_1", output=True)
+    assert not one.pending("acme", "conv_1") and not two.pending("acme", "conv_1")
+    one.note("acme", "conv_1", "resp_2")
+    assert await asyncio.to_thread(one.pending, "acme", "conv_1")
+    assert await asyncio.to_thread(two.pending, "acme", "conv_1")
+    assert not two.pending("acme", "conv_2")
+    one.done("acme", "conv_1", "resp_2")
+    assert not one.pending("acme", "conv_1") and not two.pending("acme", "conv_1")
+
+
+def test_nothing_is_pending_without_a_queued_monitor_lane_or_a_wait():
+    verdicts = PendingVerdicts(VerdictWait(deadline_s=2.0))
+    verdicts.note("acme", "conv_1", "resp_1")  # no lane notes here: nothing kept
+    assert not verdicts.pending("acme", "conv_1")
+    verdicts.judged = True
+    verdicts.note("acme", "conv_1", "resp_1")
+    assert verdicts.pending("acme", "conv_1")
+    off = PendingVerdicts(VerdictWait(deadline_s=0.0))
+    off.judged = True
+    off.note("acme", "conv_1", "resp_1")
+    assert not off.pending("acme", "conv_1")
