@@ -200,6 +200,8 @@ def parse_item(obj: Any, *, from_client: bool = False) -> Item:
     item_type = obj.get("type", "message")
     if not isinstance(item_type, str):
         raise ItemError("type", f"expected a string, got {type(item_type).__name__}")
+    if not item_type:  # an item of no type is not one the history could name or keep
+        raise ItemError("type", "expected a non-empty string")
     model = _WIRE_MODELS.get(item_type)
     if model is None:
         text = "\n".join(text_fields(obj))

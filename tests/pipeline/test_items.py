@@ -62,6 +62,7 @@ def test_unknown_types_are_kept_unscored():
         ({"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}, "arguments"),
         ({"type": "function_call_output", "output": "x"}, "call_id"),
         ({"type": 7}, "type"),
+        ({"type": ""}, "type"),
         ("just a string", "item"),
     ],
 )
