@@ -16,7 +16,7 @@ import of the package against both):
 
     errors, items, models, defaults,   the exception tree, the hot-path item type, artifacts' home,
       worker, bounds                     every default value, the one bounded worker under every
-                                         background loop, how much a request's JSON may nest
+                                         background loop, how much a request may hold and nest
     parsing, events, artifacts,        wire items to `Item`s, emitted events, hash-checked
       transcripts, usage, tenants,       model files, the transcript file format, token usage,
       access, serving                    tenant API keys, Host and Origin allow-lists, read
@@ -132,6 +132,7 @@ LAYERS: tuple[frozenset[str], ...] = (
 LAYER_EDGES: frozenset[tuple[str, str]] = frozenset(
     {
         ("worker", "errors"),
+        ("bounds", "defaults"),
         ("transcripts", "parsing"),
         ("tenants", "events"),
         ("tools", "gateway"),

@@ -6,11 +6,17 @@ from __future__ import annotations
 HOST = "127.0.0.1"
 PORT = 8400
 
-# A request's JSON, checked before any item is parsed or scored: how deep its containers
-# nest (a body holds items, parts and tool schemas a few levels down) and how many values
-# it holds in all (what a walk over it costs, whatever its size in bytes).
+# A request (`bounds.RequestLimits`): its size in bytes (an HTTP body or a WebSocket frame);
+# how deep its JSON containers nest (a body holds items, parts and tool schemas a few levels
+# down) and how many values it holds in all (what a walk over it costs, whatever its size
+# in bytes), both checked before any item is parsed or scored; each item's size, how many
+# items it holds, and the length of the ids it names.
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 MAX_JSON_VALUES = 500_000
+MAX_ITEM_BYTES = 4 * 1024 * 1024
+MAX_ITEMS_PER_REQUEST = 10_000
+MAX_ID_LENGTH = 256
 
 # Conversation store (per lane and tenant): LRU + TTL bounds.
 MAX_RESPONSES = 100_000

@@ -117,13 +117,7 @@ class Gateway:
         chat_upstream: ChatUpstream | None = None,
     ) -> None:
         self.config = config
-        # What a `response.create` is checked against, read once (`wire.read_create`).
-        self._create_limits = {
-            **config.json_limits(),
-            "max_item_bytes": config.max_item_bytes,
-            "max_items": config.max_items_per_request,
-            "max_id_length": config.max_id_length,
-        }
+        self.limits = config.request_limits  # what every request is checked against, read once
         self.metrics = PrometheusMetrics(tenant_labels=config.metrics_tenant_labels)
         self.exits = ErrorExits(self.metrics)  # the app's exception handlers
         self.kafka: Any = None
@@ -240,7 +234,7 @@ class Gateway:
     async def create_response(self, request: Request) -> Response:
         request.state.transport = "http"  # a refusal's count (`ErrorExits`), streamed or not
         tenant = self.tenant(request.headers)
-        req = read_create(await request.body(), self._create_limits)
+        req = read_create(await request.body(), self.limits)
         if not req.stream:
             final = await self.service.create(req, tenant)
             self.metrics.requests.labels("http", "ok").inc()
@@ -262,7 +256,7 @@ class Gateway:
         tenant = self.tenant(request.headers)
         conversation_id = request.path_params.get("conversation_id")
         if conversation_id is None:
-            body = parse_body(await request.body() or b"{}", **self.config.json_limits())
+            body = parse_body(await request.body() or b"{}", self.limits)
             try:
                 items = parse_items(body.get("items") or [], "items")
             except ItemError as exc:
@@ -363,7 +357,7 @@ class Gateway:
         raw = message.get("text")
         if raw is None:
             raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
-        req = read_create(raw, self._create_limits, frame=True)
+        req = read_create(raw, self.limits, frame=True)
         status = "ok"
         async with contextlib.aclosing(self.service.events(req, tenant)) as events:
             async for event in events:

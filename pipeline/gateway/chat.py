@@ -26,6 +26,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from deltaguard.bounds import RequestLimits
 from deltaguard.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.errors import ItemError, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
@@ -61,9 +62,7 @@ def build_chat_upstream(config: GatewayConfig) -> ChatUpstream:
     return HttpChatUpstream(config.upstream, config.upstream_api_key, config.upstream_timeout_s)
 
 
-def parse_chat(
-    body: dict[str, Any], *, max_item_bytes: int, max_items: int, cache: ItemCache | None = None
-) -> ChatRequest:
+def parse_chat(body: dict[str, Any], limits: RequestLimits, *, cache: ItemCache | None = None) -> ChatRequest:
     """Validate a chat body; every refusal names the field at fault."""
     model = body.get("model")
     if model is None:
@@ -77,7 +76,7 @@ def parse_chat(
         raise RequestError("messages must be a list of messages", code="invalid_type", param="messages")
     if not messages:
         raise RequestError("messages must not be empty", code="invalid_value", param="messages")
-    check_sizes(messages, "messages", max_items=max_items, max_item_bytes=max_item_bytes)
+    check_sizes(messages, "messages", limits)
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise RequestError(
@@ -166,17 +165,14 @@ class ChatService:
 
     def __init__(self, config: GatewayConfig, stage: SafetyStage, upstream: ChatUpstream) -> None:
         self.config = config
+        self.limits = config.request_limits
         self.stage = stage
         self.upstream = upstream
         self.items = ItemCache()  # a resent history parses only the messages not seen before
         self.inflight = 0
 
     def parse(self, raw: bytes) -> ChatRequest:
-        c = self.config
-        body = parse_body(raw, **c.json_limits())
-        return parse_chat(
-            body, max_item_bytes=c.max_item_bytes, max_items=c.max_items_per_request, cache=self.items
-        )
+        return parse_chat(parse_body(raw, self.limits), self.limits, cache=self.items)
 
     async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> Turn:
         """The gate lane on the request's whole history; raises `TurnBlocked`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Annotated, Literal
 
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deltaguard import defaults
 from deltaguard.access import default_hosts
+from deltaguard.bounds import RequestLimits
 from deltaguard.classifiers.registry import DEFAULT_NAMES
 from deltaguard.errors import StateBackendError
 from deltaguard.journal import JournalCadence
@@ -157,12 +159,13 @@ class GatewayConfig(BaseModel):
     max_connections: int = Field(1000, ge=1)
     max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
     max_connection_age_s: float = Field(3600.0, gt=0)  # like the hosted API's 60-minute cap
-    max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # What one request may hold (`request_limits`).
+    max_request_bytes: int = Field(defaults.MAX_REQUEST_BYTES, ge=1024)
     max_json_depth: int = Field(defaults.MAX_JSON_DEPTH, ge=8)  # containers nested in a request
     max_json_values: int = Field(defaults.MAX_JSON_VALUES, ge=1000)  # values in a request, in all
-    max_item_bytes: int = Field(4 * 1024 * 1024, ge=256)
-    max_items_per_request: int = Field(10_000, ge=1)
-    max_id_length: int = Field(256, ge=8)
+    max_item_bytes: int = Field(defaults.MAX_ITEM_BYTES, ge=256)
+    max_items_per_request: int = Field(defaults.MAX_ITEMS_PER_REQUEST, ge=1)
+    max_id_length: int = Field(defaults.MAX_ID_LENGTH, ge=8)
 
     def journal_cadence(self) -> JournalCadence:
         return JournalCadence(self.billing_journal_every_tokens, self.billing_journal_every_s)
@@ -181,10 +184,7 @@ class GatewayConfig(BaseModel):
         several = len(set(self.api_keys.values())) > 1
         return max(1, self.inference_threads - 1) if several else self.inference_threads
 
-    def json_limits(self) -> dict[str, int]:
-        """What a request body is checked against (`wire.parse_body`'s limits)."""
-        return {
-            "max_bytes": self.max_request_bytes,
-            "max_depth": self.max_json_depth,
-            "max_values": self.max_json_values,
-        }
+    @property
+    def request_limits(self) -> RequestLimits:
+        """What a request is checked against: the request fields above, by name."""
+        return RequestLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RequestLimits)})

@@ -92,6 +92,7 @@ def _answer(gate: GateResult, verdict: TurnVerdict, decision: str, start: float)
 class GuardService:
     def __init__(self, config: GatewayConfig, stage: SafetyStage) -> None:
         self.config = config
+        self.limits = config.request_limits
         self.stage = stage
         self.items = ItemCache()
         # An input check keeps the digest of its tools and instructions on its record in the
@@ -104,8 +105,7 @@ class GuardService:
         field = check.conversation_field
         raw = check.messages if field == "messages" else check.input
         if isinstance(raw, list):
-            c = self.config
-            check_sizes(raw, str(field), max_items=c.max_items_per_request, max_item_bytes=c.max_item_bytes)
+            check_sizes(raw, str(field), self.limits)
         tools, instructions = check.tools, check.instructions
         context = hashlib.sha256(canonical_json([tools or [], instructions or ""])).digest()
         changed = parent is None or parent.record.notes.get(_CONTEXT) != context
@@ -244,7 +244,7 @@ class GuardService:
 
     def parse(self, model: type[Any], body: dict[str, Any]) -> Any:
         """`body` as the wire model `model`, or the refusal that names its fault."""
-        return validated(model, body, max_id_length=self.config.max_id_length)
+        return validated(model, body, max_id_length=self.limits.max_id_length)
 
 
 def _not_found(continuation_id: str, why: str) -> RequestError:
@@ -271,7 +271,7 @@ class GuardEndpoints:
     ) -> Response:
         request.state.transport = name
         tenant = self.tenant(request.headers)
-        body = parse_body(await request.body(), **self.service.config.json_limits())
+        body = parse_body(await request.body(), self.service.limits)
         result = await check(self.service.parse(model, body), tenant)
         self.metrics.requests.labels(name, "ok").inc()
         return JSONResponse(result.model_dump(mode="json", exclude_none=True))

@@ -13,8 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltaguard import defaults
-from deltaguard.bounds import shape_problem
+from deltaguard.bounds import RequestLimits
 from deltaguard.errors import ItemError
 from deltaguard.gateway.http_errors import RequestError, invalid_item
 from deltaguard.items import Item
@@ -51,19 +50,15 @@ class CreateRequest:
         self.upstream_body = {k: v for k, v in self.body.items() if k not in skip}
 
 
-def parse_body(
-    raw: bytes | str,
-    max_bytes: int,
-    *,
-    max_depth: int = defaults.MAX_JSON_DEPTH,
-    max_values: int = defaults.MAX_JSON_VALUES,
-) -> dict[str, Any]:
-    """A request body as a JSON object, its size and structure checked before anything
-    reads it (`check_structure`); a refusal is logged once, as one line."""
+def parse_body(raw: bytes | str, limits: RequestLimits) -> dict[str, Any]:
+    """A request body as a JSON object, its size and structure checked against `limits`
+    before anything reads it (`check_structure`); a refusal is logged once, as one line."""
     try:
-        if len(raw) > max_bytes:
+        if len(raw) > limits.max_request_bytes:
             raise RequestError(
-                f"request is {len(raw)} bytes; the limit is {max_bytes}", code="request_too_large", status=413
+                f"request is {len(raw)} bytes; the limit is {limits.max_request_bytes}",
+                code="request_too_large",
+                status=413,
             )
         try:
             obj = json.loads(raw)
@@ -75,40 +70,40 @@ def parse_body(
             raise RequestError(
                 f"request body must be a JSON object, got {type(obj).__name__}", code="invalid_request"
             )
-        check_structure(obj, max_depth=max_depth, max_values=max_values)
+        check_structure(obj, limits)
     except RequestError as err:
         log.warning("request refused: %s %s: %s", err.status, err.code, err.message[:200])
         raise
     return obj
 
 
-def check_structure(obj: Any, *, max_depth: int, max_values: int) -> None:
+def check_structure(obj: Any, limits: RequestLimits) -> None:
     """Refuse JSON nested too deep or holding too many values (`bounds.shape_problem`):
     400 `nesting_too_deep`, 413 `too_many_values`.
 
-    >>> check_structure({"a": [[1]]}, max_depth=2, max_values=10)
+    >>> check_structure({"a": [[1]]}, RequestLimits(max_json_depth=2))
     Traceback (most recent call last):
     deltaguard.gateway.http_errors.RequestError: request JSON nests deeper than 2 levels
     """
-    problem = shape_problem(obj, max_depth=max_depth, max_values=max_values)
+    problem = limits.shape_problem(obj)
     if problem is not None:
         code, message = problem
         raise RequestError(message, code=code, status=413 if code == "too_many_values" else 400)
 
 
-def check_sizes(entries: list[Any], field: str, *, max_items: int, max_item_bytes: int) -> None:
+def check_sizes(entries: list[Any], field: str, limits: RequestLimits) -> None:
     """The request limits on a list of items or messages: how many, and each one's size."""
-    if len(entries) > max_items:
+    if len(entries) > limits.max_items_per_request:
         raise RequestError(
-            f"{field} has {len(entries)} entries; the limit is {max_items}",
+            f"{field} has {len(entries)} entries; the limit is {limits.max_items_per_request}",
             code="too_many_items",
             param=field,
         )
     for i, entry in enumerate(entries):
         size = len(entry) if isinstance(entry, str) else len(json.dumps(entry, ensure_ascii=False))
-        if size > max_item_bytes:
+        if size > limits.max_item_bytes:
             raise RequestError(
-                f"{field}[{i}] is {size} bytes; the limit is {max_item_bytes}",
+                f"{field}[{i}] is {size} bytes; the limit is {limits.max_item_bytes}",
                 code="item_too_large",
                 param=f"{field}[{i}]",
                 status=413,
@@ -140,12 +135,10 @@ def _id_field(body: dict[str, Any], name: str, max_len: int) -> str | None:
     return value
 
 
-def read_create(raw: bytes | str, limits: dict[str, int], *, frame: bool = False) -> CreateRequest:
-    """A `response.create` request from its bytes: an HTTP body, or (`frame`) a WebSocket
-    frame, whose `type` must say so. `limits`: `parse_body`'s and `parse_create`'s."""
-    body = parse_body(
-        raw, limits["max_bytes"], max_depth=limits["max_depth"], max_values=limits["max_values"]
-    )
+def read_create(raw: bytes | str, limits: RequestLimits, *, frame: bool = False) -> CreateRequest:
+    """A `response.create` request from its bytes, checked against `limits`: an HTTP body,
+    or (`frame`) a WebSocket frame, whose `type` must say so."""
+    body = parse_body(raw, limits)
     if frame:
         kind = body.get("type")
         if kind != "response.create":
@@ -153,17 +146,10 @@ def read_create(raw: bytes | str, limits: dict[str, int], *, frame: bool = False
                 f"unknown event type {kind!r}; expected 'response.create'", code="unknown_event", param="type"
             )
         body = {k: v for k, v in body.items() if k not in ("type", "stream")}
-    return parse_create(
-        body,
-        max_item_bytes=limits["max_item_bytes"],
-        max_items=limits["max_items"],
-        max_id_length=limits["max_id_length"],
-    )
+    return parse_create(body, limits)
 
 
-def parse_create(
-    body: dict[str, Any], *, max_item_bytes: int, max_items: int, max_id_length: int
-) -> CreateRequest:
+def parse_create(body: dict[str, Any], limits: RequestLimits) -> CreateRequest:
     model = body.get("model", "deltaguard-sim")
     if not isinstance(model, str):
         raise RequestError("model must be a string", code="invalid_type", param="model")
@@ -177,7 +163,7 @@ def parse_create(
         ]
     if not isinstance(raw_input, list):
         raise RequestError("input must be a string or a list of items", code="invalid_type", param="input")
-    check_sizes(raw_input, "input", max_items=max_items, max_item_bytes=max_item_bytes)
+    check_sizes(raw_input, "input", limits)
     try:
         items = parse_items(raw_input, "input", from_client=True)
     except ItemError as exc:
@@ -194,7 +180,7 @@ def parse_create(
     if isinstance(conversation, dict):
         conversation = conversation.get("id")
     if conversation is not None:
-        conversation = _id_field({"conversation": conversation}, "conversation", max_id_length)
+        conversation = _id_field({"conversation": conversation}, "conversation", limits.max_id_length)
         if body.get("previous_response_id") is not None:
             raise RequestError(
                 "previous_response_id and conversation cannot be used together",
@@ -204,7 +190,7 @@ def parse_create(
     return CreateRequest(
         model=model,
         items=items,
-        previous_response_id=_id_field(body, "previous_response_id", max_id_length),
+        previous_response_id=_id_field(body, "previous_response_id", limits.max_id_length),
         stream=stream,
         tools=tools,
         instructions=instructions,

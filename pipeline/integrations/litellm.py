@@ -54,8 +54,7 @@ from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.responses.utils import ResponsesAPIRequestUtils
 from litellm.types.guardrails import GuardrailEventHooks
 
-from deltaguard import defaults
-from deltaguard.bounds import shape_problem
+from deltaguard.bounds import RequestLimits
 from deltaguard.chat_items import (
     ItemCache,
     chat_history_items,
@@ -83,6 +82,7 @@ SUPPORTED_HOOKS = [
 ]
 _CHAT_CALLS = frozenset({"completion", "acompletion"})
 _RESPONSES_CALLS = frozenset({"responses", "aresponses"})
+_LIMITS = RequestLimits()  # the gateway's defaults: what is read of a request is bounded alike
 
 
 def refusal(status: int, error: str, code: str, **detail: Any) -> HTTPException:
@@ -263,7 +263,7 @@ class DeltaGuardGuardrail(CustomGuardrail):
         tenant = tenant_of(user_api_key_dict, self.settings.tenant_by)
         # What is read of the body is bounded first: its walks recurse (as the gateway's do).
         read = {k: data[k] for k in ("messages", "input", "instructions", "tools") if k in data}
-        problem = shape_problem(read, max_depth=defaults.MAX_JSON_DEPTH, max_values=defaults.MAX_JSON_VALUES)
+        problem = _LIMITS.shape_problem(read)
         if problem is not None:
             code, message = problem
             log.warning("DeltaGuard: request refused: %s: %s", code, message)

@@ -19,14 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deltaguard.bounds import RequestLimits
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.http_errors import RequestError
 from deltaguard.gateway.server import free_port
-from deltaguard.gateway.wire import parse_body, parse_create
+from deltaguard.gateway.wire import read_create
 from tests.pipeline.gateway.conftest import clients, gateway_thread
 from tests.support.upstreams import SlowUpstream, StallingUpstream
 
-LIMITS = {"max_item_bytes": 4 * 1024 * 1024, "max_items": 10_000, "max_id_length": 256}
+LIMITS = RequestLimits(max_request_bytes=1 << 20)
 
 # Flat JSON garbage: generating deep trees costs far more than parsing them, and
 # depth itself is covered by the nested-JSON cases below.
@@ -63,7 +64,7 @@ bodies = st.fixed_dictionaries(
 @given(raw=st.binary(max_size=200) | bodies.map(lambda b: json.dumps(b).encode()))
 def test_request_parser_never_crashes(raw):
     try:
-        req = parse_create(parse_body(raw, 1 << 20), **LIMITS)
+        req = read_create(raw, LIMITS)
     except RequestError as err:
         assert err.status in (400, 413) and err.code and err.message
     else:
