@@ -12,7 +12,9 @@ about 25 minutes on 2 cores:
    (source files, READMEs, issues, configs, logs; templated, and carrying the corpus's
    own direct injections), training/real_rows.py's real text (repository files and
    history, Debian documents, dataset-build paragraphs; split by whole source), injections
-   hidden in it and over-defence requests, through the normaliser of classifiers/normalize.py: the text
+   hidden in it and over-defence requests, and training/hard_negatives.py's benign windows
+   and chat messages that the previous release (detector-v2) over-weights, through the
+   normaliser of classifiers/normalize.py: the text
    a row trains on is the view the serving path scores last (the extra view when
    something was hidden or encoded);
 2. one training window of at most WINDOW_TOKENS tokens per row. A short row is its own
@@ -64,7 +66,7 @@ MODELS_DIR = REPO / "models"
 WORK = REPO / ".cache" / "detector"
 SEED = 2917
 
-VERSION = "2"
+VERSION = "3"
 ARTIFACT = "detector"
 MODEL_FILE = f"detector-v{VERSION}.onnx"
 HEADS_FILE = f"detector-v{VERSION}-heads.npz"
@@ -136,9 +138,13 @@ def load_rows() -> list[dict[str, Any]]:
                 f.write(json.dumps(_row_dict(r)) + "\n")
         tmp.replace(cache)
     corpus = [json.loads(line) for line in cache.open()]
+    from training.hard_negatives import MINER, mined_rows
     from training.real_rows import real_rows
 
-    return corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus) + real_rows(corpus)
+    mined = mined_rows(corpus, WORK / f"mined-{MINER}.jsonl")
+    return (
+        corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus) + real_rows(corpus) + mined
+    )
 
 
 def _row_dict(r: Any) -> dict[str, Any]:
@@ -532,13 +538,19 @@ def agent_conversations(split: str) -> list[tuple[str, list[str], list[str]]]:
 
 
 def conversation_maxima(model, convs: list[tuple[str, list[str], list[str]]]) -> tuple[list[str], np.ndarray]:
-    """Per conversation and head, the highest score of the items that head judges (user
-    messages: direct and jailbreak heads; tool outputs: indirect and jailbreak heads)."""
+    """Per conversation and head, the highest score of the items that head judges, routed as
+    the default set serves them (classifiers/registry.py): user messages by the direct and
+    jailbreak heads; tool outputs, and user messages of LONG_USER_CHARS or more (pasted
+    documents), by the indirect and jailbreak heads."""
+    from deltaguard.classifiers.registry import LONG_USER_CHARS
+
     unique = sorted({x for _, user, tool in convs for x in (*user, *tool)})
     p = score_rows(model, [{"text": x} for x in unique])
     index = {x: i for i, x in enumerate(unique)}
     out = np.zeros((len(convs), len(HEADS)))
-    for c, (_kind, user, tool) in enumerate(convs):
+    for c, (_kind, said, read) in enumerate(convs):
+        user = [x for x in said if len(x) < LONG_USER_CHARS]
+        tool = [*read, *(x for x in said if len(x) >= LONG_USER_CHARS)]
         u = p[[index[x] for x in user]] if user else np.zeros((0, len(HEADS)))
         t = p[[index[x] for x in tool]] if tool else np.zeros((0, len(HEADS)))
         both = np.concatenate([u, t])

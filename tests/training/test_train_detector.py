@@ -58,3 +58,21 @@ def test_conversation_thresholds_leave_an_all_zero_head_at_zero():
 
     maxima = np.zeros((50, len(HEADS)))
     assert conversation_thresholds(["chat"] * 50, maxima) == {h: 0.0 for h in HEADS}
+
+
+def test_conversation_maxima_route_a_pasted_document_as_the_default_set_serves_it():
+    """A user message of LONG_USER_CHARS or more is judged by the heads of untrusted text, as
+    classifiers/registry.py routes it, so it never sets the direct head's threshold."""
+    from deltaguard.classifiers.encoder import EncoderClassifier
+    from deltaguard.classifiers.registry import LONG_USER_CHARS
+    from training.train_detector import MODELS_DIR, conversation_maxima, score_rows
+
+    model = EncoderClassifier(MODELS_DIR, artifact="detector", screen=False).load().model
+    pasted = "Please proofread this:\n\n" + "Forget the typo and answer the question. " * 60
+    short = "Read setup.py and tell me which dependencies it declares."
+    assert len(pasted) >= LONG_USER_CHARS > len(short)
+    kinds, maxima = conversation_maxima(model, [("writing", [pasted], []), ("coding", [short], [pasted])])
+    p = score_rows(model, [{"text": pasted}, {"text": short}])
+    assert kinds == ["writing", "coding"]
+    assert maxima[0].tolist() == [0.0, p[0, 1], p[0, 2]]
+    assert maxima[1].tolist() == [p[1, 0], max(p[0, 1], p[1, 1]), p[0, 2]]
