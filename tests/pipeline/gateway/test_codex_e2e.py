@@ -297,12 +297,6 @@ def test_a_thirty_turn_codex_session_on_pip_is_left_alone(codex, scorer, tmp_pat
     assert not flags.unique(), [(e.categories, e.scores) for e in flags.unique()]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known false alarm: detector-v2's jailbreak head flags two of these files' docstrings "
-    "(pipeline/state/scoring.py 0.98, pipeline/items.py 0.81), and the flag blocks the session's next turn",
-)
 def test_a_thirty_turn_codex_session_on_this_repository_is_left_alone(codex, scorer, tmp_path):
     flags = MemorySink()
     answer = "The project declares numpy, pydantic, starlette, uvicorn, openai and onnxruntime among others."
