@@ -1,4 +1,4 @@
-"""Train the gate lane's injection / jailbreak model (lexical-v7): `python -m training.train_lexical_gate`.
+"""Train the gate lane's injection / jailbreak model (lexical-v6): `python -m training.train_lexical_gate`.
 
 The model reads untrusted text (tool outputs, attached files) piece by piece as well as
 whole (classifiers/segments.py), so that an injected sentence scores inside a 16 KB file
@@ -11,11 +11,10 @@ themselves. One command, deterministic, about fifteen minutes on 2 busy cores:
    rows of training/real_rows.py (repository files, history, Debian documents and
    dataset-build text as tool outputs, injections hidden in them, benign requests with
    the words detectors over-weight), split by whole source, with pieces of the same
-   documents (random ones and those lexical-v3 or the previous release, lexical-v6, scores
-   highest);
+   documents (random ones and those lexical-v3 scores highest);
 2. fit the normalised TF-IDF + logistic model of training/lexical_fit.py on train,
    calibrate on validation;
-3. export `models/lexical-v7.npz` (plain arrays) and check that the serving code
+3. export `models/lexical-v6.npz` (plain arrays) and check that the serving code
    reproduces sklearn on test texts within 1e-6;
 4. choose each head's threshold on validation only, through the serving path (normaliser
    views, 2,000-character chunks and, for tool outputs, pieces; max): max F1 subject to a false-positive
@@ -48,11 +47,8 @@ from training.detection_data import FP_SETS, SPLITS, Row, all_rows
 from training.lexical_fit import HEADS, POSITIVE, FitSettings, fit, head_rows, log, parity, to_model
 
 NAME = "lexical"  # the entry the lexical view serves
-VERSION = "7"
+VERSION = "6"
 SCREEN_ENTRY = "lexical-v3"  # the detector's screen stays on the model its floor was chosen for
-# The previous release: the pieces it scores highest are the benign shapes it over-weights
-# ("previous = response_id" read as a jailbreak), a pinned entry so a rebuild ranks the same.
-PREVIOUS_ENTRY = "lexical-v6"
 ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 # Per head, on validation, with room under what the pipeline may flag (chat 1%, tool
 # outputs 2%, look-alike documents 5%): the heads fire on different texts (jailbreak
@@ -170,8 +166,7 @@ def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
 
 def real_text_rows(corpus_rows: list[Row], models_dir: Path) -> list[Row]:
     """training/real_rows.py's rows (injections of `corpus_rows` hidden in real text), and
-    pieces of the same documents, the hard ones as lexical-v3 or the previous release (fixed
-    artifacts) rank them, whichever scores a piece higher."""
+    pieces of the same documents, the hard ones as lexical-v3 (a fixed artifact) ranks them."""
     from dataclasses import asdict
 
     from deltaguard.classifiers.lexical import LexicalClassifier
@@ -180,13 +175,8 @@ def real_text_rows(corpus_rows: list[Row], models_dir: Path) -> list[Row]:
 
     corpus = [asdict(r) | {"fp_set": r.fp_set} for r in corpus_rows]
     fields = ("text", "label", "source", "family", "channel", "group", "split")
-    rankers = [
-        LexicalClassifier(models_dir, artifact=name).load()._require_model()
-        for name in (SCREEN_ENTRY, PREVIOUS_ENTRY)
-    ]
-    pieces = piece_rows(
-        all_documents(), lambda texts: np.max([m.score_many(texts).max(axis=1) for m in rankers], axis=0)
-    )
+    screen = LexicalClassifier(models_dir, artifact=SCREEN_ENTRY).load()._require_model()
+    pieces = piece_rows(all_documents(), lambda texts: screen.score_many(texts).max(axis=1))
     return [Row(*(r[f] for f in fields)) for r in [*real_rows(corpus), *pieces]]
 
 
@@ -322,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             "harness notes; corpus rows split by group hash 8:1:1, code material by file; "
             "training/real_rows.py: real text (fetched repositories, Debian documents, dataset-build) "
             "split by whole source 3:1:1, injections hidden in it, benign over-defence requests, and pieces "
-            "of the same documents (random, and those lexical-v3 or lexical-v6 scores highest)",
+            "of the same documents (random, and those lexical-v3 scores highest)",
             "rows": counts,
             "fp_sets": list(FP_SETS),
         },
