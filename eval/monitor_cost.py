@@ -13,6 +13,8 @@ machine load, on one onnxruntime thread with the item memo off (every text is ne
 - injections through tools from the same split, which the screen should never clear: the
   cost of suspicious text.
 
+The previous release's detector (the `detector-v2` manifest entry) is measured beside it.
+
 For the corpus sets, CPU ms per 1,000 tokens (total CPU over total tokens) and the share of
 items the screen cleared. The target is <= 60 ms per 1,000-token delta on one core (one
 core then keeps up with >= 15 agent turns/s). Writes eval/out/monitor_cost.md.
@@ -29,9 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from deltaguard.artifacts import load_manifest
 from deltaguard.classifiers.base import Classifier
 from deltaguard.classifiers.encoder import EncoderClassifier
 from deltaguard.items import Item
+from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from deltaguard.tools.rollouts import tool_output
 from eval.report import write_report
@@ -41,6 +45,7 @@ TEXTS = 100
 CORPUS_TEXTS = 300
 REPEAT = 3
 BUDGET_MS = 60.0
+PREVIOUS = ("detector-v2",)  # manifest entries measured beside the shipped detector
 
 
 def tool_item(text: str) -> Item:
@@ -96,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         ).load(),
         "frozen encoder (opt-in)": EncoderClassifier(threads=1, memo_items=0, artifact="encoder").load(),
     }
+    for entry in PREVIOUS:  # the previous release, screened as it shipped: the same budget, side by side
+        if entry in load_manifest(MODELS_DIR).get("models", {}):
+            lanes[f"{entry} (previous release, screened)"] = EncoderClassifier(
+                threads=1, memo_items=0, artifact=entry
+            ).load()
     rollouts = [tool_item(tool_output(random.Random(i), 1000)) for i in range(args.texts)]
     times = measure(lanes, rollouts, args.repeat)
     floor = detector.screen[1] if detector.screen else None
