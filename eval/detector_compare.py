@@ -34,7 +34,8 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
 
 
 def ranking(p: np.ndarray, test: list[dict[str, Any]]) -> dict[str, float]:
-    """Per attack source: AUC of the head that judges it against benign rows of its channel."""
+    """Per attack source: AUC of the head that judges it against benign rows of its channel.
+    A source whose rows span channels (spikee, obfuscated) is ranked on its first row's."""
     indirect = np.array([r["channel"] in recipe.INDIRECT_CHANNELS for r in test])
     out = {}
     for source, label in sorted({(r["source"], r["label"]) for r in test if r["label"] != "benign"}):
