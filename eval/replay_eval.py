@@ -8,7 +8,8 @@ agent sends:
 - a tool output or document: a user's task and the model's `function_call`, then a turn
   whose delta is the row as the `function_call_output` (the agent loop's next request).
 
-Both pipelines replay the same file with the CLI (delta mode, `--json`):
+Both pipelines replay the same file with the CLI (delta mode, `--json`); `--beside DIR`
+puts the default set with another release's models (a copy of its models/) in v2's place:
 
 - **default**: today's default set (lexical-v3 on tool outputs, the conversation view
   on user messages, harm, and the detector in the monitor lane behind its screen);
