@@ -53,7 +53,9 @@ class Gated:
 
     gate: GateResult
     record: ResponseRecord  # as the gate left it, its notes written
-    history: list[Item]  # every item of the conversation, this turn's last
+    # every item of the conversation, this turn's last, when deciding read it (else None:
+    # the turn reads it if it needs it, a guard API turn never does)
+    history: list[Item] | None
     context: TurnContext  # the request's tools and instructions, as judged
     parent_notes: dict[str, Any]  # the notes of the response it continues ({}: none)
     flags: list[FlagEvent]  # raised by the gate, queued by `check`
@@ -147,17 +149,24 @@ class GateLane:
         ask, rec, verdict = scored.ask, scored.tracked.record, scored.verdict
         tenant, resent = ask.tenant, ask.history is not None
         # The items this turn scored: a resent history's unseen suffix, else its new items;
-        # and the history before them.
+        # and the whole history, read only when a decision needs it (it is the whole
+        # conversation: a turn's cost stays its delta's).
         k = scored.tracked.fold.before.length if resent else 0
-        history = list(rec.items) if resent else rec.history()
         fresh = rec.items[k:]
         first_turn = k == 0 if resent else rec.parent_id is None
+        read: list[list[Item]] = []
+
+        def whole() -> list[Item]:
+            if not read:
+                read.append(list(rec.items) if resent else rec.history())
+            return read[0]
 
         def before() -> Sequence[Item]:
+            history = whole()
             return history[: len(history) - len(fresh)]
 
         lock = self.lockout.lock_of(
-            tenant, rec.conversation_id, lambda: history, client=ask.client, first_turn=first_turn
+            tenant, rec.conversation_id, whole, client=ask.client, first_turn=first_turn
         )
         earlier = self.lockout.flagged(tenant, rec.conversation_id)
         blocked_categories = [c for c in verdict.flagged_categories if self.blocks(c)]
@@ -166,7 +175,7 @@ class GateLane:
             blocked_categories += [c for c in lock.categories if c not in blocked_categories]
         sanitizing = [c for c in verdict.flagged_categories if self._action(c) == "sanitize"]
         if sanitizing:  # cut out where they can be; the others block
-            uncut = self.sanitized.sanitize(tenant, fresh, verdict.findings, sanitizing, history)
+            uncut = self.sanitized.sanitize(tenant, fresh, verdict.findings, sanitizing, whole())
             blocked_categories += [c for c in uncut if c not in blocked_categories]
             sanitizing = [c for c in sanitizing if c not in uncut]
         gate = GateResult(
@@ -200,7 +209,7 @@ class GateLane:
         # API's output check) by this process or another on the same state backend.
         notes = {"gate": gate.to_json(), **scored.context.notes}
         rec = scored.tracker.annotate(ask.response_id, notes, record=rec)
-        return Gated(gate, rec, history, scored.context, scored.parent_notes, flags)
+        return Gated(gate, rec, read[0] if read else None, scored.context, scored.parent_notes, flags)
 
     def _flag_event(
         self, gate: GateResult, categories: list[str], decision: Literal["flag", "block"], **extra: Any
