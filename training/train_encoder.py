@@ -47,7 +47,6 @@ from training.lib.build_venv import (
 )
 from training.lib.log import make_log
 from training.lib.manifest import write_manifest_entry
-from training.lib.onnx_export import export_float, quantize
 from training.lib.window_embeddings import WORK, WindowEmbeddings, item_max
 
 # Not deltaguard.models: the build venv runs this module without the runtime installed.
@@ -115,7 +114,8 @@ log = make_log("train_encoder")
 
 
 def in_build_venv(*args: str) -> None:
-    subprocess.run([str(build_python()), "-m", "training.train_encoder", *args], cwd=REPO, check=True)
+    """training/lib/onnx_export.py's `export` or `quantize`, run with the build venv's python."""
+    subprocess.run([str(build_python()), "-m", "training.lib.onnx_export", *args], cwd=REPO, check=True)
 
 
 def unpack(wheel: Path, member: str, dest: Path) -> Path:
@@ -539,23 +539,9 @@ def train(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command")
-    p_export = sub.add_parser("export", help="(build venv) export the float ONNX model")
-    p_export.add_argument("model_dir")
-    p_export.add_argument("out")
-    p_quant = sub.add_parser("quantize", help="(build venv) build the int8 candidates")
-    p_quant.add_argument("float_model")
-    p_quant.add_argument("per_token_out")
-    p_quant.add_argument("dynamic_out")
     parser.add_argument("--cache", type=Path, default=CACHE / "wheels", help="wheel cache directory")
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime threads for embedding the data")
     args = parser.parse_args(argv)
-    if args.command == "export":
-        export_float(args.model_dir, args.out)
-        return 0
-    if args.command == "quantize":
-        quantize(args.float_model, args.per_token_out, args.dynamic_out)
-        return 0
     return train(args)
 
 
