@@ -8,7 +8,7 @@ onnxruntime thread, item memo off), folding N conversations' turns in one `fold_
 against N folds one at a time, interleaved batch by batch so that both see the same load.
 
 Each turn is one new item of a conversation, drawn from the detection corpus' test split
-(training/detection_data.py): user messages (benign and attacks) and tool outputs or
+(training/lib/detection_data.py): user messages (benign and attacks) and tool outputs or
 documents. The detector runs unscreened too (`--no-screen` rows), since its screen clears
 most benign items before the model runs. Writes eval/out/bench_monitor_batch.md.
 """
@@ -35,13 +35,14 @@ TURNS = 96  # turns per case: 24 batches of 4, 3 of 32
 
 def corpus_items(channel: str, n: int) -> list[Item]:
     """A fixed sample of test-split rows of one channel kind, half attacks."""
-    from training import train_detector as recipe
+    from training.lib import detector_spec as spec
+    from training.lib.detector_rows import load_rows
 
     indirect = channel == "tool"
     rows = [
         r
-        for r in recipe.load_rows()
-        if r["split"] == "test" and (r["channel"] in recipe.INDIRECT_CHANNELS) == indirect
+        for r in load_rows()
+        if r["split"] == "test" and (r["channel"] in spec.INDIRECT_CHANNELS) == indirect
     ]
     rng = random.Random(11)
     by_label = {label: [r for r in rows if (r["label"] == "benign") == label] for label in (True, False)}

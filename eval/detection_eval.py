@@ -1,7 +1,7 @@
 """Detection that holds on traffic it never saw: `python -m eval.detection_eval`.
 
-Leave-one-source-out over the rows of training/detection_data.py: for every source S,
-the lexical-v3 recipe (training/lexical_fit.py, the same normaliser, features and
+Leave-one-source-out over the rows of training/lib/detection_data.py: for every source S,
+the lexical-v3 recipe (training/lib/lexical_fit.py, the same normaliser, features and
 weighting; smaller vocabularies, see FOLD_SETTINGS) is fitted on the train split of every
 other source, calibrated and given its operating point on their validation split by the
 shipped rule (training.train_lexical_gate.py: FP_BUDGETS), and scored on every row of S,
@@ -40,9 +40,18 @@ from pathlib import Path
 import numpy as np
 
 from deltaguard.classifiers.scaled import scale
-from training.detection_data import Row, all_rows
-from training.lexical_fit import FOLD_SETTINGS, HEADS, fit, log, to_model
-from training.train_lexical_gate import FP_BUDGETS, POSITIVE, choose_threshold, head_rows
+from training.lib.detection_data import Row, all_rows
+from training.lib.lexical_fit import (
+    FOLD_SETTINGS,
+    FP_BUDGETS,
+    HEADS,
+    POSITIVE,
+    choose_threshold,
+    fit,
+    head_rows,
+    log,
+    to_model,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 FIGURE = Path(__file__).resolve().parent / "figures" / "detection_loso.png"
@@ -307,7 +316,7 @@ def build_report(
     lines = ["# Detection evaluation: leave one source out", ""]
     lines += [
         f"`python -m eval.detection_eval{' --quick' if args.quick else ''}{' --full' if args.full else ''}` "
-        f"({elapsed / 60:.0f} min). Rows: training/detection_data.py ({len(rows)} rows).",
+        f"({elapsed / 60:.0f} min). Rows: training/lib/detection_data.py ({len(rows)} rows).",
         "",
         "Each LOSO fold trains the lexical-v3 recipe without the held-out source (nor rows sharing its "
         "groups), chooses its operating point on the other sources' validation split with the shipped "

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from eval.report import write_report
-from training import train_detector as recipe
+from training.lib import detector_rule as rule
+from training.lib import detector_spec as spec
+from training.lib.detector_rows import load_rows
 
 OUT = Path(__file__).resolve().parent / "out" / "detector_compare.md"
 
@@ -36,7 +38,7 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
 def ranking(p: np.ndarray, test: list[dict[str, Any]]) -> dict[str, float]:
     """Per attack source: AUC of the head that judges it against benign rows of its channel.
     A source whose rows span channels (spikee, obfuscated) is ranked on its first row's."""
-    indirect = np.array([r["channel"] in recipe.INDIRECT_CHANNELS for r in test])
+    indirect = np.array([r["channel"] in spec.INDIRECT_CHANNELS for r in test])
     out = {}
     for source, label in sorted({(r["source"], r["label"]) for r in test if r["label"] != "benign"}):
         idx = [i for i, r in enumerate(test) if (r["source"], r["label"]) == (source, label)]
@@ -50,19 +52,19 @@ def ranking(p: np.ndarray, test: list[dict[str, Any]]) -> dict[str, float]:
 def release(entry: str, rows: list[dict[str, Any]], convs: list) -> dict[str, Any]:
     from deltaguard.classifiers.encoder import EncoderClassifier
 
-    model = EncoderClassifier(recipe.MODELS_DIR, artifact=entry, screen=False, threads=2).load().model
+    model = EncoderClassifier(spec.MODELS_DIR, artifact=entry, screen=False, threads=2).load().model
     validation = [r for r in rows if r["split"] == "validation"]
     test = [r for r in rows if r["split"] == "test"]
-    by_rows = recipe.choose_thresholds(recipe.score_rows(model, validation), validation)
-    kinds, maxima = recipe.conversation_maxima(model, convs)
-    by_conversation = recipe.conversation_thresholds(kinds, maxima)
-    thresholds = {h: max(by_rows[h], by_conversation[h]) for h in recipe.HEADS}
-    p = recipe.score_rows(model, test)
+    by_rows = rule.choose_thresholds(rule.score_rows(model, validation), validation)
+    kinds, maxima = rule.conversation_maxima(model, convs)
+    by_conversation = rule.conversation_thresholds(kinds, maxima)
+    thresholds = {h: max(by_rows[h], by_conversation[h]) for h in spec.HEADS}
+    p = rule.score_rows(model, test)
     return {
         "thresholds": thresholds,
         "rows": by_rows,
         "conversations": by_conversation,
-        "test": recipe.test_metrics(p, test, thresholds),
+        "test": rule.test_metrics(p, test, thresholds),
         "auc": ranking(p, test),
     }
 
@@ -79,7 +81,7 @@ def report(results: dict[str, dict[str, Any]]) -> list[str]:
         "| | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
         "| thresholds (direct / jailbreak / indirect) | "
-        + " | ".join(" / ".join(f"{results[n]['thresholds'][h]:.4f}" for h in recipe.HEADS) for n in names)
+        + " | ".join(" / ".join(f"{results[n]['thresholds'][h]:.4f}" for h in spec.HEADS) for n in names)
         + " |",
     ]
     for key in results[names[0]]["test"]["recall"]:
@@ -99,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beside", default="detector-v2", help="manifest entry of the previous release")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    rows = recipe.load_rows()
-    convs = recipe.agent_conversations("validation")
-    results = {name: release(name, rows, convs) for name in (recipe.ARTIFACT, args.beside)}
+    rows = load_rows()
+    convs = rule.agent_conversations("validation")
+    results = {name: release(name, rows, convs) for name in (spec.ARTIFACT, args.beside)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
     write_report(args.out, report(results))

@@ -1,6 +1,6 @@
 """Leave-sources-out evaluation of the fine-tuned detector: `python -m eval.detector_eval`.
 
-The folds are training/detector_folds.py's: each fine-tunes the detector recipe without
+The folds are training/lib/detector_folds.py's: each fine-tunes the detector recipe without
 one group of sources (FOLDS), nor any row sharing a group with them (clean twins,
 obfuscated copies), chooses its thresholds on its own validation rows, and scores every
 row of the held-out sources plus the benign test rows of the sources it trained on,
@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from eval.detection_eval import auc_ci, fmt_ci, interval_bars, wilson
-from training import detector_screen as screen
-from training import train_detector as recipe
-from training.detector_folds import FOLDS, as_rows, lexical_fold, load_fold
+from training.lib import detector_spec as spec
+from training.lib import screen_floor as screen
+from training.lib.detector_folds import FOLDS, as_rows, lexical_fold, load_fold
+from training.lib.log import make_log
 
 OUT = Path(__file__).resolve().parent / "out"
 FIGURE = Path(__file__).resolve().parent / "figures" / "detector_loso.png"
@@ -42,8 +43,7 @@ TARGETS = {"direct": (0.95, 0.85), "indirect": (0.90, 0.80)}
 BENIGN_BUDGETS = {"chat": 0.01, "tool": 0.02, "lookalike": 0.05, "prompts": None, "harmful": None}
 
 
-def log(msg: str) -> None:
-    print(f"[detector_eval {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = make_log("detector_eval")
 
 
 def fold_results(epochs: int, cap: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -107,8 +107,7 @@ def lexical_attack(validation: list[dict[str, Any]], p_val: np.ndarray, p_scored
     0.5 = flagged at the thresholds its own recipe's rule (max F1 within flag-rate budgets)
     picks on the fold's validation rows."""
     from eval.detection_eval import attack_score
-    from training.lexical_fit import HEADS, POSITIVE, head_rows
-    from training.train_lexical_gate import FP_BUDGETS, choose_threshold
+    from training.lib.lexical_fit import FP_BUDGETS, HEADS, POSITIVE, choose_threshold, head_rows
 
     rows = as_rows(validation)
     thresholds = {}
@@ -123,7 +122,7 @@ def lexical_attack(validation: list[dict[str, Any]], p_val: np.ndarray, p_scored
 
 def kind(row: dict[str, Any]) -> str:
     """direct: user messages; indirect: tool outputs and documents."""
-    return "indirect" if row["channel"] in recipe.INDIRECT_CHANNELS else "direct"
+    return "indirect" if row["channel"] in spec.INDIRECT_CHANNELS else "direct"
 
 
 SCORERS = ("detector", "lexical-v3", "pipeline")
@@ -250,9 +249,9 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         + "; ".join(" + ".join(f) for f in FOLDS)
         + f". Each fold trains the recipe for {recipe_note.get('epochs')} epoch(s) on at most "
         f"{recipe_note.get('cap_per_cell')} rows per source, label and channel (the shipped model: "
-        f"{recipe.EPOCHS} epochs, {recipe.CAP_PER_CELL}). "
+        f"{spec.EPOCHS} epochs, {spec.CAP_PER_CELL}). "
         "Operating point: each fold's thresholds chosen on its own validation rows with the shipped "
-        f"rule (per head, the most sensitive threshold within flag-rate budgets {recipe.FP_BUDGETS} on "
+        f"rule (per head, the most sensitive threshold within flag-rate budgets {spec.FP_BUDGETS} on "
         "each benign validation set, each group weighing the same); nothing is tuned on held-out rows. "
         "lexical-v3: its recipe fitted on the same fold, thresholds by its own rule (max F1 within "
         "budgets) on the same validation rows. Pipeline: flagged when the detector (behind its screen, "
@@ -261,7 +260,7 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
         "view for user messages; '-' where that view's lexical-v2 trained on the source). "
         "Intervals are 95% (Wilson for rates, Hanley-McNeil for AUC). Negatives for AUC: the held-out "
         "source's benign rows and the benign test rows of the fold's training sources. Held-out rows "
-        f"are sampled, at most {recipe.FOLD_SAMPLE} per source and label.",
+        f"are sampled, at most {spec.FOLD_SAMPLE} per source and label.",
         "",
         f"Targets: direct injection and jailbreak AUC >= {TARGETS['direct'][0]}, recall >= "
         f"{TARGETS['direct'][1]}; indirect (tool outputs, documents) AUC >= {TARGETS['indirect'][0]}, "
@@ -337,9 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # Folds train the shipped recipe by default; --epochs 1 --cap 1000 is a quicker,
     # weaker variant (held-out S-Labs recall 23% against the shipped recipe's 49%).
-    parser.add_argument("--epochs", type=int, default=recipe.EPOCHS)
+    parser.add_argument("--epochs", type=int, default=spec.EPOCHS)
     parser.add_argument(
-        "--cap", type=int, default=recipe.CAP_PER_CELL, help="training rows per source/label/channel"
+        "--cap", type=int, default=spec.CAP_PER_CELL, help="training rows per source/label/channel"
     )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
@@ -350,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["recipe"] = {"epochs": folds[0].get("epochs"), "cap_per_cell": folds[0].get("cap_per_cell")}
     from deltaguard.artifacts import manifest_entry
 
-    entry = manifest_entry(recipe.ARTIFACT)
+    entry = manifest_entry(spec.ARTIFACT)
     shipped = entry.get("metrics")
     summary["shipped_floor"] = entry.get("screen", {}).get("floor")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Injections hidden in long benign text: `python -m eval.dilution`.
 
 An injected sentence should be as visible inside a 16 KB file as alone. For a sample of
-the detection corpus' test injections (training/detection_data.py: rows of the allowed
+the detection corpus' test injections (training/lib/detection_data.py: rows of the allowed
 sources no shipped model trained on) and real documents of the test split's sources
 (training/lib/real_text.py: repositories, Debian documents no model trained on), each
 injection reaches an agent as a tool output:
@@ -76,7 +76,7 @@ def conversation(cid: str, output: str, span: tuple[int, int] | None = None) -> 
 
 
 def build(n: int, seed: int = 7) -> list[dict[str, Any]]:
-    from training.detection_data import all_rows
+    from training.lib.detection_data import all_rows
     from training.lib.real_text import all_documents
 
     rng = random.Random(seed)

@@ -2,7 +2,7 @@
 
 Agents read certificates, tokens, lockfiles and web pages whose text holds base64 or hex
 of binary data: encodings that decode to nothing readable. The detector's recipe trains on
-such tool outputs (training/binary_text.py); this probe generates the same kinds with
+such tool outputs (training/lib/binary_text.py); this probe generates the same kinds with
 other seeds, and two kinds it never saw (authorized_keys, package-lock.json), and reports
 how often the default set's classifiers flag them, per kind: the detector alone, the
 gate's lexical view, and the default pipeline's verdict on a conversation of that one tool
@@ -23,7 +23,7 @@ from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import Scorer
 from eval.report import write_report
-from training.binary_text import KINDS, b64
+from training.lib.binary_text import KINDS, b64
 
 OUT = Path(__file__).resolve().parent / "out" / "encoded_fp.md"
 PER_KIND = 40
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = {"detector": 0, "lexical": 0, "pipeline": 0}
         top = 0.0
         for i in range(args.per_kind):
-            text = make(random.Random(f"probe:{kind}:{i}"))  # training/binary_text.py: "train:"
+            text = make(random.Random(f"probe:{kind}:{i}"))  # training/lib/binary_text.py: "train:"
             item = parse_item({"type": "function_call_output", "call_id": "c", "output": text})
             for name in ("detector", "lexical"):
                 clf = by_name[name]

@@ -45,8 +45,9 @@ from deltaguard.parsing import parse_item
 from eval.detection_eval import auc_ci, wilson
 from training.corpus import answers
 from training.corpus.harm import HARMFUL_SOURCES, HarmRow, benign_set
-from training.lexical_fit import FitSettings, log, to_model
-from training.train_harm import build_rows, fit, split_of, thresholds_for
+from training.lib.harm_fit import fit, thresholds_for
+from training.lib.harm_rows import build_rows, split_of
+from training.lib.lexical_fit import FitSettings, log, to_model
 
 OUT = Path(__file__).resolve().parent / "out"
 FOLD_SETTINGS = FitSettings(word_features=30000, char_features=60000)

@@ -8,7 +8,7 @@ machine load, on one onnxruntime thread with the item memo off (every text is ne
 - the rollout tool outputs of eval/gate_cost.py (file reads, test logs, searches; about
   1,000 tokens each): p50 and p95 per item;
 - benign tool outputs and documents of the detection corpus' test split (agent tool
-  outputs, runbooks, READMEs, security articles; training/detection_data.py), where the
+  outputs, runbooks, READMEs, security articles; training/lib/detection_data.py), where the
   screen clears less;
 - injections through tools from the same split, which the screen should never clear: the
   cost of suspicious text.
@@ -54,13 +54,14 @@ def tool_item(text: str) -> Item:
 
 def corpus_items(benign: bool, n: int) -> list[Item]:
     """Test-split tool outputs and documents of the detection corpus, a fixed sample."""
-    from training import train_detector as recipe
+    from training.lib import detector_spec as spec
+    from training.lib.detector_rows import load_rows
 
     rows = [
         r
-        for r in recipe.load_rows()
+        for r in load_rows()
         if r["split"] == "test"
-        and r["channel"] in recipe.INDIRECT_CHANNELS
+        and r["channel"] in spec.INDIRECT_CHANNELS
         and (r["label"] == "benign") == benign
     ]
     random.Random(7).shuffle(rows)

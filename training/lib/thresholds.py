@@ -34,3 +34,13 @@ def flagged_share(kinds: Sequence[str], flagged: np.ndarray) -> dict[str, float]
         kind: round(float(flagged[[i for i, k in enumerate(kinds) if k == kind]].mean()), 4)
         for kind in sorted(set(kinds))
     }
+
+
+def f1_at(y: np.ndarray, pred: np.ndarray) -> float:
+    """F1 of the boolean predictions `pred` against labels `y` (1 positive); 0.0 without a
+    true positive. The max-F1 threshold rules of the lexical recipes share it: they differ
+    in candidates and tie-break (their released thresholds depend on both)."""
+    tp = int(np.sum(pred & (y == 1)))
+    fp = int(np.sum(pred & (y == 0)))
+    fn = int(np.sum(~pred & (y == 1)))
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0

@@ -1,9 +1,9 @@
-"""The detector's binary-text negatives (training/binary_text.py)."""
+"""The detector's binary-text negatives (training/lib/binary_text.py)."""
 
 from collections import defaultdict
 
 from deltaguard.classifiers import normalize
-from training.binary_text import KINDS, binary_text_rows
+from training.lib.binary_text import KINDS, binary_text_rows
 
 
 def test_rows_are_seeded_benign_tool_outputs_split_by_group():

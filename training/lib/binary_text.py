@@ -2,7 +2,7 @@
 
 Certificates, tokens, inline images and API payloads hold base64 or hex of binary data,
 which decodes to nothing readable. The corpus's benign encoded rows all decode to text
-(training/detection_data.py `benign_disguised`), and its encoded attacks keep their blob
+(training/lib/detection_data.py `benign_disguised`), and its encoded attacks keep their blob
 in the primary view, so without these a blob that decodes to nothing looks like an
 attack to the detector. lexical-v3 does not flag them (eval/encoded_fp.py), so only the
 detector's recipe adds them (training/train_detector.py `load_rows`).
@@ -107,7 +107,7 @@ KINDS: dict[str, Callable[[random.Random], str]] = {
 
 def binary_text_rows(per_kind: int = PER_KIND) -> list[dict[str, Any]]:
     """Benign tool-output rows in train_detector's row format, split by group."""
-    from training.detection_data import group_split
+    from training.lib.detection_data import group_split
 
     rows = []
     for kind, make in KINDS.items():

@@ -1,10 +1,10 @@
-"""The harm recipe's operating point (training/train_harm.py thresholds_for)."""
+"""The harm recipe's operating point (training/lib/harm_fit.py thresholds_for)."""
 
 import numpy as np
 
 from deltaguard.classifiers.harm import FINE
 from training.corpus.harm import HarmRow
-from training.train_harm import thresholds_for
+from training.lib.harm_fit import thresholds_for
 
 
 def rows_and_scores():

@@ -46,14 +46,14 @@ QUOTED_ATTACK = re.compile(
 
 def _miner():
     from deltaguard.classifiers.encoder import EncoderClassifier
-    from training.train_detector import MODELS_DIR
+    from training.lib.detector_spec import MODELS_DIR
 
     return EncoderClassifier(MODELS_DIR, artifact=MINER, screen=False, threads=2).load().model
 
 
 def document_windows(text: str, tokenizer) -> list[str]:
     """The serving path's windows of `text` (its normalised view), as text."""
-    from training.train_detector import training_view
+    from training.lib.detector_rows import training_view
 
     view = training_view(text)
     offsets = tokenizer.encode(view, add_special_tokens=False).offsets
@@ -129,7 +129,7 @@ def mined_rows(corpus: list[dict[str, Any]], cache: Path) -> list[dict[str, Any]
         return [json.loads(line) for line in cache.open()]
     from tokenizers import Tokenizer
 
-    from training.train_detector import MODELS_DIR, TOKENIZER_FILE, log
+    from training.lib.detector_spec import MODELS_DIR, TOKENIZER_FILE, log
 
     tokenizer = Tokenizer.from_file(str(MODELS_DIR / TOKENIZER_FILE))
     tokenizer.no_truncation()

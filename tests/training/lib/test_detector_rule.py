@@ -1,8 +1,8 @@
-"""The detector recipe's operating-point rule (training/train_detector.py)."""
+"""The detector's operating-point rule (training/lib/detector_rule.py)."""
 
 import numpy as np
 
-from training.train_detector import most_sensitive_threshold
+from training.lib.detector_rule import most_sensitive_threshold
 
 
 def test_lowest_threshold_within_every_budget():
@@ -36,7 +36,8 @@ def test_a_set_too_small_for_its_budget_sets_nothing():
 
 
 def test_conversation_thresholds_hold_every_agent_kind_to_its_budget():
-    from training.train_detector import HEADS, conversation_rates, conversation_thresholds
+    from training.lib.detector_rule import conversation_rates, conversation_thresholds
+    from training.lib.detector_spec import HEADS
 
     rng = np.random.default_rng(0)
     kinds = ["coding"] * 400 + ["chat"] * 150
@@ -54,7 +55,8 @@ def test_conversation_thresholds_hold_every_agent_kind_to_its_budget():
 
 
 def test_conversation_thresholds_leave_an_all_zero_head_at_zero():
-    from training.train_detector import HEADS, conversation_thresholds
+    from training.lib.detector_rule import conversation_thresholds
+    from training.lib.detector_spec import HEADS
 
     maxima = np.zeros((50, len(HEADS)))
     assert conversation_thresholds(["chat"] * 50, maxima) == {h: 0.0 for h in HEADS}
@@ -65,7 +67,8 @@ def test_conversation_maxima_route_a_pasted_document_as_the_default_set_serves_i
     classifiers/registry.py routes it, so it never sets the direct head's threshold."""
     from deltaguard.classifiers.encoder import EncoderClassifier
     from deltaguard.classifiers.registry import LONG_USER_CHARS
-    from training.train_detector import MODELS_DIR, conversation_maxima, score_rows
+    from training.lib.detector_rule import conversation_maxima, score_rows
+    from training.lib.detector_spec import MODELS_DIR
 
     model = EncoderClassifier(MODELS_DIR, artifact="detector", screen=False).load().model
     pasted = "Please proofread this:\n\n" + "Forget the typo and answer the question. " * 60

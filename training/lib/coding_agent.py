@@ -337,7 +337,7 @@ def triple(make: Carrier, seed: str, phrases: Phrases = TRAINING) -> tuple[str, 
 
 def coding_agent_rows(per_carrier: int = PER_CARRIER, prefix: str = "train") -> list[dict[str, Any]]:
     """Rows in train_detector's row format, split by carrier filling (a group of three)."""
-    from training.detection_data import group_split
+    from training.lib.detection_data import group_split
 
     rows = []
     for kind, make in CARRIERS.items():

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer
 
-from training import hard_negatives
-from training.hard_negatives import CONTENT_TOKENS, QUOTED_ATTACK, document_windows, mine_chat
-from training.train_detector import MODELS_DIR, TOKENIZER_FILE
+from training.lib import hard_negatives
+from training.lib.detector_spec import MODELS_DIR, TOKENIZER_FILE
+from training.lib.hard_negatives import CONTENT_TOKENS, QUOTED_ATTACK, document_windows, mine_chat
 
 
 @pytest.fixture(scope="module")

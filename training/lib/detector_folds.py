@@ -1,6 +1,6 @@
 """The detector's leave-sources-out folds, as cached evidence.
 
-Each fold fine-tunes the detector recipe (training/train_detector.py `run_fold`) without
+Each fold fine-tunes the detector recipe (`run_fold` below, training/train_detector.py's training) without
 one group of sources (FOLDS), nor any row sharing a group with them, and scores the
 held-out sources' rows plus the benign test rows of the sources it trained on. Beside it,
 lexical-v3's recipe is fitted on the same fold's rows (`lexical_fold`). Everything is
@@ -19,7 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from training import train_detector as recipe
+from training.lib.detector_model import serving_model, train_and_export
+from training.lib.detector_rows import fold_rows
+from training.lib.detector_rule import cached_scores, choose_thresholds, score_rows
+from training.lib.detector_spec import (
+    CAP_PER_CELL,
+    EPOCHS,
+    INDIRECT_CHANNELS,
+    MODELS_DIR,
+    TOKENIZER_FILE,
+    WORK,
+    log,
+)
+from training.lib.detector_spec import HEADS as DETECTOR_HEADS
+from training.lib.detector_windows import build_windows
 
 # Fine-tuning costs ~10-20 minutes a fold on 2 cores, so sources are held out in groups (a
 # stricter test than one at a time: each fold also loses its neighbours' data).
@@ -32,7 +45,7 @@ FOLDS = (
 
 
 def fold_dir(sources: tuple[str, ...]) -> Path:
-    return recipe.WORK / ("fold-" + "+".join(sorted(sources)))
+    return WORK / ("fold-" + "+".join(sorted(sources)))
 
 
 def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> np.ndarray:
@@ -40,9 +53,9 @@ def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[st
     threshold is 0.5 (the classifier's own scale: flagged at >= 0.5)."""
     from deltaguard.classifiers.scaled import scale
 
-    indirect = np.array([r["channel"] in recipe.INDIRECT_CHANNELS for r in rows])
+    indirect = np.array([r["channel"] in INDIRECT_CHANNELS for r in rows])
     scaled = np.array(
-        [[scale(float(v), thresholds[h]) for v in p[:, i]] for i, h in enumerate(recipe.HEADS)]
+        [[scale(float(v), thresholds[h]) for v in p[:, i]] for i, h in enumerate(DETECTOR_HEADS)]
     ).T
     injection = np.where(indirect, scaled[:, 2], scaled[:, 0])
     return np.maximum(injection, scaled[:, 1])
@@ -54,15 +67,15 @@ def load_fold(sources: tuple[str, ...], epochs: int, cap: int) -> dict[str, Any]
     (`detector`, 0.5 = flagged)."""
     path = fold_dir(sources).with_suffix(".json")
     if not path.exists():
-        recipe.log(f"{path.stem}: training")
-        recipe.run_fold(list(sources), epochs, cap)
+        log(f"{path.stem}: training")
+        run_fold(list(sources), epochs, cap)
     fold = json.loads(path.read_text())
     if (fold["epochs"], fold["cap_per_cell"]) != (epochs, cap):
         raise SystemExit(
             f"{path} was trained with {fold['epochs']} epoch(s) and cap {fold['cap_per_cell']}, "
             f"not {epochs} and {cap}: pass those, or delete it and {fold_dir(sources)} to retrain"
         )
-    _, scored = recipe.fold_rows(list(sources))
+    _, scored = fold_rows(list(sources))
     if [r["group"] for r in scored] != [r["group"] for r in fold["rows"]]:
         raise SystemExit(
             f"{path.stem}: the rows changed since the fold was trained "
@@ -70,8 +83,8 @@ def load_fold(sources: tuple[str, ...], epochs: int, cap: int) -> dict[str, Any]
         )
     # The operating point is chosen again with today's rule on the fold's own validation
     # rows: a change of rule needs no retraining.
-    validation, p = recipe.fold_validation(list(sources))
-    fold["thresholds"] = recipe.choose_thresholds(p, validation)
+    validation, p = fold_validation(list(sources))
+    fold["thresholds"] = choose_thresholds(p, validation)
     fold["detector"] = attack_scores(np.array(fold["scores"]), fold["rows"], fold["thresholds"])
     fold["texts"] = [r["text"] for r in scored]
     fold["validation"] = validation
@@ -79,7 +92,7 @@ def load_fold(sources: tuple[str, ...], epochs: int, cap: int) -> dict[str, Any]
 
 
 def as_rows(rows: list[dict[str, Any]]) -> list[Any]:
-    from training.detection_data import Row
+    from training.lib.detection_data import Row
 
     fields = [f.name for f in dataclasses.fields(Row)]
     return [Row(**{k: r[k] for k in fields}) for r in rows]
@@ -93,9 +106,9 @@ def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     if cache.exists():
         with np.load(cache, allow_pickle=False) as z:
             return z["validation"], z["scored"]
-    from training.lexical_fit import FOLD_SETTINGS, HEADS, fit, to_model
+    from training.lib.lexical_fit import FOLD_SETTINGS, HEADS, fit, to_model
 
-    rest, scored = recipe.fold_rows(list(sources))
+    rest, scored = fold_rows(list(sources))
     t0 = time.time()
     train = as_rows([r for r in rest if r["split"] == "train"])
     union, models = fit(train, as_rows([r for r in rest if r["split"] == "validation"]), FOLD_SETTINGS)
@@ -110,5 +123,48 @@ def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     validation = score([r["text"] for r in rest if r["split"] == "validation"])
     held = score([r["text"] for r in scored])
     np.savez_compressed(cache, validation=validation, scored=held)
-    recipe.log(f"lexical fold {'+'.join(sources)}: {time.time() - t0:.0f}s")
+    log(f"lexical fold {'+'.join(sources)}: {time.time() - t0:.0f}s")
     return validation, held
+
+
+def run_fold(sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL) -> Path:
+    """Train without `sources`; save their rows' scores and the benign test reference."""
+    rest, scored = fold_rows(sources)
+    name = "fold-" + "+".join(sorted(sources))
+    result = WORK / f"{name}.json"
+    tokenizer = MODELS_DIR / TOKENIZER_FILE
+    windows = build_windows(rest, tokenizer)
+    out = train_and_export(windows, name, epochs, cap)
+    model = serving_model(out, tokenizer)
+    validation = [r for r in rest if r["split"] == "validation"]
+    p_val = cached_scores(WORK / name / "validation-scores.npy", model, validation)
+    thresholds = choose_thresholds(p_val, validation)
+    p = score_rows(model, scored)
+    result.write_text(
+        json.dumps(
+            {
+                "held_out": sources,
+                "epochs": epochs,
+                "cap_per_cell": cap,
+                "thresholds": thresholds,
+                "n_train_windows": sum(1 for w in windows if w["split"] == "train"),
+                "rows": [
+                    {k: r[k] for k in ("source", "label", "family", "channel", "group", "split", "fp_set")}
+                    for r in scored
+                ],
+                "scores": p.round(6).tolist(),
+            }
+        )
+    )
+    log(f"{name}: wrote {result}")
+    return result
+
+
+def fold_validation(sources: list[str]) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """A trained fold's validation rows and their scores (cached beside its model), so that
+    its operating point can be chosen again without training it again."""
+    name = "fold-" + "+".join(sorted(sources))
+    rest, _ = fold_rows(sources)
+    validation = [r for r in rest if r["split"] == "validation"]
+    model = serving_model(WORK / name, MODELS_DIR / TOKENIZER_FILE)
+    return validation, cached_scores(WORK / name / "validation-scores.npy", model, validation)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from training.detector_screen import FoldEvidence, benign_cleared, choose_floor, losses, nested
+from training.lib.screen_floor import FoldEvidence, benign_cleared, choose_floor, losses, nested
 
 
 def fold(name: str, caught_lexical: list[float], benign_lexical: list[float]) -> FoldEvidence:

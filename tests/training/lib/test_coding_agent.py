@@ -1,9 +1,9 @@
-"""The detector's coding-agent rows (training/coding_agent.py)."""
+"""The detector's coding-agent rows (training/lib/coding_agent.py)."""
 
 from collections import defaultdict
 
-from training.coding_agent import ACTIONS, CARRIERS, coding_agent_rows, embedded_rows, triple
-from training.train_detector import held_out
+from training.lib.coding_agent import ACTIONS, CARRIERS, coding_agent_rows, embedded_rows, triple
+from training.lib.detector_rows import held_out
 
 
 def test_each_carrier_comes_clean_injected_and_with_a_benign_note_in_one_group():

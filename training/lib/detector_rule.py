@@ -1,0 +1,162 @@
+"""The detector's operating point and metrics: scores through the serving path, per head the
+most sensitive threshold within FP_BUDGETS on each benign validation set, the
+per-conversation rule on real agent traffic (`conversation_maxima`, routed as the default
+set serves items), and test recall and flag rates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.lib.detector_rows import head_targets
+from training.lib.detector_spec import (
+    CONVERSATION_BUDGET,
+    FP_BUDGETS,
+    HEADS,
+    INDIRECT_CHANNELS,
+    NORMALIZE,
+)
+
+
+def score_rows(model, rows: list[dict[str, Any]]) -> np.ndarray:
+    """Item probabilities per head through the serving path (max over views and windows)."""
+    from deltaguard.classifiers import normalize
+
+    views = [normalize.views(r["text"], NORMALIZE).texts() for r in rows]
+    flat = [v for vs in views for v in vs]
+    p = model.score_texts(flat)
+    out = np.zeros((len(rows), len(HEADS)))
+    k = 0
+    for i, vs in enumerate(views):
+        out[i] = p[k : k + len(vs)].max(axis=0)
+        k += len(vs)
+    return out
+
+
+def cached_scores(path: Path, model, rows: list[dict[str, Any]]) -> np.ndarray:
+    """score_rows, kept beside the model it came from (a rerun after a failure is quick)."""
+    if path.exists():
+        p = np.load(path, allow_pickle=False)
+        if len(p) == len(rows):
+            return p
+    p = score_rows(model, rows)
+    np.save(path, p, allow_pickle=False)
+    return p
+
+
+def category_scores(p: np.ndarray, rows: list[dict[str, Any]]) -> np.ndarray:
+    """(rows x 2): prompt_injection from the head of the row's channel, and jailbreak."""
+    indirect = np.array([r["channel"] in INDIRECT_CHANNELS for r in rows])
+    return np.stack([np.where(indirect, p[:, 2], p[:, 0]), p[:, 1]], axis=1)
+
+
+def most_sensitive_threshold(
+    benign: dict[str, tuple[np.ndarray, list[str]]], budgets: dict[str, float] = FP_BUDGETS
+) -> float:
+    """The lowest threshold (flagged at >= it) at which no benign set's flag rate exceeds
+    its budget.
+
+    Each set is (scores, groups), and every group weighs the same: one templated article
+    in thirty variants is one document, not thirty, and would otherwise set the threshold
+    alone. A set of fewer than 1/budget rows cannot measure its budget and sets nothing
+    (a fold that holds out most of the set's sources). Attacks play no part: validation
+    attacks come from the training sources and score higher than attacks from elsewhere,
+    so a threshold fitted to them (max F1) sits too high for traffic the model never saw."""
+    t = 0.0
+    for name, (q, groups) in benign.items():
+        size = Counter(groups)
+        if budgets[name] * len(q) < 1:  # too few rows to measure the budget: a fold's remnant
+            continue
+        order = np.argsort(-q, kind="stable")
+        weight = np.array([1.0 / size[groups[i]] for i in order])
+        # the rows that may be flagged: the top ones, while their weight stays in budget
+        allowed = int(np.searchsorted(np.cumsum(weight), budgets[name] * len(size) + 1e-9, side="right"))
+        if allowed < len(q):  # the highest score that must stay unflagged, and just above it
+            t = max(t, float(np.nextafter(q[order[allowed]], np.inf)))
+    return t
+
+
+def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per head: most_sensitive_threshold over the benign validation rows it judges."""
+    out = {}
+    for h, head in enumerate(HEADS):
+        judged = [
+            i for i, r in enumerate(rows) if r["label"] == "benign" and not math.isnan(head_targets(r)[h])
+        ]
+        benign = {}
+        for s in FP_BUDGETS:
+            idx = [i for i in judged if rows[i]["fp_set"] == s]
+            if idx:
+                benign[s] = (p[idx, h], [rows[i]["group"] for i in idx])
+        out[head] = most_sensitive_threshold(benign)
+    return out
+
+
+def agent_conversations(split: str) -> list[tuple[str, list[str], list[str]]]:
+    """The split's real agent conversations as (kind, user messages, tool outputs)."""
+    from training.lib.agent_traffic import conversation_texts
+
+    return [(kind, user, tool) for kind, user, tool, _answers in conversation_texts(split)]
+
+
+def conversation_maxima(model, convs: list[tuple[str, list[str], list[str]]]) -> tuple[list[str], np.ndarray]:
+    """Per conversation and head, the highest score of the items that head judges, routed as
+    the default set serves them (classifiers/registry.py): user messages by the direct and
+    jailbreak heads; tool outputs, and user messages of LONG_USER_CHARS or more (pasted
+    documents), by the indirect and jailbreak heads."""
+    from deltaguard.classifiers.registry import LONG_USER_CHARS
+
+    unique = sorted({x for _, user, tool in convs for x in (*user, *tool)})
+    p = score_rows(model, [{"text": x} for x in unique])
+    index = {x: i for i, x in enumerate(unique)}
+    out = np.zeros((len(convs), len(HEADS)))
+    for c, (_kind, said, read) in enumerate(convs):
+        user = [x for x in said if len(x) < LONG_USER_CHARS]
+        tool = [*read, *(x for x in said if len(x) >= LONG_USER_CHARS)]
+        u = p[[index[x] for x in user]] if user else np.zeros((0, len(HEADS)))
+        t = p[[index[x] for x in tool]] if tool else np.zeros((0, len(HEADS)))
+        both = np.concatenate([u, t])
+        out[c, 0] = u[:, 0].max(initial=0.0)
+        out[c, 1] = both[:, 1].max(initial=0.0)
+        out[c, 2] = t[:, 2].max(initial=0.0)
+    return [k for k, _, _ in convs], out
+
+
+def conversation_thresholds(
+    kinds: list[str], maxima: np.ndarray, budget: float = CONVERSATION_BUDGET
+) -> dict[str, float]:
+    """Per head, the lowest threshold at which no agent kind has more than `budget` of its
+    conversations flagged by that head."""
+    from training.lib.thresholds import per_kind_floor
+
+    return {head: per_kind_floor(kinds, maxima[:, h], budget) for h, head in enumerate(HEADS)}
+
+
+def conversation_rates(
+    kinds: list[str], maxima: np.ndarray, thresholds: dict[str, float]
+) -> dict[str, float]:
+    """The share of each kind's conversations that some head flags at `thresholds`."""
+    from training.lib.thresholds import flagged_share
+
+    return flagged_share(kinds, (maxima >= np.array([thresholds[h] for h in HEADS])).any(axis=1))
+
+
+def test_metrics(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> dict[str, Any]:
+    """Recall per source and flag rate per benign set on the test split at the thresholds."""
+    flagged = np.zeros(len(rows), dtype=bool)
+    for h, head in enumerate(HEADS):
+        judged = np.array([not math.isnan(head_targets(r)[h]) for r in rows], dtype=bool)
+        flagged |= judged & (p[:, h] >= thresholds[head])
+    out: dict[str, Any] = {"recall": {}, "flag_rate": {}}
+    for key in sorted({(r["source"], r["label"]) for r in rows if r["label"] != "benign"}):
+        idx = [i for i, r in enumerate(rows) if (r["source"], r["label"]) == key]
+        out["recall"]["/".join(key)] = {"n": len(idx), "recall": round(float(flagged[idx].mean()), 4)}
+    for s in sorted({r["fp_set"] for r in rows if r["fp_set"]}):
+        idx = [i for i, r in enumerate(rows) if r["fp_set"] == s]
+        out["flag_rate"][s] = {"n": len(idx), "rate": round(float(flagged[idx].mean()), 4)}
+    return out
