@@ -83,15 +83,16 @@ class ProvenanceLane:
 
     def start(self, tenant: str, record: ResponseRecord) -> asyncio.Task[Sketch]:
         """The fold of the sketch at the end of `record`, as a task on the inference pool."""
-        job = asyncio.ensure_future(self.run(self.fold, tenant, record, tenant=tenant))
+        # The tenant's tracker is made here, on the event loop, never by two pool threads at once.
+        job = asyncio.ensure_future(self.run(self.fold, self.tracker(tenant), record, tenant=tenant))
         self._jobs.add(job)
         job.add_done_callback(self._done)
         return job
 
-    def fold(self, tenant: str, record: ResponseRecord) -> Sketch:
+    def fold(self, tracker: ConversationTracker, record: ResponseRecord) -> Sketch:
         """(On the inference pool.) The sketch at the end of `record`'s history: the newest
-        one kept along it, with what follows folded, and kept."""
-        snapshot, fold = self.tracker(tenant).catch_up(record)
+        one `tracker` kept along it, with what follows folded, and kept."""
+        snapshot, fold = tracker.catch_up(record)
         if fold is not None:
             self.metrics.observe_turn("actions", self.scorer.verdict(fold))
         return Sketch.of(snapshot.states[self.clf.name])

@@ -71,6 +71,7 @@ async def test_the_sketch_read_at_release_equals_a_full_fold_even_when_evicted()
     try:
         turns = await run_turns(stage)
         last = turns[-1]
+        await stage.drain()  # every sketch begun is folded
         reads = [i for i in last.record.history() if i.role == "assistant"]
         assert len(reads) == 3  # the model's own items are in the history, and add nothing
         history = [parse_item(r) for raws in TURNS for r in raws]
