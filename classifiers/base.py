@@ -48,7 +48,11 @@ __all__ = [
 
 State = dict[str, Any]
 Scores = dict[str, float]
-Lane = Literal["gate", "monitor"]
+# Where a classifier runs: "gate", awaited before the upstream model is called; "monitor",
+# beside inference, its flags enforced before the model's actions are released or on the
+# next turn; "actions", beside inference too, state only, read by the action check when
+# the model acts (the provenance sketch).
+Lane = Literal["gate", "monitor", "actions"]
 
 # The finer harm categories; `toxicity` is their umbrella (its score is their max,
 # classifiers/harm.py). Categories are only ever added, at the end of the taxonomy.

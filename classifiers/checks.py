@@ -84,7 +84,7 @@ def check_protocol(clf: Classifier, items: Sequence[Item]) -> None:
     """It is a `Classifier` with a name, a version, a lane and known categories."""
     _require(isinstance(clf, Classifier), f"{clf!r} does not implement the Classifier protocol")
     _require(bool(clf.name) and bool(clf.version), f"{clf!r}: empty name or version")
-    _require(clf.lane in ("gate", "monitor"), f"{clf.name}: lane {clf.lane!r}")
+    _require(clf.lane in ("gate", "monitor", "actions"), f"{clf.name}: lane {clf.lane!r}")
     _require(bool(clf.categories), f"{clf.name}: no categories")
     unknown = sorted(set(clf.categories) - set(CATEGORIES))
     _require(not unknown, f"{clf.name}: categories outside the taxonomy {unknown}")

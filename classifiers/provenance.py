@@ -28,8 +28,9 @@ items (its messages, calls and reasoning) add nothing: what the model says is wh
 judged, not evidence.
 
 The classifier scores nothing itself (its categories are declared for the protocol;
-every score is empty): the action check reads its state where the gateway releases the
-model's actions (pipeline/lanes/provenance.py).
+every score is empty), so it is not in the gate lane: its lane is "actions", folded beside
+inference, and the action check reads its state where the gateway releases the model's
+actions (pipeline/lanes/provenance.py).
 """
 
 from __future__ import annotations
@@ -276,12 +277,12 @@ class Sketch:
 
 
 class ProvenanceClassifier:
-    """Gate-lane fold of the provenance sketch (module docstring); it scores nothing."""
+    """The fold of the provenance sketch (module docstring); it scores nothing."""
 
     name = "provenance"
     version = "1"
     categories: tuple[str, ...] = ("prompt_injection",)
-    lane: Lane = "gate"
+    lane: Lane = "actions"
 
     def __init__(self, user_entries: int = 2048, told_entries: int = 4096) -> None:
         self.user_entries = user_entries

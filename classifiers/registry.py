@@ -37,7 +37,11 @@ Its screen, lexical-v3, clears the items it is sure of before the detector runs
 `provenance` (classifiers/provenance.py) scores nothing: it keeps the sketch of which
 strings the conversation's principals named and which untrusted content told the model
 to use, which the gateway's action check reads before it releases a tool call
-(pipeline/lanes/provenance.py).
+(pipeline/lanes/provenance.py). Its lane is "actions", not the gate: only the model's
+actions need the sketch, so a stage folds it beside inference (a job of its own on the
+inference pool once the turn is gated, awaited only when a tool call arrives) and no
+request waits for it. Tools that fold the whole set themselves (replay, bench, the Kafka
+worker when named) fold it with the rest, as before.
 
 The two views name their manifest entries: `lexical` serves LEXICAL_ARTIFACT, and
 `conversation` CONVERSATION_ARTIFACT, the model its span and EMA thresholds were

@@ -1,12 +1,16 @@
-"""Gate-lane CPU per 1,000-token tool output, today's gate and earlier gates side by side.
+"""Gate-lane CPU per 1,000-token tool output, today's gate and earlier gates side by side,
+and the provenance sketch folded beside inference.
 
 `python -m eval.gate_cost` folds the same pipeline/tools/rollouts.py tool outputs (about
 1,000 tokens each, one per update, as an agent turn's delta) through every gate-lane
 classifier of the default set, and through the same set with the lexical view on
 lexical-v4, lexical-v3 and lexical-v2, interleaved item by item so that all see the same machine
-load (lexical-v5 and later read each tool output piece by piece as well as whole). CPU time of
-this thread (`time.thread_time`), p50 and p95 per classifier and for the lane. Writes
-eval/out/gate_cost.md.
+load (lexical-v5 and later read each tool output piece by piece as well as whole). The
+"actions" lane's classifiers (the provenance sketch: folded beside inference, awaited only
+by the action check when the model acts, never by the request) fold the same items in the
+same loop, reported apart, with what the default gate cost per item when it folded the
+sketch too. CPU time of this thread (`time.thread_time`), p50 and p95 per classifier and
+for the lane. Writes eval/out/gate_cost.md.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from eval.report import write_report
 OUT = Path(__file__).resolve().parent / "out" / "gate_cost.md"
 TEXTS = 300
 REPEAT = 3
+BESIDE = "sketch, beside inference"
 
 
 def gate_on(default: list[Classifier], artifact_file: str) -> list[Classifier]:
@@ -73,13 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=REPEAT)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    default = [c for c in load_classifiers(DEFAULT_NAMES) if c.lane == "gate"]
+    loaded = load_classifiers(DEFAULT_NAMES)
+    default = [c for c in loaded if c.lane == "gate"]
+    beside = [c for c in loaded if c.lane == "actions"]
     version = next(c for c in default if c.name == "lexical").inner.version
+    key = f"default (lexical view: lexical-v{version})"
     gates = {
-        f"default (lexical view: lexical-v{version})": default,
+        key: default,
         "lexical view on lexical-v4": gate_on(default, "lexical-v4.npz"),
         "lexical view on lexical-v3": gate_on(default, "lexical-v3.npz"),
         "lexical view on lexical-v2": gate_on(default, "lexical-v2.npz"),
+        BESIDE: beside,
     }
     times = measure(gates, args.texts, args.repeat)
     names = [*(c.name for c in default), "lane"]
@@ -93,10 +102,25 @@ def main(argv: list[str] | None = None) -> int:
         "|---|" + "---|" * len(names),
     ]
     for gate, by in times.items():
-        cells = [f"{statistics.median(by[n]):.3f} / {np.percentile(by[n], 95):.3f}" for n in names]
-        lines.append(f"| {gate} | " + " | ".join(cells) + " |")
+        if gate != BESIDE:
+            lines.append(f"| {gate} | " + " | ".join(_cell(by[n]) for n in names) + " |")
+    # Per item, in the same loop: what the default gate cost when it folded the sketch too.
+    before = [g + b for g, b in zip(times[key]["lane"], times[BESIDE]["lane"], strict=True)]
+    lines += [
+        "",
+        'Beside inference (the "actions" lane: no request waits for it; the action check awaits it '
+        "only when the model acts), the same items in the same loop:",
+        "",
+        "| | " + " | ".join(c.name for c in beside) + f" | {key} with the sketch on the gate |",
+        "|---|" + "---|" * (len(beside) + 1),
+        f"| {BESIDE} | " + " | ".join(_cell(times[BESIDE][c.name]) for c in beside) + f" | {_cell(before)} |",
+    ]
     write_report(args.out, lines)
     return 0
+
+
+def _cell(ms: list[float]) -> str:
+    return f"{statistics.median(ms):.3f} / {np.percentile(ms, 95):.3f}"
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
 tenant: a tenant can never continue, read or evict another tenant's conversations.
 `assemble` builds what `SafetyStage.start` runs: the sink writers, the flag outlet,
 the gate, monitor and post-inference lanes, what watches each turn beside the gate (the
-monitor lane, or a turn publisher in distributed mode), and the `TurnLanes` each
-`Turn` is given.
+monitor lane, or a turn publisher in distributed mode), the provenance sketch's fold
+beside inference, and the `TurnLanes` each `Turn` is given.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from deltaguard.lanes.gate import GateLane
 from deltaguard.lanes.lockout import ConversationLockout
 from deltaguard.lanes.monitor_lane import MonitorLane
 from deltaguard.lanes.post import PostLane
+from deltaguard.lanes.provenance import ProvenanceLane
 from deltaguard.lanes.publisher import TurnPublisher
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import TurnLanes
@@ -47,6 +48,7 @@ class Stage(Protocol):
     metrics: StageMetrics
     gate_scorer: Scorer
     monitor_scorer: Scorer | None
+    actions_scorer: Scorer | None
     lockout: ConversationLockout
     sanitized: SanitizedItems
     queue_monitor: bool
@@ -91,16 +93,27 @@ class TrackerTable:
     def monitor(self, tenant: str) -> ConversationTracker | None:
         return self.get("monitor", tenant) if self.scorers["monitor"] is not None else None
 
+    def actions(self, tenant: str) -> ConversationTracker:
+        return self.get("actions", tenant)
 
-def split_lanes(scorer: Scorer, monitor: Sequence[str]) -> tuple[Scorer, Scorer | None]:
-    """The gate lane's scorer and the monitor lane's (None: no monitor classifiers): the
-    classifiers named in `monitor`, and those whose `lane` is "monitor", move to it."""
+
+def split_lanes(scorer: Scorer, monitor: Sequence[str]) -> tuple[Scorer, Scorer | None, Scorer | None]:
+    """The gate lane's scorer, the monitor lane's and the "actions" lane's (None: no such
+    classifiers): the classifiers named in `monitor`, and those whose `lane` is
+    "monitor", move to the monitor lane; those whose `lane` is "actions" (the provenance
+    sketch, read only when the model acts) are folded beside inference
+    (`provenance.ProvenanceLane`); the gate keeps the rest."""
     unknown = set(monitor) - {c.name for c in scorer.classifiers}
     if unknown:
         raise ValueError(f"monitor lane names unknown classifiers: {sorted(unknown)}")
     watched = [c for c in scorer.classifiers if c.name in monitor or c.lane == "monitor"]
-    gate = Scorer([c for c in scorer.classifiers if c not in watched], scorer.policy)
-    return gate, Scorer(watched, scorer.policy) if watched else None
+    beside = [c for c in scorer.classifiers if c.lane == "actions" and c not in watched]
+    gate = Scorer([c for c in scorer.classifiers if c not in watched and c not in beside], scorer.policy)
+    return (
+        gate,
+        Scorer(watched, scorer.policy) if watched else None,
+        Scorer(beside, scorer.policy) if beside else None,
+    )
 
 
 def lockout_of(config: Any) -> ConversationLockout:
@@ -128,6 +141,7 @@ class LaneSet:
     watcher: MonitorLane | TurnPublisher  # what each gated turn is handed to
     post: PostLane
     turn: TurnLanes
+    provenance: ProvenanceLane | None  # the action check's sketch, folded beside inference
 
     def start(self) -> None:
         for worker in (*self.writers.values(), self.monitor.worker, self.post.worker):
@@ -145,6 +159,8 @@ class LaneSet:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.drain(), max(0.0, deadline - time.monotonic()))
         await self.monitor.aclose(deadline)  # monitor jobs left at the deadline are dropped
+        if self.provenance is not None:
+            self.provenance.cancel()  # sketches left at the deadline: folded again when read
         undelivered.extend(await self.post.aclose(deadline))  # never started: billing kept
         left = {}
         for name, writer in self.writers.items():
@@ -169,6 +185,8 @@ class LaneSet:
         await self.monitor.worker.drain()
         await self.post.worker.drain()
         await self.monitor.worker.drain()  # output-only jobs queued meanwhile
+        if self.provenance is not None:
+            await self.provenance.drain()
 
 
 def assemble(
@@ -235,4 +253,7 @@ def assemble(
         stage.stream_classifiers,
         stage.sanitized,
     )
-    return LaneSet(writers, gate, monitor, watcher, post, turn)
+    provenance = None
+    if stage.actions_scorer is not None:
+        provenance = ProvenanceLane(stage.actions_scorer, trackers.actions, run, m)
+    return LaneSet(writers, gate, monitor, watcher, post, turn, provenance)

@@ -11,6 +11,8 @@
 - gate lane (`gate.GateLane`): the cheap classifiers, awaited in `begin`;
 - monitor lane (`monitor_lane.MonitorLane`): the expensive ones, beside inference, or,
   in distributed mode, a `publisher.TurnPublisher` that sends each turn to the workers;
+- the provenance sketch (`provenance.ProvenanceLane`): folded beside inference too, from
+  the gate's record, and awaited only by the action check when the model acts;
 - post-inference lane (`post.PostLane`): output scoring and billing, after the response;
 - flags go through one `flags.FlagOutlet` (flag sink, then the recorder).
 
@@ -37,6 +39,7 @@ from deltaguard.lanes.assembly import TrackerTable, assemble, lockout_of, split_
 from deltaguard.lanes.awaited import AwaitedVerdicts
 from deltaguard.lanes.gate import GateAsk
 from deltaguard.lanes.limiter import InferenceLimiter
+from deltaguard.lanes.provenance import ProvenanceLane
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn
 from deltaguard.lanes.verdicts import VerdictWait
@@ -117,13 +120,13 @@ class SafetyStage:
         runs the monitor lane per turn (`Turn.monitor`). `stream_classifiers`: gate
         classifiers `Turn.watch` runs."""
         self.config = config or StageConfig()
-        self.gate_scorer, self.monitor_scorer = split_lanes(scorer, monitor)
+        self.gate_scorer, self.monitor_scorer, self.actions_scorer = split_lanes(scorer, monitor)
         self.queue_monitor = queue_monitor
         self.stream_classifiers = frozenset(stream_classifiers)
         self._limiter = limiter
         self._own_limiter = limiter is None
         c = self.config
-        scorers = {"gate": self.gate_scorer, "monitor": self.monitor_scorer}
+        scorers = {"gate": self.gate_scorer, "monitor": self.monitor_scorer, "actions": self.actions_scorer}
         self._trackers = TrackerTable(scorers, c.store, c.store_factory, c.state)
         self.policy = scorer.policy
         self.flag_sink = flag_sink or MemorySink()
@@ -193,6 +196,13 @@ class SafetyStage:
         return {} if self._state is Lifecycle.NEW else self._lanes.depths()
 
     @property
+    def provenance(self) -> ProvenanceLane | None:
+        """The action check's sketch, folded beside inference; None when the stage has no
+        provenance classifier, the policy turns the check off, or it was never started."""
+        lane = self._lanes.provenance if self._state is not Lifecycle.NEW else None
+        return lane if lane is not None and lane.policy.action != "off" else None
+
+    @property
     def stores(self) -> dict[tuple[str, str], ConversationStore]:
         """(lane, tenant) -> store."""
         return {key: tracker.store for key, tracker in self._trackers.trackers.items()}
@@ -231,6 +241,8 @@ class SafetyStage:
         tracker = self._trackers.gate(tenant)
         gated = await self._lanes.gate.check(ask, tracker)
         verdict = await self._lanes.watcher.submit_turn(gated.gate, gated.record, resent=history is not None)
+        provenance = self.provenance
+        sketch = provenance.begin(gated.gate, gated.record) if provenance is not None else None
         return Turn(
             self._lanes.turn,
             gated.gate,
@@ -241,6 +253,7 @@ class SafetyStage:
             tracker=tracker,
             parent_notes=gated.parent_notes,
             history=gated.history,
+            sketch=sketch,
         )
 
     def resume(self, tenant: str, response_id: str) -> Turn:

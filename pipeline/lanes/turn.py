@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from deltaguard.classifiers.provenance import Sketch
 from deltaguard.errors import LifecycleError, TurnBlocked
 from deltaguard.events import FlagEvent
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json, wire_items
@@ -174,6 +175,7 @@ class Turn:
         tracker: ConversationTracker | None = None,
         parent_notes: dict[str, Any] | None = None,
         history: list[Item] | None = None,
+        sketch: asyncio.Future[Sketch] | None = None,
     ) -> None:
         """`record`: the turn's record as the gate left it; `resent`: it holds a whole
         history a stateless client resent (else the items after its parent's).
@@ -181,9 +183,12 @@ class Turn:
         untrusted input (None: nothing to wait for). `tools`: see `TurnContext`.
         `tracker`: the tenant's gate tracker, when the caller holds it; `parent_notes`: the
         notes of the response it continues, and `history`: the turn's, when the caller has
-        read them (the gate has)."""
+        read them (the gate has). `sketch`: the fold of the conversation's provenance
+        sketch as of the turn's input, begun beside inference when the turn was gated
+        (`provenance.ProvenanceLane`; None: none begun, the action check starts it)."""
         self._lanes = lanes
         self._monitor_verdict = monitor_verdict
+        self.sketch = sketch
         self._tracker = tracker if tracker is not None else lanes.tracker(gate.tenant)
         self.gate = gate
         self.response_id = gate.response_id

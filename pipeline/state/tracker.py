@@ -90,6 +90,40 @@ class ConversationTracker:
             self.store.put_snapshot(fold.after)
         return fold.after, fold
 
+    def catch_up(self, rec: ResponseRecord) -> tuple[Snapshot, Fold | None]:
+        """The snapshot at the end of `rec`'s history, where `rec` is another lane's record
+        of the conversation (chain values are the same in every lane): for a lane that
+        keeps only snapshots, the newest one it kept along that history (the empty state
+        when none is), with the items after it folded and the result kept. The fold is
+        None when the snapshot at the end was kept already.
+
+        The walk reads the store without the tracker's lock (its maps are thread-safe): a
+        shared backend's round trips never hold up the lane's other conversations."""
+        pending: list[Item] = []
+        pending_chains: list[bytes] = []
+        base = None
+        for node, i in rec.positions():
+            base = self.store.snapshots.get(node.chains[i])
+            if base is not None:
+                break
+            pending.append(node.items[i])
+            pending_chains.append(node.chains[i])
+        with self._lock:
+            if base is None:
+                self.store.stats.misses += 1
+            else:
+                self.store.stats.hits += 1
+        if not pending:
+            return base if base is not None else self.scorer.empty(), None
+        pending.reverse()
+        pending_chains.reverse()
+        fold = self.scorer.fold(
+            base if base is not None else self.scorer.empty(), pending, chains=pending_chains
+        )
+        with self._lock:
+            self.store.put_snapshot(fold.after)
+        return fold.after, fold
+
     def record(self, response_id: str) -> ResponseRecord:
         """The response's record; `PreviousResponseNotFound` when unknown or evicted."""
         with self._lock:

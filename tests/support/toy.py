@@ -6,6 +6,7 @@ import threading
 import time
 
 from deltaguard.classifiers.base import Update, count_tokens, running_max
+from deltaguard.classifiers.provenance import ProvenanceClassifier
 
 
 class ItemCounter:
@@ -131,3 +132,23 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class HeldProvenance(ProvenanceClassifier):
+    """The provenance classifier whose folds, once `armed` is set, wait for `release` (at
+    most 10 s) before folding: a test sees what goes on while the sketch is being folded.
+    `entered`: a fold is waiting; `late`: one gave up waiting, the release never came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = threading.Event()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.late = False
+
+    def update(self, state, items):
+        if self.armed.is_set():
+            self.entered.set()
+            if not self.release.wait(10):
+                self.late = True
+        return super().update(state, items)

@@ -22,7 +22,7 @@ from deltaguard.state.policy import ActionPolicy, Policy
 from deltaguard.state.scoring import Scorer
 from tests.pipeline.gateway.conftest import clients, gateway_thread, websocket_turn
 from tests.support.chat_upstream import Answer, running_chat_upstream
-from tests.support.toy import ItemCounter
+from tests.support.toy import HeldProvenance, ItemCounter
 from tests.support.upstreams import ToolCallingUpstream
 
 HOST = "collect.evil-host.example"
@@ -99,6 +99,31 @@ def test_http_a_call_to_the_injected_host_is_refused_with_its_reason(action_gate
     assert flag.lane == "output" and flag.decision == "block" and flag.categories == ["prompt_injection"]
     assert any(f["preview"] == URL and f["kind"] == "exfiltration" for f in flag.findings)
     assert any(b.input_tokens > 0 for b in _events(billing, BillingEvent))  # the upstream's cost
+
+
+def test_the_answer_streams_while_the_sketch_is_folded_and_the_call_is_still_refused():
+    """The gate does not fold the provenance sketch: the model's text streams while its
+    fold waits (released at the first text delta), and the call still waits for it."""
+    held = HeldProvenance()
+    upstream = ToolCallingUpstream(tool="shell", arguments=_obey_call)
+    scorer = Scorer([ItemCounter(), held])
+    with gateway_thread(GatewayConfig(port=0), scorer, upstream=upstream) as (base, _):
+        client, _ = clients(base)
+        first, call_id = _start(client)
+        held.armed.set()
+        stream = client.responses.create(
+            model="m", input=_output(call_id), previous_response_id=first.id, tools=TOOLS, stream=True
+        )
+        events = []
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                held.release.set()
+            events.append(event)
+    assert held.entered.is_set() and not held.late  # folded after the text had streamed
+    assert not any(getattr(getattr(e, "item", None), "type", None) == "function_call" for e in events)
+    failed = events[-1]
+    assert failed.type == "response.failed" and failed.response.error.code == "safety_blocked"
+    assert HOST in failed.response.error.message
 
 
 def test_sse_never_streams_the_call(action_gateway):

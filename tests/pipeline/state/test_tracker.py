@@ -110,3 +110,19 @@ def test_resent_history_after_eviction_is_scored_in_full_with_same_result():
     again = t.score_history("r2", [user("BOOM"), user("b")])
     assert again.fold.after.scores == first.fold.after.scores
     assert t.store.stats.misses == 3
+
+
+def test_a_lane_that_keeps_only_snapshots_catches_up_on_another_lanes_records():
+    gate, _ = tracker()
+    beside, clf = tracker()
+    first = gate.score_turn("r1", [user("one"), user("two")])
+    gate.append_output("r1", [parse_item({"role": "assistant", "content": "ok"})])
+    snapshot, fold = beside.catch_up(first.record)
+    assert fold is not None and snapshot.states["counter"]["n"] == 2 and beside.store.stats.misses == 1
+    assert beside.catch_up(first.record) == (snapshot, None)  # kept: nothing folded again
+    second = gate.score_turn("r2", [user("three")], "r1")
+    clf.items_seen = 0
+    snapshot, fold = beside.catch_up(second.record)
+    assert clf.items_seen == 2  # the answer and the new item, after the kept snapshot
+    assert snapshot.states["counter"]["n"] == 4 and snapshot.chain == second.record.chain
+    assert beside.store.stats.hits == 2 and beside.store.stats.misses == 1
