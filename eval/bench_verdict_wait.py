@@ -47,7 +47,7 @@ from openai import AsyncOpenAI
 
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.server import running_gateway
-from deltaguard.lanes.verdicts import PendingVerdicts, VerdictWait
+from deltaguard.lanes.pending_verdicts import PendingVerdicts, VerdictWait
 from deltaguard.state.backends import open_backend
 from deltaguard.state.scoring import Scorer
 from tests.support.state_servers import redis_server

@@ -159,7 +159,7 @@ SafetyBlocked = TurnBlocked
 
 class MonitorVerdictPending(DeltaGuardError):
     """A turn refused because the monitor verdicts pending on its conversation did not come
-    within the wait's deadline (`deltaguard.lanes.verdicts`, policy "refuse"): the gateway
+    within the wait's deadline (`deltaguard.lanes.pending_verdicts`, policy "refuse"): the gateway
     answers 503 `monitor_verdict_pending`, which clients retry (the OpenAI SDK on its own)."""
 
     def __init__(self, waited_s: float) -> None:

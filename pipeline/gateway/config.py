@@ -14,7 +14,7 @@ from deltaguard.bounds import RequestLimits
 from deltaguard.classifiers.registry import DEFAULT_NAMES
 from deltaguard.errors import StateBackendError
 from deltaguard.journal import JournalCadence
-from deltaguard.lanes.verdicts import VerdictWait
+from deltaguard.lanes.pending_verdicts import VerdictWait
 from deltaguard.state.backends import parse_state_url
 
 

@@ -5,7 +5,7 @@
 - `sink.KafkaEventSink`: the gateway's publisher (an `EventSink`); spools to disk
   (`spool.Spool`) while the broker is out; `held.HeldRecords`: what it holds in memory.
 - `subscriber.FlagSubscriber`: monitor-lane flags back to the gateway (`mark_flagged`),
-  and the verdicts of the turns it holds (`lanes.awaited.AwaitedVerdicts`).
+  and the verdicts of the turns it holds (`lanes.awaited_verdicts.AwaitedVerdicts`).
 - `worker`: the faust-streaming worker (`deltaguard worker`); `monitor`: its scoring,
   pure and broker-free; `records`: wire values and the `TurnError` dead letters.
 - `boundary`: the one place aiokafka's errors become DeltaGuard's; `command`: the

@@ -38,7 +38,7 @@ from deltaguard.events import FlagEvent, VerdictEvent
 from deltaguard.kafka.boundary import BROKER_FAILURES
 from deltaguard.kafka.settings import KafkaSettings
 from deltaguard.kafka.topics import ensure_topics
-from deltaguard.lanes.awaited import AwaitedVerdicts, verdict_of
+from deltaguard.lanes.awaited_verdicts import AwaitedVerdicts, verdict_of
 from deltaguard.worker import Backoff
 
 log = logging.getLogger("deltaguard.kafka.subscriber")

@@ -3,7 +3,7 @@
 Two things refuse a conversation's later turns: a monitor-lane flag in a `block`
 category (local, or from a remote worker), and the lock-out. The gate reads the flags once
 the monitor verdicts still pending on its conversation are in (bounded:
-`verdicts.PendingVerdicts`), on whichever replica they are judged. A blocked turn never joins
+`pending_verdicts.PendingVerdicts`), on whichever replica they are judged. A blocked turn never joins
 the history, so a client could rephrase a refused request again and again from the same
 point until one version passes; after `block_limit` turns of one conversation blocked
 on their own content in `probe_categories`, the conversation is locked for `lock_s`.
@@ -48,7 +48,7 @@ from typing import Any
 
 from deltaguard import defaults
 from deltaguard.items import DEFINITIONS_ROLE, INSTRUCTIONS_ROLE, Item
-from deltaguard.lanes.verdicts import PendingVerdicts, VerdictWait
+from deltaguard.lanes.pending_verdicts import PendingVerdicts, VerdictWait
 from deltaguard.state.backends import StateBackend
 from deltaguard.state.tiers import StateMap
 

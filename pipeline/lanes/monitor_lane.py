@@ -4,7 +4,7 @@ Turns are queued (bounded) and taken by one consumer, so each conversation's tur
 scored in order; the jobs queued meanwhile are folded together (`StageConfig.monitor_batch`:
 one batched detector call across conversations, in `monitor.waves`). What the lane flags
 goes to the flag sink and, for block categories, blocks the conversation's next turn.
-Each queued job is noted pending (`verdicts.PendingVerdicts`) until it is done, so that
+Each queued job is noted pending (`pending_verdicts.PendingVerdicts`) until it is done, so that
 the conversation's next turn, on this replica or another, waits for its verdict.
 A caller that awaits the verdict itself (a proxy's during-call hook) uses `judge`.
 """
@@ -20,8 +20,8 @@ from typing import Any
 from deltaguard.items import Item
 from deltaguard.lanes.flags import FlagOutlet
 from deltaguard.lanes.monitor import MonitorStep, waves
+from deltaguard.lanes.pending_verdicts import PendingVerdicts
 from deltaguard.lanes.turn import GateResult
-from deltaguard.lanes.verdicts import PendingVerdicts
 from deltaguard.state.scoring import Fold, Scorer, TurnVerdict
 from deltaguard.state.store import ResponseRecord
 from deltaguard.state.tracker import ConversationTracker, PendingTurn, TrackedTurn

@@ -4,7 +4,7 @@ Remote monitor workers (`deltaguard worker`) score what is published and send th
 flags back (`SafetyStage.mark_flagged`); the stage runs no monitor classifiers itself.
 A turn with untrusted input that the gate let through asks the workers for its verdict
 (`TurnEvent.verdict_requested`), and the gateway holds the model's actions until it is
-in or its deadline passes (`awaited.AwaitedVerdicts`, settled by the verdict subscriber).
+in or its deadline passes (`awaited_verdicts.AwaitedVerdicts`, settled by the verdict subscriber).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from deltaguard.events import TurnEvent
 from deltaguard.items import Item
-from deltaguard.lanes.awaited import AwaitedVerdicts
+from deltaguard.lanes.awaited_verdicts import AwaitedVerdicts
 from deltaguard.lanes.turn import GateResult
 from deltaguard.sinks import SinkWriter
 from deltaguard.state.scoring import TurnVerdict

@@ -36,13 +36,13 @@ from deltaguard.events import DEFAULT_TENANT, BillingEvent, Event, FlagEvent
 from deltaguard.items import Item
 from deltaguard.journal import BillingJournal, JournalCadence
 from deltaguard.lanes.assembly import TrackerTable, assemble, lockout_of, split_lanes
-from deltaguard.lanes.awaited import AwaitedVerdicts
+from deltaguard.lanes.awaited_verdicts import AwaitedVerdicts
 from deltaguard.lanes.gate import GateAsk
 from deltaguard.lanes.limiter import InferenceLimiter
+from deltaguard.lanes.pending_verdicts import VerdictWait
 from deltaguard.lanes.provenance import ProvenanceLane
 from deltaguard.lanes.sanitize import SanitizedItems
 from deltaguard.lanes.turn import GateResult, Turn
-from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.sinks import EventSink, FlagRecorder, MemorySink
 from deltaguard.state.backends import StateBackend
 from deltaguard.state.scoring import Scorer
@@ -91,7 +91,7 @@ class StageConfig:
     # How often a streaming answer's output count joins its journalled billing event.
     journal_cadence: JournalCadence = field(default_factory=JournalCadence)
     # How long a turn waits for the monitor verdicts pending on its conversation (on any
-    # replica of a shared state backend), and what it does past that (`lanes.verdicts`).
+    # replica of a shared state backend), and what it does past that (`lanes.pending_verdicts`).
     verdict_wait: VerdictWait = field(default_factory=VerdictWait)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from deltaguard.errors import LaneClosed
 from deltaguard.events import TurnEvent, VerdictEvent
-from deltaguard.lanes.awaited import AwaitedVerdicts, verdict_of
+from deltaguard.lanes.awaited_verdicts import AwaitedVerdicts, verdict_of
 from deltaguard.lanes.publisher import TurnPublisher
 from deltaguard.lanes.stage import SafetyStage
 from deltaguard.parsing import parse_item

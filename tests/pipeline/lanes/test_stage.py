@@ -8,8 +8,8 @@ import pytest
 
 from deltaguard.errors import LaneClosed
 from deltaguard.events import DEFAULT_TENANT, BillingEvent, FlagEvent
+from deltaguard.lanes.pending_verdicts import VerdictWait
 from deltaguard.lanes.stage import SafetyStage, StageConfig, Usage
-from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
 from deltaguard.state.policy import USER_BLOCK_THRESHOLD

@@ -11,8 +11,8 @@ import pytest
 
 from deltaguard.errors import MonitorVerdictPending
 from deltaguard.gateway.error_exits import client_error
+from deltaguard.lanes.pending_verdicts import PendingVerdicts, VerdictWait
 from deltaguard.lanes.stage import SafetyStage, StageConfig
-from deltaguard.lanes.verdicts import PendingVerdicts, VerdictWait
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
 from deltaguard.state.scoring import Scorer

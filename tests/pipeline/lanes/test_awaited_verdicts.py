@@ -8,7 +8,7 @@ import time
 import pytest
 
 from deltaguard.events import VerdictEvent
-from deltaguard.lanes.awaited import UNJUDGED_CATEGORY, AwaitedVerdicts, verdict_of
+from deltaguard.lanes.awaited_verdicts import UNJUDGED_CATEGORY, AwaitedVerdicts, verdict_of
 from deltaguard.state.scoring import TurnVerdict
 
 
