@@ -31,6 +31,7 @@ from eval.replay_eval import replay
 from eval.report import write_report
 from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats
 from training.lib.real_text import all_documents
+from training.lib.real_text_lock import drift
 
 OUT = Path(__file__).resolve().parent / "out" / "agent_traffic.md"
 ATTACK = frozenset({"prompt_injection", "jailbreak"})
@@ -127,7 +128,8 @@ def report(summary: dict[str, Any], seconds: float, split: str, extra: list[str]
         "# False alarms on real benign agent traffic",
         "",
         f"`python -m eval.agent_traffic --split {split}{' ' + ' '.join(extra) if extra else ''}`: "
-        f"conversations built from sources of the {split} split, replayed in delta mode in {seconds:.0f} s.",
+        f"conversations built from sources of the {split} split, replayed in delta mode in {seconds:.0f} s. "
+        f"{summary['real_text'].capitalize()} (training/lib/real_text_lock.py).",
         "",
         "| agent kind | conversations | tool outputs each | any false alarm | attack | harm | pii/secrets |",
         "|---|---|---|---|---|---|---|",
@@ -174,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     convs = write_transcripts(args.split, src, args.scale)
     verdicts, seconds = replay(src, work / f"agent_traffic-{args.split}-verdicts.json", extra)
     summary = summarise(convs, verdicts)
+    summary["real_text"] = drift(all_documents()).summary()
     summary["chat_messages"] = chat_messages_flagged(args.split, args.models, args.classifiers)
     args.out.with_suffix(".json").parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))

@@ -24,6 +24,7 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -363,4 +364,10 @@ def _all_documents(cache: Path | str | None, root: Path | None) -> tuple[Documen
             if key not in seen:
                 seen.add(key)
                 out.append(d)
+    if root is None and cache is None:  # this machine's own text: say if it is not what was pinned
+        from training.lib.real_text_lock import drift
+
+        found = drift(out)
+        if found:
+            print(f"[real_text] {found.summary()}", file=sys.stderr)
     return tuple(out)

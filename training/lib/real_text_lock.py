@@ -1,0 +1,105 @@
+"""The real text the shipped models and the benign-traffic evaluation were built from, pinned.
+
+training/lib/real_text.py reads what this machine holds: repository snapshots brought by
+`fetch` (a later fetch brings a newer HEAD), the Debian documents of the installed
+packages, a wheel. When any of them moves, the splits still hold whole sources, but the
+documents inside them change, and with them every row, mined window and evaluation
+conversation built from them, silently. The lock records, per source, how many documents
+it gave and a digest of their names and texts; `drift` says which sources no longer match,
+so a recipe or an evaluation run on another machine says so instead of quietly measuring
+other text.
+
+    python -m training.lib.real_text_lock            # check this machine against the lock
+    python -m training.lib.real_text_lock --write    # re-pin (after a deliberate refresh)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.lib.real_text import Document
+
+LOCK = Path(__file__).with_name("real_text.lock.json")
+
+
+def digests(documents: Iterable[Document]) -> dict[str, dict[str, object]]:
+    """Per source: its document count and a sha256 over its documents' names and texts, in
+    name order (the order documents are read in does not matter)."""
+    by_source: dict[str, list[tuple[str, str]]] = {}
+    for d in documents:
+        by_source.setdefault(d.source, []).append((d.name, d.text))
+    out: dict[str, dict[str, object]] = {}
+    for source, docs in sorted(by_source.items()):
+        h = hashlib.sha256()
+        for name, text in sorted(docs):
+            h.update(name.encode() + b"\0" + hashlib.sha256(text.encode()).digest())
+        out[source] = {"documents": len(docs), "sha256": h.hexdigest()}
+    return out
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How this machine's real text differs from the lock, by source."""
+
+    missing: tuple[str, ...]  # pinned, absent here (a repository not fetched, a package not installed)
+    changed: tuple[str, ...]  # present, with other documents
+    added: tuple[str, ...]  # present here, not pinned
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.changed or self.added)
+
+    def summary(self, limit: int = 5) -> str:
+        if not self:
+            return "real text: matches the lock"
+        parts = []
+        for label, sources in (("missing", self.missing), ("changed", self.changed), ("added", self.added)):
+            if sources:
+                more = f" and {len(sources) - limit} more" if len(sources) > limit else ""
+                parts.append(f"{len(sources)} {label} ({', '.join(sources[:limit])}{more})")
+        return "real text differs from the lock: " + "; ".join(parts)
+
+
+def drift(documents: Iterable[Document], lock: Path = LOCK) -> Drift:
+    """The sources whose documents differ from `lock`'s."""
+    pinned = json.loads(lock.read_text(encoding="utf-8"))["sources"] if lock.exists() else {}
+    here = digests(documents)
+    return Drift(
+        missing=tuple(s for s in pinned if s not in here),
+        changed=tuple(s for s in pinned if s in here and here[s] != pinned[s]),
+        added=tuple(s for s in here if s not in pinned),
+    )
+
+
+def write(documents: Iterable[Document], lock: Path = LOCK) -> dict[str, dict[str, object]]:
+    pinned = digests(documents)
+    rows = ",\n".join(f"  {json.dumps(s)}: {json.dumps(v, sort_keys=True)}" for s, v in pinned.items())
+    about = json.dumps("training/lib/real_text_lock.py")
+    lock.write_text(f'{{\n "about": {about},\n "sources": {{\n{rows}\n }}\n}}\n', encoding="utf-8")
+    return pinned
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.lib.real_text import all_documents
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="pin this machine's real text")
+    args = parser.parse_args(argv)
+    documents = all_documents()
+    if args.write:
+        pinned = write(documents)
+        count = sum(int(v["documents"]) for v in pinned.values())
+        print(f"pinned {count} documents of {len(pinned)} sources")
+        return 0
+    found = drift(documents)
+    print(found.summary(limit=50))
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
