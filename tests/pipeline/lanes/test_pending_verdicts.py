@@ -39,7 +39,7 @@ async def _wait_while(verdicts: PendingVerdicts, done_after_s: float, finish) ->
 
     start = time.monotonic()
     _, waited = await asyncio.gather(later(), verdicts.wait("t", "c"))
-    assert abs((time.monotonic() - start) - waited) < 0.1
+    assert waited <= time.monotonic() - start  # what it reports is what the caller waited
     return waited
 
 
@@ -47,17 +47,18 @@ async def test_a_turn_on_another_replica_waits_for_the_verdict_pending_there(rep
     one, two = replicas
     one.note("t", "c", "r1")
     waited = await _wait_while(two, 0.3, lambda: one.done("t", "c", "r1"))
-    assert 0.3 <= waited < 0.3 + 0.2  # seen within a poll or two of landing (20 ms apart)
+    assert 0.3 <= waited < 2.0  # woken by the verdict landing, not by the deadline
     assert (two.waited, two.late) == (1, 0) and two.wait_s >= 0.3
-    assert await two.wait("t", "c") < 0.05  # in: no wait
-    assert await two.wait("t", "other") < 0.05 and await two.wait("u", "c") < 0.05
+    for tenant, conversation in (("t", "c"), ("t", "other"), ("u", "c")):  # nothing pending: no wait
+        await two.wait(tenant, conversation)
+    assert (two.waited, two.late) == (1, 0)
 
 
 async def test_the_replica_that_judges_wakes_its_own_turns_at_once(replicas):
     one, _ = replicas
     one.note("t", "c", "r1")
     waited = await _wait_while(one, 0.2, lambda: one.done("t", "c", "r1"))
-    assert 0.2 <= waited < 0.2 + 0.2
+    assert 0.2 <= waited < 2.0 and (one.waited, one.late) == (1, 0)
 
 
 async def test_a_late_verdict_lets_the_turn_proceed_counted_and_a_dead_replicas_entry_lapses(replicas):
@@ -66,9 +67,11 @@ async def test_a_late_verdict_lets_the_turn_proceed_counted_and_a_dead_replicas_
     one.policy = VerdictWait(deadline_s=0.3)
     one.note("t", "c", "r1")  # ... and the replica dies before its verdict
     waited = await two.wait("t", "c")
-    assert 0.3 <= waited < 0.3 + 0.3 and two.late == 1
-    # Its entry named its deadline: no turn waits for it again, each goes on without it.
-    assert await two.wait("t", "c") < 0.05 and two.late == 2
+    assert waited >= 0.3 and two.late == 1
+    # Its entry named its deadline: no turn waits for it again, each goes on without it,
+    # however long this turn's own deadline.
+    two.policy = VerdictWait(deadline_s=10.0)
+    assert await two.wait("t", "c") < 5.0 and two.late == 2
 
 
 async def test_the_refuse_policy_refuses_a_turn_whose_verdict_is_late(replicas):
@@ -84,7 +87,8 @@ async def test_the_refuse_policy_refuses_a_turn_whose_verdict_is_late(replicas):
 async def test_an_output_pending_holds_only_the_other_replicas_monitor_lane(replicas):
     one, two = replicas
     one.note("t", "c", "r1", output=True)
-    assert await two.wait("t", "c") < 0.05  # the gate: an output raises no flag
+    await two.wait("t", "c")  # the gate: an output raises no flag, so it waits for none
+    assert (two.waited, two.late) == (0, 0)
 
     async def later():
         await asyncio.sleep(0.2)
@@ -94,9 +98,10 @@ async def test_an_output_pending_holds_only_the_other_replicas_monitor_lane(repl
     await asyncio.gather(later(), two.outputs_in("t", "c"))
     assert time.monotonic() - start >= 0.2
     one.note("t", "c", "r2", output=True)
+    one.policy = VerdictWait(deadline_s=10.0)
     start = time.monotonic()
     await one.outputs_in("t", "c")  # its own: the lane takes its jobs in order
-    assert time.monotonic() - start < 0.05
+    assert time.monotonic() - start < 5.0  # not held until the deadline
 
 
 async def test_nothing_is_waited_for_without_a_queued_monitor_lane_or_with_no_deadline():
