@@ -191,10 +191,6 @@ class Turn:
         self.sketch = sketch
         self._tracker = tracker if tracker is not None else lanes.tracker(gate.tenant)
         self.gate = gate
-        self.response_id = gate.response_id
-        self.conversation_id = gate.conversation_id
-        self.blocked = gate.blocked
-        self.verdict = gate.verdict
         self.tools = tools
         # The monitor lane is judging this turn's untrusted input (`monitor_verdict`).
         self.awaits_monitor = monitor_verdict is not None
@@ -207,6 +203,23 @@ class Turn:
         self._appended = False  # the output joined the history (`check_output`)
         self._parent_notes = parent_notes
         self._metered: Callable[[str], None] | None = None  # streamed text's output count, journalled
+
+    # The gate's, read through: a turn never changes what the gate decided.
+    @property
+    def response_id(self) -> str:
+        return self.gate.response_id
+
+    @property
+    def conversation_id(self) -> str:
+        return self.gate.conversation_id
+
+    @property
+    def blocked(self) -> bool:
+        return self.gate.blocked
+
+    @property
+    def verdict(self) -> TurnVerdict:
+        return self.gate.verdict
 
     @property
     def history(self) -> list[Item]:
