@@ -113,7 +113,7 @@ __all__ = [
 # another name of its own layer only along an edge of `LAYER_EDGES`. Keys are the first
 # name under `deltaguard` (`deltaguard.state.store` -> "state").
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "items", "models", "defaults", "worker", "bounds"}),
+    frozenset({"errors", "items", "models", "defaults", "worker", "bounds", "streams"}),
     frozenset({"parsing", "events", "artifacts", "transcripts", "usage", "tenants", "access", "serving"}),
     frozenset({"classifiers"}),
     frozenset({"state"}),

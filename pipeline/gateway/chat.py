@@ -41,6 +41,7 @@ from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_b
 from deltaguard.items import TOOL_DEFINITIONS, Item
 from deltaguard.lanes.stage import SafetyStage, Turn
 from deltaguard.parsing import parse_item
+from deltaguard.streams import close_source
 from deltaguard.usage import usage_from
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -332,9 +333,7 @@ async def _fed(chunks: AsyncIterator[dict[str, Any]], answer: _Answer) -> AsyncI
             answer.feed(chunk)
             yield chunk
     finally:
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await close_source(chunks)
 
 
 async def _sse(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

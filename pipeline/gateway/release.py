@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from deltaguard.classifiers.actions import ACTIONABLE_TYPES
 from deltaguard.errors import TurnBlocked
 from deltaguard.lanes.provenance import TurnActions
+from deltaguard.streams import close_source
 
 if TYPE_CHECKING:
     from deltaguard.gateway.config import GatewayConfig
@@ -95,9 +96,7 @@ async def released(
         async for event in stream:
             yield event
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await close_source(stream)
 
 
 class ReleaseHold:
@@ -182,9 +181,7 @@ class ReleaseHold:
         finally:
             if monitor is not None:
                 monitor.cancel()
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:  # a block: the upstream's stream is closed, cancelling it
-                await aclose()
+            await close_source(events)  # a block: the upstream's stream is closed, cancelling it
 
 
 class _MonitorWait:

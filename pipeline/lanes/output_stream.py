@@ -23,6 +23,7 @@ from typing import Any
 from deltaguard.classifiers.base import Classifier, Finding, State
 from deltaguard.items import Item, count_tokens
 from deltaguard.state.policy import ordered_categories
+from deltaguard.streams import close_source
 
 
 def new_categories(found: Sequence[Finding], flagged: Collection[str]) -> list[str]:
@@ -103,9 +104,7 @@ class OutputStreamScorer:
                     await self.watch(piece)
                 yield event
         finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await close_source(events)
 
     def flush(self) -> list[Finding]:
         return self._score() if self._pending else []

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from deltaguard.errors import UpstreamError
+from deltaguard.streams import close_source
 
 
 def http_errors(what: str) -> contextlib.AbstractContextManager[None]:
@@ -67,6 +68,4 @@ async def with_stall_timeout(
                 raise UpstreamError(f"upstream sent nothing for {timeout_s:g} s") from None
             yield event
     finally:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await close_source(iterator)
