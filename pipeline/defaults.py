@@ -42,6 +42,10 @@ PARSE_INLINE_BYTES = 64 * 1024
 # Seconds a client refused for an overload (429 tenant_overloaded, 503 server_overloaded)
 # is told to wait before it retries (`Retry-After`): a response slot frees within about that.
 OVERLOAD_RETRY_AFTER_S = 1
+# The garbage collector's thresholds while serving (`gc.set_threshold`; Python's are
+# (700, 10, 10)): full collections, whose pause grows with the state held, a minute or so
+# apart under load instead of seconds (deltaguard.gateway.server.prepare_heap).
+GC_THRESHOLDS = (10_000, 10, 10)
 LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
 # Monitor-lane jobs already queued when the lane takes one are folded with it, up to this
 # many (the detector scores them in shared onnxruntime calls); the lane never waits for
