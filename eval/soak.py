@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -56,6 +57,18 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def state_mb(exposition: str) -> dict[str, float]:
+    """MiB the gateway's state stores hold, per "lane/kind", from its /metrics text."""
+    out: dict[str, float] = {}
+    for line in exposition.splitlines():
+        if line.startswith("deltaguard_state_bytes{"):
+            inside = line[line.index("{") + 1 : line.index("}")]
+            labels = {k: v.strip('"') for k, v in (part.split("=", 1) for part in inside.split(","))}
+            key = f"{labels['lane']}/{labels['kind']}"
+            out[key] = round(out.get(key, 0.0) + float(line.rsplit(" ", 1)[1]) / (1 << 20), 2)
+    return out
 
 
 def start_gateway(folder: Path, rate: float, state_max_mb: int) -> tuple[subprocess.Popen[bytes], int]:
@@ -102,6 +115,7 @@ class Soak:
         self.rng = random.Random(seed)
         self.tally = Tally()
         self.rss: list[tuple[float, float]] = []
+        self.state: list[tuple[float, dict[str, float]]] = []  # MiB per "lane/kind"
 
     def running(self) -> bool:
         return time.monotonic() < self.end and sum(self.tally.requests.values()) < self.max_requests
@@ -220,9 +234,18 @@ class Soak:
                 await asyncio.sleep(1.0)
 
     async def sample_rss(self) -> None:
-        while self.running():
-            self.rss.append((round(time.monotonic() - self.t0, 1), round(rss_mb(self.pid), 1)))
-            await asyncio.sleep(5.0)
+        """RSS every 5 s; every 15 s, what the state stores hold (`deltaguard_state_bytes`)."""
+        async with httpx.AsyncClient(base_url=self.base, timeout=30) as client:
+            n = 0
+            while self.running():
+                at = round(time.monotonic() - self.t0, 1)
+                self.rss.append((at, round(rss_mb(self.pid), 1)))
+                if n % 3 == 0:
+                    with contextlib.suppress(httpx.HTTPError):
+                        r = await client.get("/metrics", headers=bearer(KEYS["steady"]))
+                        self.state.append((at, state_mb(r.text)))
+                n += 1
+                await asyncio.sleep(5.0)
 
     async def run(self) -> None:
         workers = [self.steady(n) for n in range(4)] + [self.noisy(n) for n in range(6)]
@@ -331,6 +354,7 @@ def report(soak: Soak, folder: Path, exit_code: int | None) -> dict[str, Any]:
         "outcomes": dict(sorted(soak.tally.outcomes.items())),
         "billing": billing_report(folder, soak.tally.billable),
         "rss_mb": rss_report(soak.rss, settled),
+        "state_mb": soak.state,  # each store's bytes against --state-max-mb
         "latency": {
             "steady_unloaded": steady_warm,
             "steady_loaded": steady_load,
@@ -390,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             args.gateway_log.write_bytes((folder / "gateway.log").read_bytes())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: v for k, v in result.items() if k != "rss_mb"}, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rss_mb", "state_mb")}, indent=2))
     print("rss_mb:", json.dumps({k: v for k, v in result["rss_mb"].items() if k != "samples"}))
     return 0
 
