@@ -46,6 +46,8 @@ OVERLOAD_RETRY_AFTER_S = 1
 # (700, 10, 10)): full collections, whose pause grows with the state held, a minute or so
 # apart under load instead of seconds (deltaguard.gateway.server.prepare_heap).
 GC_THRESHOLDS = (10_000, 10, 10)
+# glibc heap arenas `deltaguard serve` allows (MALLOC_ARENA_MAX in the environment wins).
+MALLOC_ARENAS = 2
 LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
 # Monitor-lane jobs already queued when the lane takes one are folded with it, up to this
 # many (the detector scores them in shared onnxruntime calls); the lane never waits for
