@@ -1,5 +1,5 @@
-"""The one thread pool classifier work runs on: created at startup, injected everywhere,
-shared fairly between tenants.
+"""A thread pool classifier work runs on, shared fairly between tenants: the request
+path's (created at startup, injected everywhere) and the background lanes' (below it).
 
 A fold cannot be interrupted, and one large request costs seconds of CPU: with a plain
 FIFO pool, a tenant that sends a few of them queues every other tenant's trivial turns
