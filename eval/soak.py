@@ -5,23 +5,28 @@
 Starts `deltaguard serve` (the simulated model, tenant keys, billing, spool and recording
 to files in a temporary folder) on 127.0.0.1 and nowhere else, then:
 
-1. warm-up (a tenth of the time, at least 20 s or a third): the well-behaved tenant alone, for its
-   unloaded latency;
+1. unloaded (a tenth of the time, at least 20 s or a third): the well-behaved tenant alone,
+   for its unloaded latency;
 2. load: the well-behaved tenant as before, while the other sends a mixed load (JSON, SSE
    and WebSocket turns, guard checks) and the attacks of `eval/soak_attacks.py` (random
    1 MiB-scale item type names, large and deeply nested requests, bad usage, cross-site
-   and rebound requests, secrets in unscored fields, disconnects mid-stream, slow headers);
+   and rebound requests, secrets in unscored fields, disconnects mid-stream, slow headers).
+   Its first part (`--load-warmup`, a fifth of the time by default) fills the gateway's
+   bounded stores: RSS is judged after it, on what a gateway at its steady state holds;
 3. SIGTERM with a burst of HTTP and WebSocket turns in flight.
 
 Reports requests, outcomes by code, billing events against the responses that had to be
-billed (lost, doubled), RSS over time, p50/p99 per tenant and phase, the size of /metrics,
-and whether a secret reached the recording store. Writes eval/out/soak.json and prints it.
+billed (lost, doubled), RSS over time (and its spread after the load's warm-up and over
+the last five minutes), p50/p99 per tenant and phase and of the well-behaved tenant per
+window, which attacks its slow requests overlapped, the size of /metrics, and whether a
+secret reached the recording store. Writes eval/out/soak.json and prints it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -44,6 +49,7 @@ OUT = Path(__file__).resolve().parent / "out"
 KEYS = {"steady": "key-steady", "noisy": "key-noisy"}
 MAX_DURATION_S = 3600
 MAX_REQUESTS = 500_000
+SLOW_S = 0.2  # a well-behaved request slower than this is traced to the attacks it overlapped
 
 
 def rss_mb(pid: int) -> float:
@@ -51,6 +57,18 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def state_mb(exposition: str) -> dict[str, float]:
+    """MiB the gateway's state stores hold, per "lane/kind", from its /metrics text."""
+    out: dict[str, float] = {}
+    for line in exposition.splitlines():
+        if line.startswith("deltaguard_state_bytes{"):
+            inside = line[line.index("{") + 1 : line.index("}")]
+            labels = {k: v.strip('"') for k, v in (part.split("=", 1) for part in inside.split(","))}
+            key = f"{labels['lane']}/{labels['kind']}"
+            out[key] = round(out.get(key, 0.0) + float(line.rsplit(" ", 1)[1]) / (1 << 20), 2)
+    return out
 
 
 def start_gateway(folder: Path, rate: float, state_max_mb: int) -> tuple[subprocess.Popen[bytes], int]:
@@ -85,16 +103,19 @@ class Soak:
         max_requests: int,
         seed: int,
         large_every_s: float = 10.0,
+        load_warmup_s: float | None = None,
     ) -> None:
         self.large_every_s = large_every_s
         self.base, self.pid = base, pid
         self.t0 = time.monotonic()
         self.warmup_s = max(min(20.0, duration_s / 3), duration_s / 10)
+        self.load_warmup_s = duration_s / 5 if load_warmup_s is None else load_warmup_s
         self.end = self.t0 + duration_s
         self.max_requests = max_requests
         self.rng = random.Random(seed)
         self.tally = Tally()
         self.rss: list[tuple[float, float]] = []
+        self.state: list[tuple[float, dict[str, float]]] = []  # MiB per "lane/kind"
 
     def running(self) -> bool:
         return time.monotonic() < self.end and sum(self.tally.requests.values()) < self.max_requests
@@ -204,16 +225,27 @@ class Soak:
                     attack, last_large = large_request, now
                 elif now - last_slow >= 60:
                     attack, last_slow = slow_headers, now
+                start = time.monotonic() - self.t0
                 try:
                     await attack(client, key, self.tally, self.rng)
                 except (httpx.HTTPError, websockets.WebSocketException, OSError) as exc:
                     self.tally.saw(f"attack:{attack.__name__}", f"transport {type(exc).__name__}")
+                self.tally.spans.append((attack.__name__, start, time.monotonic() - self.t0))
                 await asyncio.sleep(1.0)
 
     async def sample_rss(self) -> None:
-        while self.running():
-            self.rss.append((round(time.monotonic() - self.t0, 1), round(rss_mb(self.pid), 1)))
-            await asyncio.sleep(5.0)
+        """RSS every 5 s; every 15 s, what the state stores hold (`deltaguard_state_bytes`)."""
+        async with httpx.AsyncClient(base_url=self.base, timeout=30) as client:
+            n = 0
+            while self.running():
+                at = round(time.monotonic() - self.t0, 1)
+                self.rss.append((at, round(rss_mb(self.pid), 1)))
+                if n % 3 == 0:
+                    with contextlib.suppress(httpx.HTTPError):
+                        r = await client.get("/metrics", headers=bearer(KEYS["steady"]))
+                        self.state.append((at, state_mb(r.text)))
+                n += 1
+                await asyncio.sleep(5.0)
 
     async def run(self) -> None:
         workers = [self.steady(n) for n in range(4)] + [self.noisy(n) for n in range(6)]
@@ -240,6 +272,52 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"n": len(samples), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}
 
 
+def windows(samples: list[tuple[float, float]], start: float, width: float) -> list[dict[str, Any]]:
+    """p50/p99 and the slowest of the samples taken in each `width` seconds from `start`."""
+    by_window: dict[int, list[float]] = {}
+    for at, s in samples:
+        if at >= start:
+            by_window.setdefault(int((at - start) // width), []).append(s)
+    return [
+        {"from_s": round(start + i * width, 1), **percentiles(v), "max_ms": round(max(v) * 1000, 1)}
+        for i, v in sorted(by_window.items())
+    ]
+
+
+def slow_overlaps(
+    samples: list[tuple[float, float]], spans: list[tuple[str, float, float]], start: float
+) -> dict[str, Any]:
+    """The requests slower than `SLOW_S` from `start`, and how many overlapped each kind of
+    attack in flight (one request may overlap several; "none": it overlapped none)."""
+    slow = [(at, s) for at, s in samples if at >= start and s > SLOW_S]
+    overlapped: dict[str, int] = {}
+    for at, s in slow:
+        kinds = {name for name, a, b in spans if a < at + s and b > at} or {"none"}
+        for kind in kinds:
+            overlapped[kind] = overlapped.get(kind, 0) + 1
+    return {"threshold_ms": SLOW_S * 1000, "n": len(slow), "overlapping": dict(sorted(overlapped.items()))}
+
+
+def rss_report(samples: list[tuple[float, float]], warm: float, tail_s: float = 300.0) -> dict[str, Any]:
+    """RSS after the load's warm-up: first, last, its spread ((max - min) / min) there and
+    over the last `tail_s` seconds."""
+
+    def spread(values: list[float]) -> float | None:
+        return round((max(values) - min(values)) / min(values), 4) if values else None
+
+    after = [mb for at, mb in samples if at >= warm]
+    end = samples[-1][0] if samples else 0.0
+    tail = [mb for at, mb in samples if at >= max(warm, end - tail_s)]
+    return {
+        "samples": samples,
+        "after_warmup_first": after[0] if after else None,
+        "after_warmup_last": after[-1] if after else None,
+        "after_warmup_spread": spread(after),
+        f"last_{tail_s:.0f}s_spread": spread(tail),
+        "max": max((mb for _, mb in samples), default=None),
+    }
+
+
 def billing_report(folder: Path, billable: set[str]) -> dict[str, Any]:
     events = []
     for name in ("billing.jsonl", "spool.jsonl"):
@@ -261,24 +339,22 @@ def billing_report(folder: Path, billable: set[str]) -> dict[str, Any]:
 
 def report(soak: Soak, folder: Path, exit_code: int | None) -> dict[str, Any]:
     warm = soak.warmup_s
+    settled = warm + soak.load_warmup_s  # the load's warm-up over: stores at their bounds
     lat = soak.tally.latency_s
-    steady_warm = percentiles([s for at, s in lat.get("steady", []) if at < warm])
-    steady_load = percentiles([s for at, s in lat.get("steady", []) if at >= warm])
-    after_warmup = [mb for at, mb in soak.rss if at >= warm]
+    steady = lat.get("steady", [])
+    steady_warm = percentiles([s for at, s in steady if at < warm])
+    steady_load = percentiles([s for at, s in steady if at >= warm])
     stored = b"".join(p.read_bytes() for p in folder.glob("recorded.db*"))
     return {
         "duration_s": round(time.monotonic() - soak.t0, 1),
         "warmup_s": warm,
+        "load_warmup_s": soak.load_warmup_s,
         "requests": sum(soak.tally.requests.values()),
         "requests_by_kind": dict(sorted(soak.tally.requests.items())),
         "outcomes": dict(sorted(soak.tally.outcomes.items())),
         "billing": billing_report(folder, soak.tally.billable),
-        "rss_mb": {
-            "samples": soak.rss,
-            "after_warmup_first": after_warmup[0] if after_warmup else None,
-            "after_warmup_last": after_warmup[-1] if after_warmup else None,
-            "max": max((mb for _, mb in soak.rss), default=None),
-        },
+        "rss_mb": rss_report(soak.rss, settled),
+        "state_mb": soak.state,  # each store's bytes against --state-max-mb
         "latency": {
             "steady_unloaded": steady_warm,
             "steady_loaded": steady_load,
@@ -286,6 +362,8 @@ def report(soak: Soak, folder: Path, exit_code: int | None) -> dict[str, Any]:
             "steady_p99_ratio": round(steady_load["p99_ms"] / steady_warm["p99_ms"], 2)
             if steady_warm and steady_load
             else None,
+            "steady_windows": windows(steady, warm, max(10.0, min(60.0, soak.load_warmup_s))),
+            "steady_slow": slow_overlaps(steady, soak.tally.spans, warm),
         },
         "metrics_bytes_max": soak.tally.notes.get("metrics_bytes"),
         "secrets_in_store": [s for s in (AWS_KEY, CARD) if s.encode() in stored],
@@ -302,10 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--large-every", type=float, default=10.0, help="seconds between large requests (0: none)"
     )
+    parser.add_argument(
+        "--load-warmup", type=float, help="seconds of load before RSS is judged (default: a fifth)"
+    )
     parser.add_argument("--out", type=Path, default=OUT / "soak.json")
     parser.add_argument("--gateway-log", type=Path, help="keep the gateway's log here")
     parser.add_argument(
-        "--state-max-mb", type=int, default=16, help="the gateway's state_max_bytes, per store (MiB)"
+        "--state-max-mb", type=int, default=8, help="the gateway's state_max_bytes, per store (MiB)"
     )
     args = parser.parse_args(argv)
     duration = min(max(args.duration, 1.0), MAX_DURATION_S)
@@ -313,7 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         proc, port = start_gateway(folder, args.rate, args.state_max_mb)
         soak = Soak(
-            f"http://127.0.0.1:{port}", proc.pid, duration, min(args.max_requests, MAX_REQUESTS), args.seed
+            f"http://127.0.0.1:{port}",
+            proc.pid,
+            duration,
+            min(args.max_requests, MAX_REQUESTS),
+            args.seed,
+            args.large_every,
+            args.load_warmup,
         )
         try:
             asyncio.run(soak.run())
@@ -327,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             args.gateway_log.write_bytes((folder / "gateway.log").read_bytes())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: v for k, v in result.items() if k != "rss_mb"}, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rss_mb", "state_mb")}, indent=2))
     print("rss_mb:", json.dumps({k: v for k, v in result["rss_mb"].items() if k != "samples"}))
     return 0
 

@@ -30,6 +30,7 @@ class Tally:
     outcomes: dict[str, int] = field(default_factory=dict)  # "kind status code" -> count
     billable: set[str] = field(default_factory=set)
     latency_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # tenant -> (at, s)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)  # attack, from, to (soak time)
     notes: dict[str, Any] = field(default_factory=dict)
 
     def saw(self, kind: str, outcome: str) -> None:

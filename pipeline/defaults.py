@@ -32,6 +32,22 @@ STATE_CACHE_TTL_S = 60.0
 
 # Lanes and sinks.
 INFERENCE_THREADS = 2
+# The background lanes (monitor, post-inference) run on threads of their own, this much
+# lower in OS priority than the request path (0: the same), so that they use what CPU the
+# request path leaves.
+BACKGROUND_THREADS = 2
+BACKGROUND_NICE = 10
+# Request bodies larger than this are parsed on the request path's pool, not the event loop.
+PARSE_INLINE_BYTES = 64 * 1024
+# Seconds a client refused for an overload (429 tenant_overloaded, 503 server_overloaded)
+# is told to wait before it retries (`Retry-After`): a response slot frees within about that.
+OVERLOAD_RETRY_AFTER_S = 1
+# The garbage collector's thresholds while serving (`gc.set_threshold`; Python's are
+# (700, 10, 10)): full collections, whose pause grows with the state held, a minute or so
+# apart under load instead of seconds (deltaguard.gateway.server.prepare_heap).
+GC_THRESHOLDS = (10_000, 10, 10)
+# glibc heap arenas `deltaguard serve` allows (MALLOC_ARENA_MAX in the environment wins).
+MALLOC_ARENAS = 2
 LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
 # Monitor-lane jobs already queued when the lane takes one are folded with it, up to this
 # many (the detector scores them in shared onnxruntime calls); the lane never waits for

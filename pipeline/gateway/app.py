@@ -30,6 +30,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from deltaguard.access import HostOriginGuard
 from deltaguard.errors import ItemError, KafkaPathError
+from deltaguard.gateway.body import BodyParser
 from deltaguard.gateway.chat import ChatEndpoint, ChatService, build_chat_upstream
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.error_exits import CLIENT_ERRORS, ErrorExits, client_error
@@ -43,7 +44,7 @@ from deltaguard.gateway.upstreams import (
     Upstream,
     WebSocketUpstream,
 )
-from deltaguard.gateway.wire import parse_body, read_create
+from deltaguard.gateway.wire import CreateRequest, parse_body, read_create
 from deltaguard.lanes.stage import SafetyStage, StageConfig
 from deltaguard.parsing import parse_items
 from deltaguard.recording import TranscriptRecorder
@@ -151,6 +152,8 @@ class Gateway:
             inference_threads=config.inference_threads,
             tenant_threads=config.tenant_threads(),
             tenant_weights=dict(config.tenant_weights),
+            background_threads=config.background_threads,
+            background_nice=config.background_nice,
             store=StoreLimits(max_bytes=config.state_max_bytes),
             billing_journal=Path(config.billing_journal_path) if config.billing_journal_path else None,
             journal_cadence=config.journal_cadence(),
@@ -173,6 +176,7 @@ class Gateway:
         self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
         self.upstream = upstream or build_upstream(config)
         self.service = ResponsesService(config, self.stage, self.upstream)
+        self.body = BodyParser(self.stage, config.parse_inline_bytes)
         self.chat_upstream = chat_upstream or build_chat_upstream(config)
         self.chat = ChatEndpoint(
             ChatService(config, self.stage, self.chat_upstream), self.tenant, self.metrics
@@ -234,7 +238,7 @@ class Gateway:
     async def create_response(self, request: Request) -> Response:
         request.state.transport = "http"  # a refusal's count (`ErrorExits`), streamed or not
         tenant = self.tenant(request.headers)
-        req = read_create(await request.body(), self.limits)
+        req = await self.body(self._read_create, await request.body(), tenant)
         if not req.stream:
             final = await self.service.create(req, tenant)
             self.metrics.requests.labels("http", "ok").inc()
@@ -248,6 +252,12 @@ class Gateway:
             raise
         self.metrics.requests.labels("sse", "ok").inc()
         return StreamingResponse(_sse(first, events), media_type="text/event-stream")
+
+    def _read_create(self, raw: bytes | str) -> CreateRequest:
+        return read_create(raw, self.limits)
+
+    def _read_frame(self, raw: bytes | str) -> CreateRequest:
+        return read_create(raw, self.limits, frame=True)
 
     # -- the Conversations API -------------------------------------------------------------
 
@@ -357,7 +367,7 @@ class Gateway:
         raw = message.get("text")
         if raw is None:
             raise RequestError("binary frames are not accepted; send JSON text", code="invalid_frame")
-        req = read_create(raw, self.limits, frame=True)
+        req = await self.body(self._read_frame, raw, tenant)
         status = "ok"
         async with contextlib.aclosing(self.service.events(req, tenant)) as events:
             async for event in events:

@@ -30,6 +30,7 @@ from deltaguard.bounds import RequestLimits
 from deltaguard.chat_items import ItemCache, chat_history_items, chat_output_items
 from deltaguard.errors import ItemError, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
+from deltaguard.gateway.body import BodyParser
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.error_exits import CLIENT_ERRORS, client_error
 from deltaguard.gateway.http_errors import RequestError, invalid_item, server_overloaded
@@ -171,8 +172,9 @@ class ChatService:
         self.upstream = upstream
         self.items = ItemCache()  # a resent history parses only the messages not seen before
         self.inflight = 0
+        self.body = BodyParser(stage, config.parse_inline_bytes)
 
-    def parse(self, raw: bytes) -> ChatRequest:
+    def parse(self, raw: bytes | str) -> ChatRequest:
         return parse_chat(parse_body(raw, self.limits), self.limits, cache=self.items)
 
     async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> Turn:
@@ -289,7 +291,7 @@ class ChatEndpoint:
     async def handle(self, request: Request) -> Response:
         request.state.transport = "chat"  # a refusal's count (`ErrorExits`), streamed or not
         tenant = self.tenant(request.headers)
-        req = self.service.parse(await request.body())
+        req = await self.service.body(self.service.parse, await request.body(), tenant)
         turn = await self.service.gate(req, tenant)
         if not req.stream:
             out = await self.service.complete(req, turn)

@@ -150,6 +150,13 @@ class GatewayConfig(BaseModel):
     inference_threads: int = Field(defaults.INFERENCE_THREADS, ge=1)
     tenant_inference_threads: int | None = Field(None, ge=1)
     tenant_weights: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    # The monitor and post-inference lanes run on threads of their own, fair between
+    # tenants alike, this much lower in OS priority (Linux; 0: the same as the request path).
+    background_threads: int = Field(defaults.BACKGROUND_THREADS, ge=1)
+    background_nice: int = Field(defaults.BACKGROUND_NICE, ge=0, le=19)
+    # Request bodies (and WebSocket frames) larger than this are parsed off the event loop,
+    # on the request path's pool as their tenant's work (deltaguard.gateway.body).
+    parse_inline_bytes: int = Field(defaults.PARSE_INLINE_BYTES, ge=0)
     # Responses in flight per tenant (beyond it: 429 tenant_overloaded), and the bytes each
     # (lane, tenant) conversation store holds in this process, for records and snapshots each.
     max_inflight_per_tenant: int = Field(256, ge=1)

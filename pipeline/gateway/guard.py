@@ -36,6 +36,7 @@ from deltaguard.chat_items import (
 )
 from deltaguard.errors import ItemError, PreviousResponseNotFound
 from deltaguard.events import DEFAULT_TENANT
+from deltaguard.gateway.body import BodyParser
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.guard_openapi import OPENAPI
 from deltaguard.gateway.guard_wire import (
@@ -95,6 +96,7 @@ class GuardService:
         self.limits = config.request_limits
         self.stage = stage
         self.items = ItemCache()
+        self.body = BodyParser(stage, config.parse_inline_bytes)
         # An input check keeps the digest of its tools and instructions on its record in the
         # stage (`guard_context`), and a resent history finds it there (`Turn.annotate`).
 
@@ -271,8 +273,11 @@ class GuardEndpoints:
     ) -> Response:
         request.state.transport = name
         tenant = self.tenant(request.headers)
-        body = parse_body(await request.body(), self.service.limits)
-        result = await check(self.service.parse(model, body), tenant)
+        limits = self.service.limits
+        wire = await self.service.body(
+            lambda raw: self.service.parse(model, parse_body(raw, limits)), await request.body(), tenant
+        )
+        result = await check(wire, tenant)
         self.metrics.requests.labels(name, "ok").inc()
         return JSONResponse(result.model_dump(mode="json", exclude_none=True))
 

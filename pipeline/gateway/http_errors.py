@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse
 
+from deltaguard import defaults
 from deltaguard.errors import DeltaGuardError, ItemError
 
 
@@ -50,7 +51,8 @@ class RequestError(DeltaGuardError):
 
     `detail`: more fields of the error object (a blocked turn's `categories`, a lock-out's
     `locked_until`). `body`: the whole answer when the refusal is not the gateway's own
-    (an upstream's, passed through as it came)."""
+    (an upstream's, passed through as it came). `retry_after_s`: when a client may retry
+    (an overload), sent as `Retry-After`."""
 
     def __init__(
         self,
@@ -62,8 +64,10 @@ class RequestError(DeltaGuardError):
         type: str = "invalid_request_error",
         detail: dict[str, Any] | None = None,
         body: dict[str, Any] | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         super().__init__(message)
+        self.retry_after_s = retry_after_s
         self.message = message
         self.code = code
         self.param = param
@@ -89,7 +93,8 @@ class RequestError(DeltaGuardError):
 
 def error_response(err: RequestError) -> JSONResponse:
     """The HTTP response that refuses a request with `err`."""
-    return JSONResponse(err.body or {"error": err.to_error()}, status_code=err.status)
+    headers = {"Retry-After": str(err.retry_after_s)} if err.retry_after_s is not None else None
+    return JSONResponse(err.body or {"error": err.to_error()}, status_code=err.status, headers=headers)
 
 
 def error_event(err: RequestError, sequence_number: int | None = None) -> dict[str, Any]:
@@ -114,6 +119,7 @@ def server_overloaded(inflight: int, what: str) -> RequestError:
         code="server_overloaded",
         status=503,
         type="server_error",
+        retry_after_s=defaults.OVERLOAD_RETRY_AFTER_S,
     )
 
 

@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deltaguard import defaults
 from deltaguard.errors import PreviousResponseNotFound, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
@@ -228,6 +229,7 @@ class ResponsesService:
                 code="tenant_overloaded",
                 status=429,
                 type="rate_limit_error",
+                retry_after_s=defaults.OVERLOAD_RETRY_AFTER_S,
             )
         if self.inflight >= self.config.max_inflight_responses:
             raise server_overloaded(self.inflight, "responses")

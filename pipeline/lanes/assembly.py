@@ -194,8 +194,11 @@ def assemble(
     trackers: TrackerTable,
     run: Callable[..., Awaitable[Any]],
     journal: BillingJournal | None = None,
+    background: Callable[..., Awaitable[Any]] | None = None,
 ) -> LaneSet:
+    """`run`: the request path's pool; `background`: the queued lanes' (default `run`)."""
     c, m = stage.config, stage.metrics
+    background = background or run
 
     def observer(name: str) -> Callable[[Sequence[Any]], None]:
         if name == "billing" and journal is not None:
@@ -222,7 +225,7 @@ def assemble(
         flags,
         stage.mark_flagged,
         m,
-        run,
+        background if stage.queue_monitor else run,  # unqueued, a turn awaits its verdict
         maxsize=c.monitor_queue_size,
         batch_size=c.monitor_batch,
         queued=stage.queue_monitor,
@@ -236,7 +239,7 @@ def assemble(
         flags,
         writers["billing"],
         m,
-        run,
+        background,
         maxsize=c.post_queue_size,
         journal=journal,
     )

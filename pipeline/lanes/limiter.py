@@ -1,5 +1,5 @@
-"""The one thread pool classifier work runs on: created at startup, injected everywhere,
-shared fairly between tenants.
+"""A thread pool classifier work runs on, shared fairly between tenants: the request
+path's (created at startup, injected everywhere) and the background lanes' (below it).
 
 A fold cannot be interrupted, and one large request costs seconds of CPU: with a plain
 FIFO pool, a tenant that sends a few of them queues every other tenant's trivial turns
@@ -11,6 +11,11 @@ goes to the waiting tenant that has used the least thread time so far, for its w
 of a tenant of weight 1 while both wait; a tenant that comes back after idling starts
 level with the active tenant that used the least, not ahead by all it did not use).
 
+A pool given a `nice` (the stage's background pool: the monitor and post-inference lanes)
+runs its threads at that lower OS priority, so that under CPU contention the request path
+(the event loop, the gate's pool) runs first; onnxruntime with one intra-op thread
+computes in the calling thread, so the detector's work is niced with it.
+
     limiter = InferenceLimiter(threads=4, per_tenant=3, weights={"acme": 3.0})
     verdict = await limiter.run(tracker.score_turn, response_id, items, tenant="acme")
 """
@@ -18,28 +23,62 @@ level with the active tenant that used the least, not ahead by all it did not us
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+log = logging.getLogger("deltaguard.stage")
+
+
+def lower_priority(nice: int) -> None:
+    """The calling thread's OS priority lowered by `nice` (Linux: threads have their own;
+    elsewhere this would nice the whole process, so it is left alone)."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError as exc:  # a sandbox that forbids it: the pool still runs, unniced
+        log.warning("could not lower the priority of %s: %s", threading.current_thread().name, exc)
+
 
 class InferenceLimiter:
     """Runs classifier folds off the event loop on a fixed number of threads, fairly.
 
-    One per process: the safety stage creates it at `start()` unless one is given, and
-    whatever shares the stage's classifiers (the LiteLLM adapter) runs on the stage's."""
+    Two per stage: the request path's (the gate and what a turn awaits), created at
+    `start()` unless one is given, which whatever shares the stage's classifiers (the
+    LiteLLM adapter) runs on too, and the background lanes', at a lower OS priority."""
 
     def __init__(
-        self, threads: int, per_tenant: int | None = None, weights: Mapping[str, float] | None = None
+        self,
+        threads: int,
+        per_tenant: int | None = None,
+        weights: Mapping[str, float] | None = None,
+        *,
+        nice: int = 0,
+        name: str = "infer",
     ) -> None:
-        """`weights`: each tenant's share of thread time against the others' (default 1)."""
+        """`weights`: each tenant's share of thread time against the others' (default 1).
+        `nice`: how much lower than the process's the threads' OS priority is."""
         bad = {t: w for t, w in (weights or {}).items() if not w > 0}
         if bad:
             raise ValueError(f"tenant weights must be positive: {bad}")
+        if nice < 0:
+            raise ValueError(f"nice must be 0 or more (a lower priority), not {nice}")
         self.weights = dict(weights or {})
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="deltaguard-infer")
+        self.nice = nice
+        self._executor = ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix=f"deltaguard-{name}",
+            initializer=lower_priority,
+            initargs=(nice,),
+        )
         self.threads = threads
         self.per_tenant = min(per_tenant, threads) if per_tenant is not None else threads
         self._busy = 0

@@ -177,11 +177,7 @@ class MonitorLane:
         trackers = [self.tracker(job.tenant) for job in jobs]
         ids = [job.response_id for job in jobs]
         with lane_span("monitor", response_id=ids[0] if len(ids) == 1 else None, response_ids=ids):
-            # A wave runs as the work of the tenant with most jobs in it: a tenant flooding
-            # the lane is held to its share of the threads, its monitor work included.
-            tenants = [job.tenant for job in jobs]
-            tenant = max(set(tenants), key=tenants.count)
-            tracked = await self.run(_score_wave, scorer, jobs, trackers, tenant=tenant)
+            tracked = await self._score_per_tenant(scorer, jobs, trackers)
             outcomes: list[TurnVerdict | Exception | None] = []
             for job, turn in zip(jobs, tracked, strict=True):
                 if turn is None or isinstance(turn, Exception):
@@ -201,6 +197,31 @@ class MonitorLane:
                     await self.flags.put(outcome.flag, job.tenant)
                 outcomes.append(outcome.verdict)
         return outcomes
+
+    async def _score_per_tenant(
+        self, scorer: Scorer, jobs: Sequence[MonitorJob], trackers: Sequence[ConversationTracker | None]
+    ) -> list[TrackedTurn | Exception | None]:
+        """The wave folded as one job per tenant, side by side, each the work of its own
+        tenant: a tenant flooding the lane is held to its share of the threads, and another
+        tenant's turns neither wait behind its fold nor are charged for it. A tenant's fold
+        that fails costs only its own turns their verdicts."""
+        by_tenant: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            by_tenant.setdefault(job.tenant, []).append(i)
+        folds = await asyncio.gather(
+            *(
+                self.run(_score_wave, scorer, [jobs[i] for i in idx], [trackers[i] for i in idx], tenant=t)
+                for t, idx in by_tenant.items()
+            ),
+            return_exceptions=True,
+        )
+        tracked: list[TrackedTurn | Exception | None] = [None] * len(jobs)
+        for idx, fold in zip(by_tenant.values(), folds, strict=True):
+            if isinstance(fold, BaseException) and not isinstance(fold, Exception):
+                raise fold  # cancelled: the lane is closing
+            for n, i in enumerate(idx):
+                tracked[i] = fold if isinstance(fold, Exception) else fold[n]
+        return tracked
 
 
 def _score_wave(

@@ -17,7 +17,9 @@
 - flags go through one `flags.FlagOutlet` (flag sink, then the recorder).
 
 Each lane and sink writer is a `deltaguard.worker.BoundedWorker`; classifier work runs
-on one thread pool (`limiter.InferenceLimiter`), created at `start()` or injected.
+on two thread pools (`limiter.InferenceLimiter`), each fair between tenants: the request
+path's (the gate, what a turn awaits), created at `start()` or injected, and the
+background lanes' (monitor, post-inference), at a lower OS priority.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ class StageConfig:
     tenant_threads: int | None = None
     # Each tenant's share of classifier thread time against the others' (default 1).
     tenant_weights: dict[str, float] = field(default_factory=dict)
+    # The monitor and post-inference lanes' own threads (shared fairly between tenants,
+    # each capped as on the request path's pool) and how much lower their OS priority is.
+    background_threads: int = defaults.BACKGROUND_THREADS
+    background_nice: int = defaults.BACKGROUND_NICE
     monitor_queue_size: int = defaults.LANE_QUEUE_SIZE
     monitor_batch: int = defaults.MONITOR_BATCH
     post_queue_size: int = defaults.LANE_QUEUE_SIZE
@@ -149,11 +155,21 @@ class SafetyStage:
         self._limiter = self._limiter or InferenceLimiter(
             c.inference_threads, c.tenant_threads, c.tenant_weights
         )
+        # Capped per tenant as the request path's pool is: all but one thread when the
+        # request path keeps one free for other tenants.
+        shared = c.tenant_threads is not None and c.tenant_threads < c.inference_threads
+        self._background = InferenceLimiter(
+            c.background_threads,
+            max(1, c.background_threads - 1) if shared else None,
+            c.tenant_weights,
+            nice=c.background_nice,
+            name="background",
+        )
         self._journal = (
             BillingJournal(c.billing_journal, cadence=c.journal_cadence) if c.billing_journal else None
         )
         owed = self._journal.recover() if self._journal is not None else []
-        self._lanes = assemble(self, self._trackers, self._limiter.run, self._journal)
+        self._lanes = assemble(self, self._trackers, self._limiter.run, self._journal, self._background.run)
         self._lanes.start()
         for event in owed:  # billed before a kill, never confirmed by the sink
             await self._lanes.writers["billing"].put(event)
@@ -174,6 +190,7 @@ class SafetyStage:
             left["recordings"] = await self.recorder.aclose(max(0.0, deadline - time.monotonic()))
         if self._own_limiter and self._limiter is not None:
             self._limiter.close()
+        self._background.close()
         if self._journal is not None:  # what it still owes is re-sent by the next start
             self._journal.close()
         self._state = self._state.to(Lifecycle.CLOSED, "SafetyStage")
@@ -186,6 +203,14 @@ class SafetyStage:
         await asyncio.wait_for(
             self._lanes.flush(), timeout_s if timeout_s is not None else self.config.drain_timeout_s
         )
+
+    async def run(self, fn: Callable[..., Any], *args: Any, tenant: str = DEFAULT_TENANT) -> Any:
+        """`fn(*args)` on the request path's pool, as `tenant`'s work (fair between tenants,
+        off the event loop): what a request costs besides its classifiers (parsing a
+        large body)."""
+        self._require_running()
+        assert self._limiter is not None
+        return await self._limiter.run(fn, *args, tenant=tenant)
 
     def _require_running(self) -> None:
         if self._state is not Lifecycle.RUNNING:

@@ -99,20 +99,30 @@ class _StateCollector(Collector):
             "Cached entries by lane, tenant and kind",
             labels=["lane", "tenant", "kind"],
         )
+        held = GaugeMetricFamily(
+            "deltaguard_state_bytes",
+            "Bytes the process holds of conversation state (as the store limits count them), "
+            "by lane, tenant and kind",
+            labels=["lane", "tenant", "kind"],
+        )
         # Summed over tenants unless the operator opted in: tenant names are theirs to expose.
         cached: dict[tuple[str, str, str], int] = {}
         sizes: dict[tuple[str, str, str], int] = {}
+        nbytes: dict[tuple[str, str, str], int] = {}
         for (lane, tenant), store in list(self._stores().items()):
             who = tenant if self._tenant_labels else ALL_TENANTS
             stats = store.stats
             for result, value in (("hit", stats.hits), ("miss", stats.misses), ("rebuild", stats.rebuilds)):
                 cached[lane, who, result] = cached.get((lane, who, result), 0) + value
-            for kind, value in (("snapshots", len(store.snapshots)), ("responses", len(store.responses))):
-                sizes[lane, who, kind] = sizes.get((lane, who, kind), 0) + value
+            for kind, held_map in (("snapshots", store.snapshots), ("responses", store.responses)):
+                sizes[lane, who, kind] = sizes.get((lane, who, kind), 0) + len(held_map)
+                nbytes[lane, who, kind] = nbytes.get((lane, who, kind), 0) + held_map.nbytes
         for labels, value in cached.items():
             cache.add_metric(list(labels), value)
         for labels, value in sizes.items():
             entries.add_metric(list(labels), value)
+        for labels, value in nbytes.items():
+            held.add_metric(list(labels), value)
         depth = GaugeMetricFamily(
             "deltaguard_queue_depth", "Jobs or events waiting, by queue", labels=["queue"]
         )
@@ -120,6 +130,7 @@ class _StateCollector(Collector):
             depth.add_metric([name], value)
         yield cache
         yield entries
+        yield held
         yield depth
 
 

@@ -18,5 +18,11 @@ def test_a_short_soak_loses_and_doubles_no_billing_event(tmp_path):
     outcomes = report["outcomes"]
     assert outcomes.get("attack:large 200 ok", 0) >= 1 and report["secrets_in_store"] == []
     assert not any(" 5" in key for key in outcomes), outcomes  # no 5xx
-    assert set(report["latency"]) >= {"steady_unloaded", "steady_loaded", "steady_p99_ratio"}
+    latency = report["latency"]
+    assert set(latency) >= {"steady_unloaded", "steady_loaded", "steady_p99_ratio", "steady_windows"}
+    assert sum(w["n"] for w in latency["steady_windows"]) == latency["steady_loaded"]["n"]
+    slow = latency["steady_slow"]  # each slow request names what it overlapped, if only "none"
+    assert slow["n"] == 0 or sum(slow["overlapping"].values()) >= slow["n"]
+    assert report["rss_mb"]["after_warmup_spread"] is not None
+    assert any("gate/responses" in held and held["gate/responses"] > 0 for _, held in report["state_mb"])
     assert report["gateway_exit_code"] == 0 and report["rss_mb"]["samples"]

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
 from deltaguard.errors import ItemError
+from deltaguard.items import count_tokens
 from deltaguard.parsing import parse_item, parse_items
+from tests.support.gil import ticks_during
 
 
 def test_message_content_shapes_share_text_and_digest_of_type():
@@ -84,3 +89,20 @@ def test_an_item_echoed_back_with_null_fields_is_the_same_history():
     echoed = {**produced, "content": None, "status": "completed"}  # as Codex resends it
     assert parse_item(produced).digest == parse_item(echoed).digest
     assert parse_item({**produced, "encrypted_content": "other"}).digest != parse_item(produced).digest
+
+
+def test_a_long_text_counts_as_one_regex_over_it_would():
+    rng = random.Random(3)
+    alphabet = "ab c.,!\n\t é東😀_-"
+    for n in (40_000, 100_000, 250_000):
+        text = "".join(rng.choice(alphabet) for _ in range(n))
+        assert count_tokens(text) == len(re.findall(r"\w+|[^\w\s]", text))
+    assert count_tokens("x" * 100_000) == 1  # no whitespace: one slice, one word
+
+
+def test_a_long_text_is_counted_while_other_threads_run():
+    # One regex over a 4 MB text held the GIL for all of it, freezing the event loop.
+    text = "lorem ipsum, dolor sit amet. " * 140_000
+    count, ticks = ticks_during(count_tokens, text)
+    assert count == 140_000 * 7
+    assert ticks >= 3, f"another thread ran {ticks} times while the text was counted"

@@ -248,6 +248,13 @@ def test_metrics_and_health(gateway, sdk):
         "deltaguard_requests_total",
     ):
         assert name in text
+    held = {  # the bytes each lane's stores hold, as their byte limits count them
+        line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("deltaguard_state_bytes{")
+    }
+    assert held['kind="responses",lane="gate",tenant="all"'] > 0
+    assert held['kind="snapshots",lane="gate",tenant="all"'] > 0
     assert httpx.get(gateway[0] + "/healthz").json()["status"] == "ok"
 
 

@@ -63,6 +63,7 @@ def test_one_tenant_cannot_take_every_response_slot(scorer):
         for t in threads:
             t.join()
     assert r.status_code == 429 and r.json()["error"]["code"] == "tenant_overloaded"
+    assert r.headers["retry-after"] == "1"  # the SDK waits that long before it retries
     assert sorted(code for code, _ in hog) == [200, 200, 429, 429] and small[0] == 200
 
 

@@ -4,11 +4,15 @@ tenant that used the least."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import threading
 import time
 
 import pytest
 
 from deltaguard.lanes.limiter import InferenceLimiter
+from tests.support.toy import ItemCounter
 
 
 def work(seconds: float, log: list[str], name: str) -> str:
@@ -117,3 +121,61 @@ async def test_a_heavier_tenant_gets_its_weight_of_thread_time():
 def test_tenant_weights_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         InferenceLimiter(threads=1, weights={"a": 0.0})
+
+
+def _priority() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="threads have priorities of their own on Linux"
+)
+async def test_a_niced_pool_runs_its_jobs_below_the_request_paths_priority():
+    base = _priority()
+    plain, niced = InferenceLimiter(threads=1), InferenceLimiter(threads=1, nice=5, name="background")
+    try:
+        assert await plain.run(_priority) == base
+        assert await niced.run(_priority) == min(19, base + 5)
+        assert _priority() == base  # the event loop's thread keeps its own
+    finally:
+        plain.close()
+        niced.close()
+    with pytest.raises(ValueError, match="nice must be 0 or more"):
+        InferenceLimiter(threads=1, nice=-1)
+
+
+class ThreadNoter(ItemCounter):
+    """Notes the name and OS priority of each thread it scores on."""
+
+    def __init__(self, name: str, lane: str) -> None:
+        super().__init__(name, lane)
+        self.threads: set[tuple[str, int]] = set()
+
+    def update(self, state, items):
+        self.threads.add((threading.current_thread().name.rsplit("_", 1)[0], _priority()))
+        return super().update(state, items)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="threads have priorities of their own on Linux"
+)
+async def test_the_gate_runs_on_the_request_paths_pool_and_the_monitor_and_output_lanes_below_it():
+    from deltaguard.lanes.stage import SafetyStage, StageConfig, Usage
+    from deltaguard.parsing import parse_item
+    from deltaguard.state.scoring import Scorer
+
+    gate, monitor = ThreadNoter("gate_probe", "gate"), ThreadNoter("monitor_probe", "monitor")
+    stage = SafetyStage(Scorer([gate, monitor]), config=StageConfig(background_nice=7))
+    await stage.start()
+    try:
+        turn = await stage.begin("t", new_items=[parse_item({"role": "user", "content": "hi"})])
+        gate_threads = set(gate.threads)
+        output = parse_item({"type": "message", "role": "assistant", "content": "hello"})
+        await turn.finish([output], Usage(3, 0, 1))
+        await stage.drain(10)
+    finally:
+        await stage.aclose()
+    base = _priority()
+    assert gate_threads == {("deltaguard-infer", base)}
+    assert gate.threads - gate_threads == {("deltaguard-background", min(19, base + 7))}  # output scoring
+    assert monitor.threads == {("deltaguard-background", min(19, base + 7))}
