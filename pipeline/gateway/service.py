@@ -42,6 +42,7 @@ from deltaguard.lanes.stage import GateResult, SafetyStage, Turn
 from deltaguard.lanes.turn import Forward
 from deltaguard.state.scoring import findings_json
 from deltaguard.state.tiers import StateMap
+from deltaguard.streams import close_source
 from deltaguard.usage import Usage, usage_from
 
 log = logging.getLogger("deltaguard.gateway")
@@ -372,9 +373,7 @@ class _UpstreamTap:
                     self._streamed.append(delta)
                 yield event
         finally:
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await close_source(source)
 
     def usage(self, history: Sequence[Item]) -> Usage:
         """The upstream's usage, else DeltaGuard's count of the input and streamed output."""
