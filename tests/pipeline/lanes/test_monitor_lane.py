@@ -6,8 +6,8 @@ import asyncio
 import dataclasses
 import threading
 
+from deltaguard.lanes.pending_verdicts import VerdictWait
 from deltaguard.lanes.stage import SafetyStage, StageConfig
-from deltaguard.lanes.verdicts import VerdictWait
 from deltaguard.parsing import parse_item
 from deltaguard.sinks import MemorySink
 from deltaguard.state.scoring import Scorer
