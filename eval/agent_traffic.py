@@ -31,7 +31,7 @@ from eval.replay_eval import replay
 from eval.report import write_report
 from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats
 from training.lib.real_text import all_documents
-from training.lib.real_text_lock import drift
+from training.lib.real_text_lock import machine_drift
 
 OUT = Path(__file__).resolve().parent / "out" / "agent_traffic.md"
 ATTACK = frozenset({"prompt_injection", "jailbreak"})
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     convs = write_transcripts(args.split, src, args.scale)
     verdicts, seconds = replay(src, work / f"agent_traffic-{args.split}-verdicts.json", extra)
     summary = summarise(convs, verdicts)
-    summary["real_text"] = drift(all_documents()).summary()
+    summary["real_text"] = machine_drift().summary()
     summary["chat_messages"] = chat_messages_flagged(args.split, args.models, args.classifiers)
     args.out.with_suffix(".json").parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))

@@ -24,7 +24,6 @@ import hashlib
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -346,6 +345,10 @@ def dataset_build_documents(cache: Path | str | None = None) -> Iterator[Documen
 def all_documents(cache: Path | str | None = None, root: Path | None = None) -> list[Document]:
     """Every real document this machine holds, deduplicated by text. Read once per process
     (a recipe asks for its rows and for its validation conversations): a fresh list each call."""
+    if root is None and cache is None:  # this machine's own text: say once if it is not what was pinned
+        from training.lib.real_text_lock import machine_drift
+
+        machine_drift()
     return list(_all_documents(cache, root))
 
 
@@ -364,10 +367,4 @@ def _all_documents(cache: Path | str | None, root: Path | None) -> tuple[Documen
             if key not in seen:
                 seen.add(key)
                 out.append(d)
-    if root is None and cache is None:  # this machine's own text: say if it is not what was pinned
-        from training.lib.real_text_lock import drift
-
-        found = drift(out)
-        if found:
-            print(f"[real_text] {found.summary()}", file=sys.stderr)
     return tuple(out)

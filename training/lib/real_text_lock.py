@@ -16,6 +16,7 @@ other text.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import sys
@@ -74,6 +75,18 @@ def drift(documents: Iterable[Document], lock: Path = LOCK) -> Drift:
         changed=tuple(s for s in pinned if s in here and here[s] != pinned[s]),
         added=tuple(s for s in here if s not in pinned),
     )
+
+
+@functools.cache
+def machine_drift() -> Drift:
+    """This machine's real text against the lock, computed once per process (a warning on
+    stderr when it differs): what `all_documents` and the evaluations report."""
+    from training.lib.real_text import _all_documents
+
+    found = drift(_all_documents(None, None))
+    if found:
+        print(f"[real_text] {found.summary()}", file=sys.stderr)
+    return found
 
 
 def write(documents: Iterable[Document], lock: Path = LOCK) -> dict[str, dict[str, object]]:
