@@ -59,6 +59,7 @@ from training.corpus.example import seed_for
 from training.corpus.spikee import FOLDERS as SPIKEE_FOLDERS
 from training.corpus.spikee import HARMFUL_FOLDER, TOPICAL_FOLDERS, _jsonl
 from training.corpus.wheels import open_wheel
+from training.lib import thresholds
 from training.lib.log import make_log
 from training.lib.tool_catalog import FAMILIES
 
@@ -379,11 +380,13 @@ def jailbreak_scores(model: LexicalModel, items: list[dict[str, Any]], unit: str
 
 
 def choose_threshold(scores: np.ndarray, labels: np.ndarray, kinds: np.ndarray) -> float:
-    """Lowest candidate at which every kind's benign flag rate (score >= t) is <= MAX_FPR."""
-    for t in np.unique(scores):
-        if all((scores[(kinds == k) & (labels == 0)] >= t).mean() <= MAX_FPR for k in np.unique(kinds)):
-            return float(t)
-    return 1.0
+    """Lowest candidate at which every kind's benign flag rate (score >= t) is <= MAX_FPR
+    (thresholds.choose_threshold without labels, ties to the lower); 1.0 when none is."""
+    benign = {str(k): scores[(kinds == k) & (labels == 0)] for k in np.unique(kinds)}
+    if missing := sorted(k for k, q in benign.items() if not q.size):
+        raise ValueError(f"no benign validation items of kind {missing}: their flag rate cannot be bounded")
+    budgets = dict.fromkeys(benign, MAX_FPR)
+    return thresholds.choose_threshold(scores, benign, budgets, ties="lower", otherwise=1.0)
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
