@@ -20,12 +20,12 @@ import time
 
 import numpy as np
 
-from deltaguard.artifacts import MANIFEST_NAME
 from deltaguard.classifiers.conversation import EMA_THRESHOLD, SPAN_THRESHOLD, ConversationClassifier
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT, LONG_USER_CHARS
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
+from training.lib.manifest import write_manifest_entry
 from training.lib.thresholds import flagged_share, per_kind_floor
 
 ENTRY = "conversation-view"
@@ -69,10 +69,7 @@ def main() -> int:
         f"{CONVERSATION_BUDGET} of its conversations over it (training/conversation_view.py)",
         "validation_conversations_flagged": {"module_defaults": before, "chosen": after},
     }
-    path = MODELS_DIR / MANIFEST_NAME
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["models"][ENTRY] = entry
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_manifest_entry(entry, ENTRY, MODELS_DIR)
     print(json.dumps(entry, indent=1))
     print(f"[conversation_view] {len(convs)} conversations in {time.time() - t0:.0f}s", file=sys.stderr)
     return 0

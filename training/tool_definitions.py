@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from deltaguard.artifacts import MANIFEST_NAME, load_manifest, sha256_file
+from deltaguard.artifacts import load_manifest, sha256_file
 from deltaguard.classifiers.definitions import ENTRY_NAME, UNITS, definition_texts
 from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
@@ -61,6 +61,7 @@ from training.corpus.spikee import HARMFUL_FOLDER, TOPICAL_FOLDERS, _jsonl
 from training.corpus.wheels import open_wheel
 from training.lib import thresholds
 from training.lib.log import make_log
+from training.lib.manifest import write_manifest_entry
 from training.lib.tool_catalog import FAMILIES
 
 SEED = 5150
@@ -470,16 +471,6 @@ def codex_check(model: LexicalModel, t: float, mode: str) -> dict[str, Any]:
 # -- entry point -------------------------------------------------------------------------
 
 
-def write_entry(entry: dict[str, Any], models_dir: Path) -> None:
-    """Read-modify-write of this one entry, so concurrent edits of other entries survive."""
-    path = models_dir / MANIFEST_NAME
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["models"][ENTRY_NAME] = entry
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def report_md(entry: dict[str, Any], by_source: dict, mode_cmp: dict) -> str:
     m = entry["metrics"]
     lines = [
@@ -661,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "tool_definitions.md").write_text(report_md(entry, by_source, mode_cmp), encoding="utf-8")
     print(report_md(entry, by_source, mode_cmp))
     if not args.no_write:
-        write_entry(entry, args.models_dir)
+        write_manifest_entry(entry, ENTRY_NAME, args.models_dir)
         log(f"wrote the {ENTRY_NAME!r} manifest entry")
     return 0
 
