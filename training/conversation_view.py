@@ -9,7 +9,8 @@ split's real conversations (training/lib/agent_traffic.py: chats, writing reques
 pasted references, agent tasks) and raises each threshold, never lowers it, to the lowest
 value that keeps every agent kind within CONVERSATION_BUDGET of its conversations
 (training/lib/thresholds.py). The result is the manifest entry "conversation-view",
-which classifiers/registry.py passes to the view.
+which classifiers/registry.py passes to the view (kept only if the view then passes
+deltaguard.classifiers.checks).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT, LONG_USER_CHARS
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
-from training.lib.manifest import write_manifest_entry
+from training.lib.conformance import publish_entry
 from training.lib.thresholds import flagged_share, per_kind_floor
 
 ENTRY = "conversation-view"
@@ -69,7 +70,7 @@ def main() -> int:
         f"{CONVERSATION_BUDGET} of its conversations over it (training/conversation_view.py)",
         "validation_conversations_flagged": {"module_defaults": before, "chosen": after},
     }
-    write_manifest_entry(entry, ENTRY, MODELS_DIR)
+    publish_entry(entry, ENTRY, ("conversation",), MODELS_DIR)
     print(json.dumps(entry, indent=1))
     print(f"[conversation_view] {len(convs)} conversations in {time.time() - t0:.0f}s", file=sys.stderr)
     return 0

@@ -28,7 +28,8 @@ allowed sources of docs/data.md and chooses the threshold of the definitions vie
    the Codex CLI's tools (/work/cache/codex_first_request.json, benign, never used to
    choose) are then scored at it;
 6. write the "tool-definitions" manifest entry (same artifact file and sha256 as the
-   lexical model it was chosen for) and eval/out/tool_definitions.{json,md}.
+   lexical model it was chosen for; kept only if the served definitions view passes
+   deltaguard.classifiers.checks) and eval/out/tool_definitions.{json,md}.
 
 Nothing is trained: the train split is exported (`--export`) for a lexical retrain.
 """
@@ -61,7 +62,6 @@ from training.corpus.spikee import HARMFUL_FOLDER, TOPICAL_FOLDERS, _jsonl
 from training.corpus.wheels import open_wheel
 from training.lib import thresholds
 from training.lib.log import make_log
-from training.lib.manifest import write_manifest_entry
 from training.lib.tool_catalog import FAMILIES
 
 SEED = 5150
@@ -652,7 +652,9 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "tool_definitions.md").write_text(report_md(entry, by_source, mode_cmp), encoding="utf-8")
     print(report_md(entry, by_source, mode_cmp))
     if not args.no_write:
-        write_manifest_entry(entry, ENTRY_NAME, args.models_dir)
+        from training.lib.conformance import publish_entry
+
+        publish_entry(entry, ENTRY_NAME, ("definitions",), args.models_dir)
         log(f"wrote the {ENTRY_NAME!r} manifest entry")
     return 0
 

@@ -143,12 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             "evaluation": "eval/harm_eval.py (eval/out/harm_eval.md)",
         },
     }
-    from deltaguard.classifiers.harm import HarmClassifier
-    from training.lib.conformance import publish
-    from training.lib.manifest import write_manifest_entry
+    from training.lib.conformance import publish_entry
 
-    served = lambda: HarmClassifier(args.models_dir).load()  # noqa: E731
-    publish(args.models_dir, lambda: write_manifest_entry(entry, ENTRY, args.models_dir), served)
+    publish_entry(entry, ENTRY, ("harm",), args.models_dir)
     log(f"harm: wrote {path} ({path.stat().st_size / 1e6:.1f} MB) and manifest entry {ENTRY!r}")
     return 0
 
