@@ -37,7 +37,7 @@ from websockets.sync.client import connect
 import deltaguard
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.state.loading import build_scorer
-from tests.pipeline.gateway.conftest import gateway_thread
+from deltaguard.tools.gateway_thread import gateway_thread
 
 PACKAGE = str(Path(deltaguard.__file__).parent) + "/"
 OUT = Path(__file__).resolve().parent / "out"

@@ -128,7 +128,7 @@ LAYERS: tuple[frozenset[str], ...] = (
 
 # The same-layer imports the graph needs, (importer, imported); every other one is refused
 # (the review page, the tools and LiteLLM never reach into the gateway's modules, nor the
-# gateway into theirs; the demo is the one tool that runs the gateway).
+# gateway into theirs; the demo and gateway_thread are the tools that run the gateway).
 LAYER_EDGES: frozenset[tuple[str, str]] = frozenset(
     {
         ("worker", "errors"),

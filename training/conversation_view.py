@@ -9,7 +9,8 @@ split's real conversations (training/lib/agent_traffic.py: chats, writing reques
 pasted references, agent tasks) and raises each threshold, never lowers it, to the lowest
 value that keeps every agent kind within CONVERSATION_BUDGET of its conversations
 (training/lib/thresholds.py). The result is the manifest entry "conversation-view",
-which classifiers/registry.py passes to the view.
+which classifiers/registry.py passes to the view (kept only if the view then passes
+deltaguard.classifiers.checks).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ import time
 
 import numpy as np
 
-from deltaguard.artifacts import MANIFEST_NAME
 from deltaguard.classifiers.conversation import EMA_THRESHOLD, SPAN_THRESHOLD, ConversationClassifier
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.registry import CONVERSATION_ARTIFACT, LONG_USER_CHARS
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
+from training.lib.conformance import publish_entry
 from training.lib.thresholds import flagged_share, per_kind_floor
 
 ENTRY = "conversation-view"
@@ -69,10 +70,7 @@ def main() -> int:
         f"{CONVERSATION_BUDGET} of its conversations over it (training/conversation_view.py)",
         "validation_conversations_flagged": {"module_defaults": before, "chosen": after},
     }
-    path = MODELS_DIR / MANIFEST_NAME
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["models"][ENTRY] = entry
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    publish_entry(entry, ENTRY, ("conversation",), MODELS_DIR)
     print(json.dumps(entry, indent=1))
     print(f"[conversation_view] {len(convs)} conversations in {time.time() - t0:.0f}s", file=sys.stderr)
     return 0

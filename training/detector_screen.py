@@ -12,7 +12,8 @@ attacks the fold's detector flags, pooled over the folds. Attacks from the train
 sources score far above it (their lexical scores sit near 1), so validation rows could
 not set it. `nested` checks the rule itself: each fold's floor chosen on the other folds.
 
-Writes the manifest entry "detector"'s `screen` (read-modify-write of that key only).
+Writes the manifest entry "detector"'s `screen` (read-modify-write of that key only), kept
+only if the detector served with it passes deltaguard.classifiers.checks.
 """
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(screen, indent=1))
     if not args.dry_run:
         from deltaguard.artifacts import manifest_entry
-        from training.lib.manifest import write_manifest_entry
+        from training.lib.conformance import publish_entry
 
         entry = dict(manifest_entry(ARTIFACT, MODELS_DIR))
         entry["screen"] = screen
-        write_manifest_entry(entry, name=ARTIFACT)
+        publish_entry(entry, ARTIFACT, (ARTIFACT,), MODELS_DIR)
         log(f"wrote the screen (floor {floor}) to the manifest entry {ARTIFACT!r}")
     return 0
 

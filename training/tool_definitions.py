@@ -28,7 +28,8 @@ allowed sources of docs/data.md and chooses the threshold of the definitions vie
    the Codex CLI's tools (/work/cache/codex_first_request.json, benign, never used to
    choose) are then scored at it;
 6. write the "tool-definitions" manifest entry (same artifact file and sha256 as the
-   lexical model it was chosen for) and eval/out/tool_definitions.{json,md}.
+   lexical model it was chosen for; kept only if the served definitions view passes
+   deltaguard.classifiers.checks) and eval/out/tool_definitions.{json,md}.
 
 Nothing is trained: the train split is exported (`--export`) for a lexical retrain.
 """
@@ -49,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from deltaguard.artifacts import MANIFEST_NAME, load_manifest, sha256_file
+from deltaguard.artifacts import load_manifest, sha256_file
 from deltaguard.classifiers.definitions import ENTRY_NAME, UNITS, definition_texts
 from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
@@ -59,6 +60,7 @@ from training.corpus.example import seed_for
 from training.corpus.spikee import FOLDERS as SPIKEE_FOLDERS
 from training.corpus.spikee import HARMFUL_FOLDER, TOPICAL_FOLDERS, _jsonl
 from training.corpus.wheels import open_wheel
+from training.lib import thresholds
 from training.lib.log import make_log
 from training.lib.tool_catalog import FAMILIES
 
@@ -379,11 +381,13 @@ def jailbreak_scores(model: LexicalModel, items: list[dict[str, Any]], unit: str
 
 
 def choose_threshold(scores: np.ndarray, labels: np.ndarray, kinds: np.ndarray) -> float:
-    """Lowest candidate at which every kind's benign flag rate (score >= t) is <= MAX_FPR."""
-    for t in np.unique(scores):
-        if all((scores[(kinds == k) & (labels == 0)] >= t).mean() <= MAX_FPR for k in np.unique(kinds)):
-            return float(t)
-    return 1.0
+    """Lowest candidate at which every kind's benign flag rate (score >= t) is <= MAX_FPR
+    (thresholds.choose_threshold without labels, ties to the lower); 1.0 when none is."""
+    benign = {str(k): scores[(kinds == k) & (labels == 0)] for k in np.unique(kinds)}
+    if missing := sorted(k for k, q in benign.items() if not q.size):
+        raise ValueError(f"no benign validation items of kind {missing}: their flag rate cannot be bounded")
+    budgets = dict.fromkeys(benign, MAX_FPR)
+    return thresholds.choose_threshold(scores, benign, budgets, ties="lower", otherwise=1.0)
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -465,16 +469,6 @@ def codex_check(model: LexicalModel, t: float, mode: str) -> dict[str, Any]:
 
 
 # -- entry point -------------------------------------------------------------------------
-
-
-def write_entry(entry: dict[str, Any], models_dir: Path) -> None:
-    """Read-modify-write of this one entry, so concurrent edits of other entries survive."""
-    path = models_dir / MANIFEST_NAME
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["models"][ENTRY_NAME] = entry
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def report_md(entry: dict[str, Any], by_source: dict, mode_cmp: dict) -> str:
@@ -658,7 +652,9 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "tool_definitions.md").write_text(report_md(entry, by_source, mode_cmp), encoding="utf-8")
     print(report_md(entry, by_source, mode_cmp))
     if not args.no_write:
-        write_entry(entry, args.models_dir)
+        from training.lib.conformance import publish_entry
+
+        publish_entry(entry, ENTRY_NAME, ("definitions",), args.models_dir)
         log(f"wrote the {ENTRY_NAME!r} manifest entry")
     return 0
 

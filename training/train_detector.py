@@ -34,7 +34,8 @@ about 25 minutes on 2 cores:
    whose flag rate stays within a budget on each benign validation set, and no lower than
    what keeps each kind of the validation split's real agent conversations within
    CONVERSATION_BUDGET), test metrics,
-   the heads npz, and the manifest entry "detector" (read-modify-write of that key only).
+   the heads npz, and the manifest entry "detector" (read-modify-write of that key only),
+   kept only if the served detector passes deltaguard.classifiers.checks.
 
 Heads: `prompt_injection` (direct: user messages), `jailbreak`, and
 `indirect_injection` (tool outputs and documents); the manifest's `role_heads` tells the
@@ -163,9 +164,9 @@ def build(epochs: int) -> int:
     previous = load_manifest(MODELS_DIR).get("models", {}).get(ARTIFACT, {})
     if "screen" in previous:
         entry["screen"] = previous["screen"]
-    from training.lib.manifest import write_manifest_entry
+    from training.lib.conformance import publish_entry
 
-    write_manifest_entry(entry, name=ARTIFACT)
+    publish_entry(entry, ARTIFACT, (ARTIFACT,), MODELS_DIR)
     log(f"wrote {MODEL_FILE}, {HEADS_FILE} and the manifest entry {ARTIFACT!r}")
     print(json.dumps(metrics, indent=1))
     return 0

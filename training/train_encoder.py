@@ -20,7 +20,8 @@ One command, deterministic up to onnxruntime's float rounding, about 30 minutes 
    score on validation, fold calibration into `coef`/`intercept`;
 6. choose thresholds and compute metrics with train_lexical's rules and code, check
    the real classifier reproduces the recipe's scores, write `models/encoder-v1-heads.npz`
-   and the manifest entry "encoder" (read-modify-write of that key only).
+   and the manifest entry "encoder" (read-modify-write of that key only), kept only if
+   the served encoder passes deltaguard.classifiers.checks.
 
 The `export` and `quantize` subcommands run inside the build venv; the module imports
 only the standard library and numpy at the top so that venv needs nothing else.
@@ -520,7 +521,9 @@ def train(args: argparse.Namespace) -> int:
         },
         "metrics": metrics,
     }
-    write_manifest_entry(entry, name="encoder")
+    from training.lib.conformance import publish_entry
+
+    publish_entry(entry, "encoder", ("encoder",), MODELS_DIR)
     parity_texts = list(FIXTURE_TEXTS) + sorted(set(corpus.heads["prompt_injection"]["test"].texts))[:300]
     parity_texts += corpus.embedded_injections["test"][:40]
     diff = parity_with_classifier(scores, parity_texts)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -97,14 +96,6 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_entry(models_dir: Path, entry: dict) -> None:
-    """Read-modify-write of this model's key only."""
-    path = models_dir / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["models"][ENTRY] = entry
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     if CORPUS_FINE != FINE:
         raise SystemExit(f"corpus categories {CORPUS_FINE} != classifier categories {FINE}")
@@ -152,11 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             "evaluation": "eval/harm_eval.py (eval/out/harm_eval.md)",
         },
     }
-    from deltaguard.classifiers.harm import HarmClassifier
-    from training.lib.conformance import publish
+    from training.lib.conformance import publish_entry
 
-    served = lambda: HarmClassifier(args.models_dir).load()  # noqa: E731
-    publish(args.models_dir, lambda: write_entry(args.models_dir, entry), served)
+    publish_entry(entry, ENTRY, ("harm",), args.models_dir)
     log(f"harm: wrote {path} ({path.stat().st_size / 1e6:.1f} MB) and manifest entry {ENTRY!r}")
     return 0
 

@@ -16,7 +16,8 @@ One command, deterministic, about ten minutes on 2 busy cores:
 5. choose each head's threshold on validation, score validation and test through the
    serving path (chunking included), run the held-out check on pipeline/tools/rollouts.py's
    tool outputs, and write the "lexical-v2" manifest entry (the conversation view's model;
-   "lexical" is lexical-v3, training.train_lexical_gate.py).
+   "lexical" is lexical-v3, training.train_lexical_gate.py), kept only if the conversation
+   and definitions views that serve it pass deltaguard.classifiers.checks.
 
 The artifact is byte-identical across runs on the same inputs: the pinned wheels and
 the standard library of the interpreter running the recipe (its version and a sha256 of
@@ -56,7 +57,6 @@ from training.lib.lexical_metrics import (
     evaluate,
 )
 from training.lib.lexical_spec import HEADS, SEED, log
-from training.lib.manifest import write_manifest_entry
 from training.lib.stdlib_code import (
     CODE_CHARS,
     CODE_CHUNKS_PER_FILE,
@@ -441,7 +441,10 @@ def main(argv: list[str] | None = None) -> int:
         "latency_ms": lat,
         "fixtures": fixtures,
     }
-    write_manifest_entry(entry, name=ENTRY)
+    from training.lib.conformance import publish_entry
+
+    # lexical-v2 is served by the conversation and definitions views (classifiers/registry.py)
+    publish_entry(entry, ENTRY, ("conversation", "definitions"), MODELS_DIR)
     log(f"manifest entry '{ENTRY}' written; sha256 {entry['sha256']}; total {time.time() - t_start:.0f}s")
     return 0
 

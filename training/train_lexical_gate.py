@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deltaguard.artifacts import MANIFEST_NAME, sha256_file
+from deltaguard.artifacts import sha256_file
 from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.models import MODELS_DIR
 from training.lib.detection_data import FP_SETS, SPLITS, Row, all_rows
@@ -225,21 +225,17 @@ def channel_thresholds(
     return thresholds, flagged
 
 
-def write_manifest_entry(entry: dict, models_dir: Path = MODELS_DIR) -> None:
-    path = models_dir / MANIFEST_NAME
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    previous = manifest["models"].get(NAME, {})
+def replace_entry(models: dict, entry: dict) -> None:
+    """Set `models[NAME]` to `entry`; the entry it replaces stays under its own version's name
+    (lexical-v3 is the detector's screen, and eval/gate_cost.py measures the gate on the
+    model it replaced beside today's), and a screen that named NAME names that entry."""
+    previous = models.get(NAME, {})
     if previous and previous.get("version") != VERSION:
-        # kept under its own name: lexical-v3 is the detector's screen, and eval/gate_cost.py
-        # measures the gate on the model it replaced beside today's
-        manifest["models"][f"lexical-v{previous['version']}"] = previous
-    screen = manifest["models"].get("detector", {}).get("screen")
+        models[f"lexical-v{previous['version']}"] = previous
+    screen = models.get("detector", {}).get("screen")
     if screen and screen.get("artifact") == NAME:
         screen["artifact"] = SCREEN_ENTRY
-    manifest["models"][NAME] = entry
-    tmp = path.with_suffix(".json.tmp")  # readers (running tests) never see half a file
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    models[NAME] = entry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,10 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     from deltaguard.classifiers.lexical import LexicalClassifier
     from training.lib.conformance import publish
+    from training.lib.manifest import update_manifest
 
     publish(
         args.models_dir,
-        lambda: write_manifest_entry(entry, args.models_dir),
+        lambda: update_manifest(lambda models: replace_entry(models, entry), args.models_dir),
         lambda: LexicalClassifier(args.models_dir).load(),
     )
     log(f"wrote {path} and the {NAME!r} manifest entry ({time.time() - t0:.0f}s)")

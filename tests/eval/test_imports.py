@@ -63,3 +63,28 @@ def test_the_check_finds_every_form_of_recipe_import():
         (2, "training.train_lexical"),
         (4, "training.train_harm"),
     ]
+
+
+def conftest_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of a pytest conftest module."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if "conftest" in a.name.split(".")]
+        elif isinstance(node, ast.ImportFrom) and node.module and "conftest" in node.module.split("."):
+            out.append((node.lineno, node.module))
+    return out
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "eval").glob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_evaluations_import_no_test_fixtures(path):
+    """What an evaluation shares with the tests lives in the package (or tests/support), not
+    in a conftest, which pytest owns."""
+    found = conftest_imports(path.read_text())
+    assert not found, f"{path.relative_to(REPO)} imports a conftest: {found}"
+
+
+def test_the_check_finds_a_conftest_import():
+    source = "from tests.pipeline.gateway.conftest import gateway_thread\nimport tests.conftest\n"
+    assert conftest_imports(source) == [(1, "tests.pipeline.gateway.conftest"), (2, "tests.conftest")]
+    assert conftest_imports("from deltaguard.tools.gateway_thread import gateway_thread\n") == []

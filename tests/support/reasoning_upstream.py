@@ -56,6 +56,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from deltaguard.gateway.server import free_port
+from deltaguard.tools.gateway_thread import in_thread
 
 Item = dict[str, Any]
 Policy = Callable[[list[Item], dict[str, Any]], list[Item]]
@@ -904,32 +905,12 @@ def running_reasoning_upstream(
     policy: Policy | None = None, prefill_s_per_token: float = 0.0, **kwargs: Any
 ) -> Iterator[tuple[str, Recorder]]:
     """`async_running_reasoning_upstream` in a background thread with its own event loop."""
-    ready = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def main() -> None:
-        box["stop"], box["loop"] = asyncio.Event(), asyncio.get_running_loop()
-        async with async_running_reasoning_upstream(policy, prefill_s_per_token, **kwargs) as running:
-            box["running"] = running
-            ready.set()
-            await box["stop"].wait()
-
-    def run() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # handed to the caller below
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=run, name="reasoning-upstream", daemon=True)
-    thread.start()
-    if not ready.wait(30) or "error" in box:
-        raise RuntimeError("the reasoning upstream did not start") from box.get("error")
-    try:
-        yield box["running"]
-    finally:
-        box["loop"].call_soon_threadsafe(box["stop"].set)
-        thread.join(30)
+    with in_thread(
+        lambda: async_running_reasoning_upstream(policy, prefill_s_per_token, **kwargs),
+        name="reasoning-upstream",
+        start_seconds=30,
+    ) as running:
+        yield running
 
 
 def main(argv: Sequence[str] | None = None) -> None:

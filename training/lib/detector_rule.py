@@ -7,7 +7,6 @@ set serves items), and test recall and flag rates.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from training.lib.detector_spec import (
     INDIRECT_CHANNELS,
     NORMALIZE,
 )
+from training.lib.thresholds import flagged_share, most_sensitive_threshold, per_kind_floor
 
 
 def score_rows(model, rows: list[dict[str, Any]]) -> np.ndarray:
@@ -55,34 +55,9 @@ def category_scores(p: np.ndarray, rows: list[dict[str, Any]]) -> np.ndarray:
     return np.stack([np.where(indirect, p[:, 2], p[:, 0]), p[:, 1]], axis=1)
 
 
-def most_sensitive_threshold(
-    benign: dict[str, tuple[np.ndarray, list[str]]], budgets: dict[str, float] = FP_BUDGETS
-) -> float:
-    """The lowest threshold (flagged at >= it) at which no benign set's flag rate exceeds
-    its budget.
-
-    Each set is (scores, groups), and every group weighs the same: one templated article
-    in thirty variants is one document, not thirty, and would otherwise set the threshold
-    alone. A set of fewer than 1/budget rows cannot measure its budget and sets nothing
-    (a fold that holds out most of the set's sources). Attacks play no part: validation
-    attacks come from the training sources and score higher than attacks from elsewhere,
-    so a threshold fitted to them (max F1) sits too high for traffic the model never saw."""
-    t = 0.0
-    for name, (q, groups) in benign.items():
-        size = Counter(groups)
-        if budgets[name] * len(q) < 1:  # too few rows to measure the budget: a fold's remnant
-            continue
-        order = np.argsort(-q, kind="stable")
-        weight = np.array([1.0 / size[groups[i]] for i in order])
-        # the rows that may be flagged: the top ones, while their weight stays in budget
-        allowed = int(np.searchsorted(np.cumsum(weight), budgets[name] * len(size) + 1e-9, side="right"))
-        if allowed < len(q):  # the highest score that must stay unflagged, and just above it
-            t = max(t, float(np.nextafter(q[order[allowed]], np.inf)))
-    return t
-
-
 def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per head: most_sensitive_threshold over the benign validation rows it judges."""
+    """Per head: thresholds.most_sensitive_threshold within FP_BUDGETS over the benign
+    validation rows it judges."""
     out = {}
     for h, head in enumerate(HEADS):
         judged = [
@@ -93,7 +68,7 @@ def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, fl
             idx = [i for i in judged if rows[i]["fp_set"] == s]
             if idx:
                 benign[s] = (p[idx, h], [rows[i]["group"] for i in idx])
-        out[head] = most_sensitive_threshold(benign)
+        out[head] = most_sensitive_threshold(benign, FP_BUDGETS)
     return out
 
 
@@ -132,8 +107,6 @@ def conversation_thresholds(
 ) -> dict[str, float]:
     """Per head, the lowest threshold at which no agent kind has more than `budget` of its
     conversations flagged by that head."""
-    from training.lib.thresholds import per_kind_floor
-
     return {head: per_kind_floor(kinds, maxima[:, h], budget) for h, head in enumerate(HEADS)}
 
 
@@ -141,8 +114,6 @@ def conversation_rates(
     kinds: list[str], maxima: np.ndarray, thresholds: dict[str, float]
 ) -> dict[str, float]:
     """The share of each kind's conversations that some head flags at `thresholds`."""
-    from training.lib.thresholds import flagged_share
-
     return flagged_share(kinds, (maxima >= np.array([thresholds[h] for h in HEADS])).any(axis=1))
 
 

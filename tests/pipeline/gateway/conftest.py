@@ -2,49 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from contextlib import contextmanager
-
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from deltaguard.gateway.config import GatewayConfig
-from deltaguard.gateway.server import running_gateway
-
-
-@contextmanager
-def gateway_thread(config: GatewayConfig, scorer, **app_kwargs):
-    """Yields (base_url, app); the server stops (and drains) when the block ends."""
-    ready = threading.Event()
-    stop: dict = {}
-    box: dict = {}
-
-    def run():
-        async def main():
-            stop["event"] = asyncio.Event()
-            stop["loop"] = asyncio.get_running_loop()
-            async with running_gateway(config, scorer, **app_kwargs) as (base, app):
-                box["base"], box["app"] = base, app
-                ready.set()
-                await stop["event"].wait()
-
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # surfaced to the test below
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(60)
-    if "error" in box:
-        raise box["error"]
-    try:
-        yield box["base"], box["app"]
-    finally:
-        stop["loop"].call_soon_threadsafe(stop["event"].set)
-        thread.join(30)
+from deltaguard.tools.gateway_thread import gateway_thread
 
 
 @pytest.fixture(scope="module")

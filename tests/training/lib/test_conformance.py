@@ -37,3 +37,23 @@ def test_a_broken_classifier_puts_the_manifest_back(tmp_path):
     with pytest.raises(checks.ConformanceError, match="secrets: "):
         publish(tmp_path, lambda: _write(tmp_path, {"version": "2"}), _Forgetful)
     assert (tmp_path / MANIFEST_NAME).read_text() == before
+
+
+def test_every_classifier_served_is_checked(tmp_path):
+    before = json.dumps({"models": {}})
+    (tmp_path / MANIFEST_NAME).write_text(before)
+    with pytest.raises(checks.ConformanceError, match="secrets: "):
+        publish(
+            tmp_path, lambda: _write(tmp_path, {"version": "2"}), lambda: [SecretsClassifier(), _Forgetful()]
+        )
+    assert (tmp_path / MANIFEST_NAME).read_text() == before
+
+
+def test_publish_entry_writes_through_the_manifest_writer_and_checks_the_views(tmp_path):
+    from training.lib.conformance import publish_entry
+
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"models": {"old": {"version": "1"}}}))
+    publish_entry({"version": "2"}, "new", ("secrets", "pii"), tmp_path)
+    assert (tmp_path / MANIFEST_NAME).read_text() == json.dumps(
+        {"models": {"old": {"version": "1"}, "new": {"version": "2"}}}, indent=2
+    ) + "\n"
