@@ -46,6 +46,10 @@ OVERLOAD_RETRY_AFTER_S = 1
 # (700, 10, 10)): full collections, whose pause grows with the state held, a minute or so
 # apart under load instead of seconds (deltaguard.gateway.server.prepare_heap).
 GC_THRESHOLDS = (10_000, 10, 10)
+# The interpreter's switch interval while serving (`sys.setswitchinterval`; Python's is
+# 5 ms): how long the event loop may wait for the GIL that a thread scoring a large
+# request holds, after each of its socket calls (deltaguard.gateway.server.shorten_gil_turns).
+GIL_SWITCH_S = 0.001
 # glibc heap arenas `deltaguard serve` allows (MALLOC_ARENA_MAX in the environment wins).
 MALLOC_ARENAS = 2
 LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs

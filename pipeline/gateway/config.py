@@ -154,6 +154,9 @@ class GatewayConfig(BaseModel):
     # tenants alike, this much lower in OS priority (Linux; 0: the same as the request path).
     background_threads: int = Field(defaults.BACKGROUND_THREADS, ge=1)
     background_nice: int = Field(defaults.BACKGROUND_NICE, ge=0, le=19)
+    # Seconds a thread may hold the GIL while another waits for it (`sys.setswitchinterval`),
+    # set by `deltaguard serve` for the whole process.
+    gil_switch_s: float = Field(defaults.GIL_SWITCH_S, gt=0, le=1.0)
     # Request bodies (and WebSocket frames) larger than this are parsed off the event loop,
     # on the request path's pool as their tenant's work (deltaguard.gateway.body).
     parse_inline_bytes: int = Field(defaults.PARSE_INLINE_BYTES, ge=0)
