@@ -298,9 +298,27 @@ def slow_overlaps(
     return {"threshold_ms": SLOW_S * 1000, "n": len(slow), "overlapping": dict(sorted(overlapped.items()))}
 
 
+def floor_slope(samples: list[tuple[float, float]], start: float, width: float = 30.0) -> float | None:
+    """MB per minute by which the floor of RSS (the least of each `width` seconds from
+    `start`) rose, by least squares: what the process keeps, apart from the large requests
+    in flight when a sample fell (each holds ~100 MB for a moment). None under three windows."""
+    floors: dict[int, float] = {}
+    for at, mb in samples:
+        if at >= start:
+            i = int((at - start) // width)
+            floors[i] = min(floors.get(i, mb), mb)
+    if len(floors) < 3:
+        return None
+    xs = [start + (i + 0.5) * width for i in floors]
+    ys = list(floors.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return round(slope * 60, 2)
+
+
 def rss_report(samples: list[tuple[float, float]], warm: float, tail_s: float = 300.0) -> dict[str, Any]:
     """RSS after the load's warm-up: first, last, its spread ((max - min) / min) there and
-    over the last `tail_s` seconds."""
+    over the last `tail_s` seconds, and how fast its floor rose (`floor_slope`)."""
 
     def spread(values: list[float]) -> float | None:
         return round((max(values) - min(values)) / min(values), 4) if values else None
@@ -314,6 +332,7 @@ def rss_report(samples: list[tuple[float, float]], warm: float, tail_s: float = 
         "after_warmup_last": after[-1] if after else None,
         "after_warmup_spread": spread(after),
         f"last_{tail_s:.0f}s_spread": spread(tail),
+        "floor_mb_per_min": floor_slope(samples, warm),
         "max": max((mb for _, mb in samples), default=None),
     }
 

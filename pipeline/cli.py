@@ -189,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     from deltaguard.classifiers.registry import parse_names
     from deltaguard.gateway.config_file import effective
-    from deltaguard.gateway.server import limit_malloc_arenas, scorer_for, serve
+    from deltaguard.gateway.process import limit_malloc_arenas
+    from deltaguard.gateway.server import scorer_for, serve
     from deltaguard.review import review_routes
 
     limit_malloc_arenas()  # before the models load and any thread starts

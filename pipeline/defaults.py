@@ -44,12 +44,15 @@ PARSE_INLINE_BYTES = 64 * 1024
 OVERLOAD_RETRY_AFTER_S = 1
 # The garbage collector's thresholds while serving (`gc.set_threshold`; Python's are
 # (700, 10, 10)): full collections, whose pause grows with the state held, a minute or so
-# apart under load instead of seconds (deltaguard.gateway.server.prepare_heap).
+# apart under load instead of seconds (deltaguard.gateway.process.prepare_heap).
 GC_THRESHOLDS = (10_000, 10, 10)
 # The interpreter's switch interval while serving (`sys.setswitchinterval`; Python's is
 # 5 ms): how long the event loop may wait for the GIL that a thread scoring a large
-# request holds, after each of its socket calls (deltaguard.gateway.server.shorten_gil_turns).
+# request holds, after each of its socket calls (deltaguard.gateway.process.shorten_gil_turns).
 GIL_SWITCH_S = 0.001
+# Seconds between two trims of glibc's heaps while serving (0: never), which hand back
+# what large requests' C buffers freed (deltaguard.gateway.process.start_heap_trimming).
+HEAP_TRIM_S = 10.0
 # glibc heap arenas `deltaguard serve` allows (MALLOC_ARENA_MAX in the environment wins).
 MALLOC_ARENAS = 2
 LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs

@@ -157,6 +157,9 @@ class GatewayConfig(BaseModel):
     # Seconds a thread may hold the GIL while another waits for it (`sys.setswitchinterval`),
     # set by `deltaguard serve` for the whole process.
     gil_switch_s: float = Field(defaults.GIL_SWITCH_S, gt=0, le=1.0)
+    # Seconds between two trims of glibc's heaps (0: never): what large requests freed in C
+    # goes back to the OS instead of staying in the process's RSS.
+    heap_trim_s: float = Field(defaults.HEAP_TRIM_S, ge=0)
     # Request bodies (and WebSocket frames) larger than this are parsed off the event loop,
     # on the request path's pool as their tenant's work (deltaguard.gateway.body).
     parse_inline_bytes: int = Field(defaults.PARSE_INLINE_BYTES, ge=0)

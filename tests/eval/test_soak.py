@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from eval.soak import main
+from eval.soak import floor_slope, main
 
 
 def test_a_short_soak_loses_and_doubles_no_billing_event(tmp_path):
@@ -26,3 +26,11 @@ def test_a_short_soak_loses_and_doubles_no_billing_event(tmp_path):
     assert report["rss_mb"]["after_warmup_spread"] is not None
     assert any("gate/responses" in held and held["gate/responses"] > 0 for _, held in report["state_mb"])
     assert report["gateway_exit_code"] == 0 and report["rss_mb"]["samples"]
+
+
+def test_the_floor_of_rss_ignores_a_large_request_in_flight_and_finds_a_leak():
+    level = [(t * 5.0, 500.0 + (100.0 if t % 7 == 3 else 0.0)) for t in range(60)]  # spikes, no growth
+    assert floor_slope(level, 0.0) == 0.0
+    leak = [(t * 5.0, 500.0 + t * 0.5) for t in range(60)]  # 0.5 MB per 5 s sample
+    assert floor_slope(leak, 0.0) == 6.0
+    assert floor_slope(leak[:10], 0.0) is None  # under three 30 s windows
