@@ -35,10 +35,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from deltaguard import defaults
 from deltaguard.errors import ItemError
 from deltaguard.items import Item, canonical_json
 from deltaguard.parsing import parse_item
-from deltaguard.state.store import LruTtlMap
+from deltaguard.state.store import LruTtlMap, items_bytes
 
 # Chat content parts whose text the model reads (input images, audio and files carry none).
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
@@ -52,8 +53,14 @@ class ItemCache:
     would give. Not thread-safe: use it from one event loop.
     """
 
-    def __init__(self, max_entries: int = 100_000, ttl_s: float = 3600.0) -> None:
-        self._items: LruTtlMap[Any, Item] = LruTtlMap(max_entries, ttl_s)
+    def __init__(
+        self, max_entries: int = 100_000, ttl_s: float = 3600.0, max_bytes: int = defaults.ITEM_CACHE_BYTES
+    ) -> None:
+        # Bounded in bytes as well: distinct large messages would otherwise keep up to
+        # `max_entries` of them, each as long as the request limits allow.
+        self._items: LruTtlMap[Any, Item] = LruTtlMap(
+            max_entries, ttl_s, max_bytes=max_bytes, size=_entry_bytes
+        )
         self.hits = 0
         self.misses = 0
 
@@ -76,6 +83,13 @@ class ItemCache:
         else:
             self.hits += 1
         return item
+
+
+def _entry_bytes(key: Any, item: Item) -> int:
+    """What an entry holds: its key (the wire form's strings, or its canonical JSON) and
+    the item (`items_bytes`)."""
+    held = len(key) if isinstance(key, bytes) else sum(len(k) + len(v) for k, v in zip(*key, strict=True))
+    return held + items_bytes([item])
 
 
 def _parser(cache: ItemCache | None) -> Callable[[Any], Item]:

@@ -50,6 +50,9 @@ GC_THRESHOLDS = (10_000, 10, 10)
 # 5 ms): how long the event loop may wait for the GIL that a thread scoring a large
 # request holds, after each of its socket calls (deltaguard.gateway.process.shorten_gil_turns).
 GIL_SWITCH_S = 0.001
+# Bytes the parsed-item caches of the chat and guard APIs (and the LiteLLM hook) keep for
+# resent histories, besides their entry counts (deltaguard.chat_items.ItemCache).
+ITEM_CACHE_BYTES = 64 << 20
 # Seconds between two trims of glibc's heaps while serving (0: never), which hand back
 # what large requests' C buffers freed (deltaguard.gateway.process.start_heap_trimming).
 HEAP_TRIM_S = 10.0

@@ -170,7 +170,8 @@ class ChatService:
         self.limits = config.request_limits
         self.stage = stage
         self.upstream = upstream
-        self.items = ItemCache()  # a resent history parses only the messages not seen before
+        # A resent history parses only the messages not seen before.
+        self.items = ItemCache(max_bytes=config.item_cache_bytes)
         self.inflight = 0
         self.body = BodyParser(stage, config.parse_inline_bytes)
 

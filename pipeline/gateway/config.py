@@ -167,6 +167,9 @@ class GatewayConfig(BaseModel):
     # (lane, tenant) conversation store holds in this process, for records and snapshots each.
     max_inflight_per_tenant: int = Field(256, ge=1)
     state_max_bytes: int = Field(defaults.STATE_MAX_BYTES, ge=1 << 20)
+    # Bytes the chat and guard APIs each keep of parsed items, so a resent history is not
+    # parsed again (deltaguard.chat_items.ItemCache).
+    item_cache_bytes: int = Field(defaults.ITEM_CACHE_BYTES, ge=0)
 
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)

@@ -95,7 +95,7 @@ class GuardService:
         self.config = config
         self.limits = config.request_limits
         self.stage = stage
-        self.items = ItemCache()
+        self.items = ItemCache(max_bytes=config.item_cache_bytes)
         self.body = BodyParser(stage, config.parse_inline_bytes)
         # An input check keeps the digest of its tools and instructions on its record in the
         # stage (`guard_context`), and a resent history finds it there (`Turn.annotate`).

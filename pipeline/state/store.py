@@ -35,15 +35,30 @@ V = TypeVar("V")
 
 
 class LruTtlMap(Generic[K, V]):
-    """A bounded map: least recently used entries go first, entries expire after `ttl_s`."""
+    """A bounded map: least recently used entries go first, entries expire after `ttl_s`.
+    Given `max_bytes`, it is bounded by the entries' `size` too (an entry larger than
+    `max_bytes` on its own is not kept)."""
 
-    def __init__(self, max_entries: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        max_entries: int,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_bytes: int | None = None,
+        size: Callable[[K, V], int] | None = None,
+    ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
+        if (max_bytes is None) != (size is None):
+            raise ValueError("max_bytes and size go together")
         self.max_entries = max_entries
         self.ttl_s = ttl_s
+        self.max_bytes = max_bytes
+        self._size = size
         self._clock = clock
-        self._data: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self._data: OrderedDict[K, tuple[float, V, int]] = OrderedDict()
+        self.bytes = 0
         self.evictions = 0
         self.expirations = 0
 
@@ -57,27 +72,34 @@ class LruTtlMap(Generic[K, V]):
         entry = self._data.get(key)
         if entry is None:
             return None
-        stamp, value = entry
+        stamp, value, size = entry
         if self._clock() - stamp > self.ttl_s:
-            del self._data[key]
+            self.discard(key)
             self.expirations += 1
             return None
-        self._data[key] = (self._clock(), value)
+        self._data[key] = (self._clock(), value, size)
         self._data.move_to_end(key)
         return value
 
     def put(self, key: K, value: V) -> None:
-        self._data[key] = (self._clock(), value)
-        self._data.move_to_end(key)
-        while len(self._data) > self.max_entries:
-            self._data.popitem(last=False)
+        size = self._size(key, value) if self._size is not None else 0
+        self.discard(key)
+        self._data[key] = (self._clock(), value, size)
+        self.bytes += size
+        over_bytes = self.max_bytes if self.max_bytes is not None else float("inf")
+        while len(self._data) > self.max_entries or self.bytes > over_bytes:
+            _, (_, _, dropped) = self._data.popitem(last=False)
+            self.bytes -= dropped
             self.evictions += 1
 
     def discard(self, key: K) -> None:
-        self._data.pop(key, None)
+        entry = self._data.pop(key, None)
+        if entry is not None:
+            self.bytes -= entry[2]
 
     def clear(self) -> None:
         self._data.clear()
+        self.bytes = 0
 
 
 class ParentLink:

@@ -218,3 +218,17 @@ def test_item_cache_is_bounded():
     for k in range(5):
         chat_history_items([{"role": "user", "content": f"m{k}"}], cache=cache)
     assert len(cache) == 2
+
+
+def test_item_cache_is_bounded_in_bytes_whatever_its_entry_count():
+    cache = ItemCache(max_entries=100_000, max_bytes=1 << 20)
+    for k in range(40):  # forty distinct 100 kB messages, and one nested item: 4 MB if all were kept
+        chat_history_items([{"role": "user", "content": f"{k:03d}" + "x" * 100_000}], cache=cache)
+    nested = [{"type": "custom_x", "data": {"text": "y" * 100_000}}]
+    responses_history_items(nested, cache=cache)
+    assert 2 <= len(cache) <= 4  # each ~300 kB as counted: its key, its text, its wire form
+    last = [{"role": "user", "content": "039" + "x" * 100_000}]
+    hits = cache.hits
+    chat_history_items(last, cache=cache)
+    assert cache.hits == hits + 1  # the most recent are the ones kept
+    assert responses_history_items(nested, cache=cache)[0] is responses_history_items(nested, cache=cache)[0]
