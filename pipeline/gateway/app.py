@@ -37,6 +37,7 @@ from deltaguard.gateway.error_exits import CLIENT_ERRORS, ErrorExits, client_err
 from deltaguard.gateway.guard import GuardEndpoints, GuardService, routes_of
 from deltaguard.gateway.http_errors import RequestError, error_event, invalid_item, unauthorized
 from deltaguard.gateway.service import ResponsesService
+from deltaguard.gateway.slots import Slots
 from deltaguard.gateway.upstreams import (
     ChatUpstream,
     HttpUpstream,
@@ -175,13 +176,15 @@ class Gateway:
         )
         self.metrics.watch(lambda: self.stage.stores, lambda: self.stage.queue_depths)
         self.upstream = upstream or build_upstream(config)
-        self.service = ResponsesService(config, self.stage, self.upstream)
+        # Requests in flight, per tenant and in all, whichever API they came through.
+        self.slots = Slots(config.max_inflight_per_tenant, config.max_inflight_responses)
+        self.service = ResponsesService(config, self.stage, self.upstream, self.slots)
         self.body = BodyParser(self.stage, config.parse_inline_bytes)
         self.chat_upstream = chat_upstream or build_chat_upstream(config)
         self.chat = ChatEndpoint(
-            ChatService(config, self.stage, self.chat_upstream), self.tenant, self.metrics
+            ChatService(config, self.stage, self.chat_upstream, self.slots), self.tenant, self.metrics
         )
-        self.guard = GuardEndpoints(GuardService(config, self.stage), self.tenant, self.metrics)
+        self.guard = GuardEndpoints(GuardService(config, self.stage, self.slots), self.tenant, self.metrics)
         self.connections = 0
         # Set when the server begins to shut down (deltaguard.serving): each WebSocket
         # finishes its turn in flight, then closes.

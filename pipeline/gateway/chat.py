@@ -33,9 +33,10 @@ from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.body import BodyParser
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.error_exits import CLIENT_ERRORS, client_error
-from deltaguard.gateway.http_errors import RequestError, invalid_item, server_overloaded
+from deltaguard.gateway.http_errors import RequestError, invalid_item
 from deltaguard.gateway.release import ActionBlocked, MonitorBlocked, ReleaseHold, release_hold
 from deltaguard.gateway.service import end_user, safety_summary
+from deltaguard.gateway.slots import Slots
 from deltaguard.gateway.upstreams import ChatUpstream, HttpChatUpstream, SimulatedChatModel
 from deltaguard.gateway.upstreams.transport import with_stall_timeout
 from deltaguard.gateway.wire import check_sizes, new_id, optional_tools, parse_body
@@ -165,14 +166,16 @@ class _Answer:
 class ChatService:
     """Gates chat requests, forwards them to the chat upstream, and completes their turns."""
 
-    def __init__(self, config: GatewayConfig, stage: SafetyStage, upstream: ChatUpstream) -> None:
+    def __init__(
+        self, config: GatewayConfig, stage: SafetyStage, upstream: ChatUpstream, slots: Slots
+    ) -> None:
         self.config = config
         self.limits = config.request_limits
         self.stage = stage
         self.upstream = upstream
         # A resent history parses only the messages not seen before.
         self.items = ItemCache(max_bytes=config.item_cache_bytes)
-        self.inflight = 0
+        self.slots = slots
         self.body = BodyParser(stage, config.parse_inline_bytes)
 
     def parse(self, raw: bytes | str) -> ChatRequest:
@@ -180,8 +183,7 @@ class ChatService:
 
     async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> Turn:
         """The gate lane on the request's whole history; raises `TurnBlocked`."""
-        if self.inflight >= self.config.max_inflight_responses:
-            raise server_overloaded(self.inflight, "chat completions")
+        self.slots.check(tenant, "chat completions")  # held while the upstream answers
         turn = await self.stage.begin(
             tenant, history=req.items, response_id=new_id("chatcmpl"), client=end_user(req.body)
         )
@@ -204,16 +206,14 @@ class ChatService:
 
     async def complete(self, req: ChatRequest, turn: Turn) -> dict[str, Any]:
         """A JSON chat completion: the upstream's object, plus `safety`."""
-        self.inflight += 1
         turn.generating()
         try:
-            response = await asyncio.wait_for(
-                self.upstream.complete(req.body), self.config.upstream_timeout_s + 1.0
-            )
+            with self.slots.hold(turn.gate.tenant, "chat completions", admitted=True):
+                response = await asyncio.wait_for(
+                    self.upstream.complete(req.body), self.config.upstream_timeout_s + 1.0
+                )
         except TimeoutError:
             raise UpstreamError("upstream did not answer in time") from None
-        finally:
-            self.inflight -= 1
         choices = response.get("choices") or []
         first = choices[0] if choices and isinstance(choices[0], dict) else {}
         message = first.get("message")
@@ -251,28 +251,26 @@ class ChatService:
         hold = self._hold(turn)
         if hold is not None:
             chunks = hold.stream(_fed(chunks, answer), turn.monitor_verdict)
-        self.inflight += 1
-        try:
-            async for chunk in chunks:
-                text = answer.feed(chunk) if hold is None else answer.fed_text
-                await turn.watch(text)
-                if not req.include_usage:
-                    if chunk.get("usage") and not chunk.get("choices"):
-                        continue  # the usage chunk only the gateway asked for
-                    if "usage" in chunk and chunk["usage"] is None:
-                        chunk = {k: v for k, v in chunk.items() if k != "usage"}
-                if first:
-                    chunk = {**chunk, "safety": safety_summary(turn.gate)}
-                    first = False
-                yield chunk
-        except MonitorBlocked:
-            # Cancelled (the upstream's stream is closed); billed for what it reported, or
-            # for the input and the output it streamed so far.
-            usage = answer.usage or {"prompt_tokens": sum(i.tokens for i in turn.history)}
-            await turn.finish([], usage_from(usage, "chat"))
-            raise
-        finally:
-            self.inflight -= 1
+        with self.slots.hold(turn.gate.tenant, "chat completions", admitted=True):
+            try:
+                async for chunk in chunks:
+                    text = answer.feed(chunk) if hold is None else answer.fed_text
+                    await turn.watch(text)
+                    if not req.include_usage:
+                        if chunk.get("usage") and not chunk.get("choices"):
+                            continue  # the usage chunk only the gateway asked for
+                        if "usage" in chunk and chunk["usage"] is None:
+                            chunk = {k: v for k, v in chunk.items() if k != "usage"}
+                    if first:
+                        chunk = {**chunk, "safety": safety_summary(turn.gate)}
+                        first = False
+                    yield chunk
+            except MonitorBlocked:
+                # Cancelled (the upstream's stream is closed); billed for what it reported, or
+                # for the input and the output it streamed so far.
+                usage = answer.usage or {"prompt_tokens": sum(i.tokens for i in turn.history)}
+                await turn.finish([], usage_from(usage, "chat"))
+                raise
         if not answer.finished:
             raise UpstreamError("upstream stream ended before a finish_reason")
         await self._finish(turn, answer.message(), answer.usage)

@@ -163,7 +163,8 @@ class GatewayConfig(BaseModel):
     # Request bodies (and WebSocket frames) larger than this are parsed off the event loop,
     # on the request path's pool as their tenant's work (deltaguard.gateway.body).
     parse_inline_bytes: int = Field(defaults.PARSE_INLINE_BYTES, ge=0)
-    # Responses in flight per tenant (beyond it: 429 tenant_overloaded), and the bytes each
+    # Requests in flight per tenant, responses, chat completions and guard checks together
+    # (beyond it: 429 tenant_overloaded; deltaguard.gateway.slots), and the bytes each
     # (lane, tenant) conversation store holds in this process, for records and snapshots each.
     max_inflight_per_tenant: int = Field(256, ge=1)
     state_max_bytes: int = Field(defaults.STATE_MAX_BYTES, ge=1 << 20)
@@ -173,7 +174,7 @@ class GatewayConfig(BaseModel):
 
     # Limits (per process and per WebSocket connection).
     max_connections: int = Field(1000, ge=1)
-    max_inflight_responses: int = Field(2000, ge=1)  # beyond it: 503 server_overloaded
+    max_inflight_responses: int = Field(2000, ge=1)  # all APIs together; beyond it: 503 server_overloaded
     max_connection_age_s: float = Field(3600.0, gt=0)  # like the hosted API's 60-minute cap
     # What one request may hold (`request_limits`).
     max_request_bytes: int = Field(defaults.MAX_REQUEST_BYTES, ge=1024)

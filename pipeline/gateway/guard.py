@@ -51,6 +51,7 @@ from deltaguard.gateway.guard_wire import (
     validated,
 )
 from deltaguard.gateway.http_errors import RequestError, invalid_item
+from deltaguard.gateway.slots import Slots
 from deltaguard.gateway.wire import check_sizes, new_id, parse_body
 from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json
 from deltaguard.lanes.provenance import TurnActions
@@ -91,8 +92,9 @@ def _answer(gate: GateResult, verdict: TurnVerdict, decision: str, start: float)
 
 
 class GuardService:
-    def __init__(self, config: GatewayConfig, stage: SafetyStage) -> None:
+    def __init__(self, config: GatewayConfig, stage: SafetyStage, slots: Slots) -> None:
         self.config = config
+        self.slots = slots
         self.limits = config.request_limits
         self.stage = stage
         self.items = ItemCache(max_bytes=config.item_cache_bytes)
@@ -274,10 +276,11 @@ class GuardEndpoints:
         request.state.transport = name
         tenant = self.tenant(request.headers)
         limits = self.service.limits
-        wire = await self.service.body(
-            lambda raw: self.service.parse(model, parse_body(raw, limits)), await request.body(), tenant
-        )
-        result = await check(wire, tenant)
+        with self.service.slots.hold(tenant, "guard checks"):
+            wire = await self.service.body(
+                lambda raw: self.service.parse(model, parse_body(raw, limits)), await request.body(), tenant
+            )
+            result = await check(wire, tenant)
         self.metrics.requests.labels(name, "ok").inc()
         return JSONResponse(result.model_dump(mode="json", exclude_none=True))
 

@@ -27,13 +27,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltaguard import defaults
 from deltaguard.errors import PreviousResponseNotFound, TurnBlocked, UpstreamError
 from deltaguard.events import DEFAULT_TENANT
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.error_exits import client_error
-from deltaguard.gateway.http_errors import RequestError, server_overloaded, upstream_failed
+from deltaguard.gateway.http_errors import RequestError, upstream_failed
 from deltaguard.gateway.release import MonitorBlocked, released
+from deltaguard.gateway.slots import Slots
 from deltaguard.gateway.upstreams import TERMINAL_EVENTS, Upstream, UpstreamCall
 from deltaguard.gateway.upstreams.transport import with_stall_timeout
 from deltaguard.gateway.wire import CreateRequest, new_id, response_object
@@ -91,7 +91,7 @@ def end_user(body: dict[str, Any]) -> str:
 
 
 class ResponsesService:
-    def __init__(self, config: GatewayConfig, stage: SafetyStage, upstream: Upstream) -> None:
+    def __init__(self, config: GatewayConfig, stage: SafetyStage, upstream: Upstream, slots: Slots) -> None:
         self.config = config
         self.stage = stage
         self.upstream = upstream
@@ -113,8 +113,7 @@ class ResponsesService:
             backend=stage.config.state,
             fresh=True,
         )
-        self.inflight = 0
-        self.inflight_by_tenant: dict[str, int] = {}
+        self.slots = slots
         self._settling: set[asyncio.Task[None]] = set()  # billing of responses clients left
 
     async def settle(self) -> None:
@@ -223,31 +222,13 @@ class ResponsesService:
         terminal (completed, incomplete or failed). Raises `RequestError` or
         `TurnBlocked` before any event; previous responses are looked up in the
         tenant's own state."""
-        mine = self.inflight_by_tenant.get(tenant, 0)
-        if mine >= self.config.max_inflight_per_tenant:  # one tenant cannot take every slot
-            raise RequestError(
-                f"this API key has {mine} responses in flight, its limit; retry later",
-                code="tenant_overloaded",
-                status=429,
-                type="rate_limit_error",
-                retry_after_s=defaults.OVERLOAD_RETRY_AFTER_S,
-            )
-        if self.inflight >= self.config.max_inflight_responses:
-            raise server_overloaded(self.inflight, "responses")
-        self.inflight += 1
-        self.inflight_by_tenant[tenant] = mine + 1
-        try:
+        with self.slots.hold(tenant, "responses"):
             seq = 0
             async with contextlib.aclosing(self._events(req, tenant)) as events:
                 async for event in events:
                     event.setdefault("sequence_number", seq)
                     seq = int(event["sequence_number"]) + 1
                     yield event
-        finally:
-            self.inflight -= 1
-            left = self.inflight_by_tenant.pop(tenant) - 1
-            if left:
-                self.inflight_by_tenant[tenant] = left
 
     def _rewrite(self, response: dict[str, Any], response_id: str, req: CreateRequest) -> dict[str, Any]:
         """The upstream's response object as the client must see it: the gateway's id (which

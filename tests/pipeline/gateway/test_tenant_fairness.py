@@ -67,6 +67,37 @@ def test_one_tenant_cannot_take_every_response_slot(scorer):
     assert sorted(code for code, _ in hog) == [200, 200, 429, 429] and small[0] == 200
 
 
+def test_a_tenants_slots_are_shared_by_every_api(scorer):
+    """Responses held by a slow upstream fill the hog's slots: its chat completions and guard
+    checks are refused as well, and the other tenant's are not."""
+    config = GatewayConfig(port=0, api_keys=KEYS, max_inflight_per_tenant=2, upstream_stall_timeout_s=10)
+    with gateway_thread(config, scorer, upstream=SlowUpstream(1.5)) as (base, app):
+        hog = [threading.Thread(target=post, args=(base, "key-hog", "hi")) for _ in range(2)]
+        for t in hog:
+            t.start()
+        deadline = time.monotonic() + 10
+        while app.state.gateway.slots.by_tenant.get("hog", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        answers = {}
+        for key in ("key-hog", "key-small"):
+            auth = {"Authorization": f"Bearer {key}"}
+            chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            answers[key, "chat"] = httpx.post(
+                base + "/v1/chat/completions", json=chat, headers=auth, timeout=30
+            )
+            guard = {"messages": [{"role": "user", "content": "hi"}]}
+            answers[key, "guard"] = httpx.post(base + "/v1/guard/input", json=guard, headers=auth, timeout=30)
+        for t in hog:
+            t.join()
+        left = dict(app.state.gateway.slots.by_tenant), app.state.gateway.slots.held
+    for api in ("chat", "guard"):
+        refused = answers["key-hog", api]
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "tenant_overloaded", api
+        assert refused.headers["retry-after"] == "1"
+        assert answers["key-small", api].status_code == 200, answers["key-small", api].text
+    assert left == ({}, 0)  # every slot given back
+
+
 def test_conversation_metadata_counts_in_the_stores_byte_limit(scorer):
     with gateway_thread(GatewayConfig(port=0), scorer) as (base, app):
         metadata = {f"k{i}": "v" * 1000 for i in range(50)}
