@@ -53,9 +53,12 @@ def prepare_heap(thresholds: tuple[int, int, int] = defaults.GC_THRESHOLDS) -> i
     in flight wait: with the models in, each took ~100 ms; what remains is the state
     stores' objects. At the default thresholds (700, 10, 10) one ran every few seconds
     under load; at these, young objects (a request's) die in the young generations and a
-    full collection runs about a minute apart. Frozen objects are still freed when
-    nothing refers to them; only cycles among them stay, and what startup loads is kept
-    anyway."""
+    full collection runs about a minute apart. The young collections stay small: the
+    middle one walked ~70,000 objects (the stores' newest records among them), 20-50 ms,
+    at (10000, 10, 10); at (2000, 10, 50) a fifth as many, five times as often, and the
+    steady tenant's p99 in two pairs of soaks was 71.8 and 70.1 ms against 74.2 and 74.3.
+    Frozen objects are still freed when nothing refers to them; only cycles among them
+    stay, and what startup loads is kept anyway."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)
