@@ -112,15 +112,23 @@ def unauthorized() -> RequestError:
     )
 
 
+def _overloaded(message: str, code: str, status: int, type_: str) -> RequestError:
+    """A refusal for load: the client is told when to retry (`Retry-After`)."""
+    return RequestError(
+        message, code=code, status=status, type=type_, retry_after_s=defaults.OVERLOAD_RETRY_AFTER_S
+    )
+
+
 def server_overloaded(inflight: int, what: str) -> RequestError:
     """The process has `inflight` `what` (responses, chat completions) in flight, its limit."""
-    return RequestError(
-        f"the gateway has {inflight} {what} in flight, its limit; retry later",
-        code="server_overloaded",
-        status=503,
-        type="server_error",
-        retry_after_s=defaults.OVERLOAD_RETRY_AFTER_S,
-    )
+    message = f"the gateway has {inflight} {what} in flight, its limit; retry later"
+    return _overloaded(message, "server_overloaded", 503, "server_error")
+
+
+def tenant_overloaded(held: int) -> RequestError:
+    """A tenant has `held` requests in flight, its limit (`max_inflight_per_tenant`)."""
+    message = f"this API key has {held} requests in flight, its limit; retry later"
+    return _overloaded(message, "tenant_overloaded", 429, "rate_limit_error")
 
 
 def upstream_failed(message: str) -> RequestError:

@@ -13,18 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from deltaguard import defaults
-from deltaguard.gateway.http_errors import RequestError, server_overloaded
-
-
-def tenant_overloaded(held: int) -> RequestError:
-    return RequestError(
-        f"this API key has {held} requests in flight, its limit; retry later",
-        code="tenant_overloaded",
-        status=429,
-        type="rate_limit_error",
-        retry_after_s=defaults.OVERLOAD_RETRY_AFTER_S,
-    )
+from deltaguard.gateway.http_errors import server_overloaded, tenant_overloaded
 
 
 class Slots:
