@@ -43,11 +43,11 @@ PARSE_INLINE_BYTES = 64 * 1024
 # is told to wait before it retries (`Retry-After`): a response slot frees within about that.
 OVERLOAD_RETRY_AFTER_S = 1
 # The garbage collector's thresholds while serving (`gc.set_threshold`; Python's are
-# (700, 10, 10)): full collections, whose pause grows with the state held, once per a
-# million objects kept (2,000 x 10 x 50), a minute or so apart under load instead of
-# seconds; the young collections in between small, each a pause every request in flight
-# waits out (deltaguard.gateway.process.prepare_heap).
-GC_THRESHOLDS = (2_000, 10, 50)
+# (700, 10, 10)): full collections, whose pause grows with the state held (~250 ms with
+# the soak's stores full), at most once per four million objects kept (2,000 x 10 x 200),
+# minutes apart under load instead of seconds; the young collections in between small,
+# each a pause every request in flight waits out (deltaguard.gateway.process.prepare_heap).
+GC_THRESHOLDS = (2_000, 10, 200)
 # The interpreter's switch interval while serving (`sys.setswitchinterval`; Python's is
 # 5 ms): how long the event loop may wait for the GIL that a thread scoring a large
 # request holds, after each of its socket calls (deltaguard.gateway.process.shorten_gil_turns).

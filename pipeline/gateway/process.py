@@ -5,6 +5,7 @@ turns shortened, and what large requests freed handed back to the OS."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import os
 import platform
@@ -16,6 +17,7 @@ from deltaguard import defaults
 _M_ARENA_MAX = -8  # glibc's malloc.h
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     """The C library, when it is glibc (whose mallopt and malloc_trim these call)."""
     if platform.libc_ver()[0] != "glibc":
@@ -52,13 +54,16 @@ def prepare_heap(thresholds: tuple[int, int, int] = defaults.GC_THRESHOLDS) -> i
     A full collection walks every tracked object while the event loop and every request
     in flight wait: with the models in, each took ~100 ms; what remains is the state
     stores' objects. At the default thresholds (700, 10, 10) one ran every few seconds
-    under load; at these, young objects (a request's) die in the young generations and a
-    full collection runs about a minute apart. The young collections stay small: the
+    under load; at these, young objects (a request's) die in the young generations and
+    full collections run minutes apart. The young collections stay small: the
     middle one walked ~70,000 objects (the stores' newest records among them), 20-50 ms,
-    at (10000, 10, 10); at (2000, 10, 50) a fifth as many, five times as often, and the
-    steady tenant's p99 in two pairs of soaks was 71.8 and 70.1 ms against 74.2 and 74.3.
-    Frozen objects are still freed when nothing refers to them; only cycles among them
-    stay, and what startup loads is kept anyway."""
+    at (10000, 10, 10); at (2000, 10, 50) a fifth as many, 3-10 ms, five times as often,
+    and the steady tenant's p99 in two pairs of soaks was 71.8 and 70.1 ms against 74.2
+    and 74.3. Full collections walk the stores (~250 ms once they are full): at
+    (2000, 10, 200) a quarter as often, p99 74.9 ms against 79.9 in a pair of 300 s soaks
+    (requests over 200 ms: 4 against 14); cyclic garbage waits longer. Frozen objects
+    are still freed when nothing refers to them; only cycles among them stay, and what
+    startup loads is kept anyway."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)
