@@ -309,11 +309,8 @@ def floor_slope(samples: list[tuple[float, float]], start: float, width: float =
             floors[i] = min(floors.get(i, mb), mb)
     if len(floors) < 3:
         return None
-    xs = [start + (i + 0.5) * width for i in floors]
-    ys = list(floors.values())
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    return round(slope * 60, 2)
+    fit = statistics.linear_regression([start + (i + 0.5) * width for i in floors], list(floors.values()))
+    return round(fit.slope * 60, 2)
 
 
 def rss_report(samples: list[tuple[float, float]], warm: float, tail_s: float = 300.0) -> dict[str, Any]:
