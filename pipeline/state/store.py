@@ -340,6 +340,9 @@ class ConversationStore:
             max_bytes=limits.max_bytes,
             encode=_snapshot_json,
             decode=_snapshot_from_json,
+            # ~20 dicts and lists each as objects, the bulk of what the collector walks
+            # in a gateway that has run a while; as text, one string.
+            encoded=True,
             **common,
         )
         # The conversation each recorded history belongs to, by the chain value at its

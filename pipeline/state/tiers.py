@@ -12,13 +12,18 @@ every write goes through to it as JSON, and what the process no longer holds is 
 from it; the process then keeps only what was used in the last `cache_ttl_s`, so an idle
 conversation costs it nothing. `fresh` maps (mutable values on a shared backend: the
 lock-out, the Conversations API's entries) always read the backend, since another
-replica may have written them.
+replica may have written them. `encoded` maps keep their values in the process as
+their JSON text: the collector walks one string instead of the value's dicts and lists,
+and the bound in bytes is what the process really holds. The last RECENT values written
+or read stay decoded too, so a conversation's next turn, which reads what its last one
+wrote, decodes nothing.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -28,6 +33,8 @@ from deltaguard.state.backends import StateBackend
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+RECENT = 256  # decoded values an `encoded` map keeps beside their text
 
 
 def key_text(key: Any) -> str:
@@ -83,6 +90,7 @@ class StateMap(Generic[K, V]):
         backend: StateBackend | None = None,
         cache_ttl_s: float | None = None,
         fresh: bool = False,
+        encoded: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_entries < 1:
@@ -91,6 +99,8 @@ class StateMap(Generic[K, V]):
         self.ttl_s = ttl_s
         self.backend = backend
         self.fresh = fresh and backend is not None and backend.shared
+        self.encoded = encoded
+        self._recent: OrderedDict[K, V] = OrderedDict()  # encoded maps: hot values, decoded
         self._encode, self._decode, self._size, self._group = encode, decode, size, group
         tier_ttl = min(ttl_s, cache_ttl_s) if backend is not None and cache_ttl_s else ttl_s
         self._tier = _Tier(max_entries, max_bytes, tier_ttl, clock)
@@ -139,10 +149,16 @@ class StateMap(Generic[K, V]):
     def _key(self, key: K) -> str:
         return f"{self.namespace}/{key_text(key)}"
 
-    def _keep(self, key: K, size: int, value: V) -> None:
+    def _keep(self, key: K, size: int, value: V, text: str | None = None) -> None:
+        """Hold the value (or, in an `encoded` map, its text) in the process."""
+        held: Any = value
+        if self.encoded:
+            held = text if text is not None else self._encode(value)
         with self._lock:
+            if self.encoded:
+                self._remember(key, value)
             try:
-                self._tier[key] = (size, value)  # (re)inserted: most recent, expiry renewed
+                self._tier[key] = (size, held)  # (re)inserted: most recent, expiry renewed
             except ValueError:  # larger than the whole tier: only the backend keeps it
                 self._tier.pop(key, None)
                 self._tier.evictions += 1
@@ -155,10 +171,28 @@ class StateMap(Generic[K, V]):
         """The value if the process holds it (never the backend)."""
         with self._lock:
             entry = self._tier.get(key)
-            if entry is not None:
-                self._tier[key] = entry
+            if entry is None:
+                return None
+            self._tier[key] = entry
+            if not self.encoded:
                 return entry[1]  # type: ignore[no-any-return]
-        return None
+            value = self._recent.get(key)
+            if value is not None:
+                self._recent.move_to_end(key)
+                return value
+        value = self._decode(entry[1])
+        with self._lock:
+            if self._tier.get(key) is entry:  # not rewritten meanwhile
+                self._remember(key, value)
+        return value
+
+    def _remember(self, key: K, value: V) -> None:
+        """Keep a decoded value among the recent ones (the lock held). An entry the tier
+        has dropped may linger here; reads look in the tier first, so it is never served."""
+        self._recent[key] = value
+        self._recent.move_to_end(key)
+        if len(self._recent) > RECENT:
+            self._recent.popitem(last=False)
 
     def get(self, key: K, *, fresh: bool | None = None) -> V | None:
         """The value, from the process or else the backend; `fresh`: the backend first."""
@@ -173,7 +207,7 @@ class StateMap(Generic[K, V]):
                 self._tier.pop(key, None)
             return None
         value = self._decode(text)
-        self._keep(key, self._size(value) if self._size else len(text), value)
+        self._keep(key, self._size(value) if self._size else len(text), value, text)
         return value
 
     def put(self, key: K, value: V) -> None:
@@ -182,11 +216,10 @@ class StateMap(Generic[K, V]):
             text = self._encode(value)
             group = self._group(value) if self._group else None
             self.backend.put(self._key(key), text, self.ttl_s, group=group)
-        if self._size is not None:
-            size = self._size(value)
-        else:
-            size = len(text if text is not None else self._encode(value))
-        self._keep(key, size, value)
+        if text is None and (self._size is None or self.encoded):
+            text = self._encode(value)
+        size = self._size(value) if self._size is not None else len(text or "")
+        self._keep(key, size, value, text)
 
     def update(self, key: K, change: Callable[[V | None], V]) -> V:
         """Atomically, in the backend when there is one: the value (None when absent)
@@ -202,13 +235,14 @@ class StateMap(Generic[K, V]):
 
         text = self.backend.update(self._key(key), encoded, self.ttl_s)
         value = self._decode(text)
-        self._keep(key, self._size(value) if self._size else len(text), value)
+        self._keep(key, self._size(value) if self._size else len(text), value, text)
         return value
 
     def discard(self, key: K) -> None:
         """Forget the key here and in the backend."""
         with self._lock:
             self._tier.pop(key, None)
+            self._recent.pop(key, None)
         if self.backend is not None:
             self.backend.delete(self._key(key))
 
@@ -216,3 +250,4 @@ class StateMap(Generic[K, V]):
         """Empty the process's tier (what a backend holds stays)."""
         with self._lock:
             self._tier.clear()
+            self._recent.clear()

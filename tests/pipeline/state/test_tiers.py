@@ -46,3 +46,49 @@ def test_the_tables_are_rebuilt_once_most_entries_are_gone():
     now[0] = 11  # all but "fresh" expired
     assert len(m) == 1 and m.get("fresh") == "v" and m.expirations == 2000
     assert m._peak == 1  # the tables were rebuilt at their new size
+
+
+def test_an_encoded_map_holds_text_and_gives_back_equal_values(tmp_path):
+    import gc
+    import json
+
+    value = {"states": {"lexical": [0.5, 0.25]}, "scores": {"jailbreak": 0.125}}
+    text = json.dumps(value, separators=(",", ":"))
+    for backend in (None, SqliteBackend(tmp_path / "s.db")):
+        m = StateMap(
+            "t",
+            max_entries=10,
+            max_bytes=10_000,
+            ttl_s=60,
+            encode=lambda v: json.dumps(v, separators=(",", ":")),
+            decode=json.loads,
+            encoded=True,
+            backend=backend,
+        )
+        m.put("a", value)
+        size, held = m._tier["a"]
+        # What the process holds is the text: nothing for the collector to walk, and the
+        # bound in bytes counts what is there.
+        assert held == text and not gc.is_tracked(held) and size == len(text) == m.nbytes
+        assert m.get("a") is value  # among the recent values: nothing decoded
+        m.update("a", lambda old: {**old, "n": 1})
+        assert m.cached("a") == {**value, "n": 1} and isinstance(m._tier["a"][1], str)
+
+
+def test_an_encoded_map_decodes_what_fell_out_of_its_recent_values():
+    import json
+
+    from deltaguard.state import tiers
+
+    m = StateMap(
+        "t", max_entries=1000, max_bytes=10**6, ttl_s=60, encode=json.dumps, decode=json.loads, encoded=True
+    )
+    first = {"n": [0]}
+    m.put(0, first)
+    for i in range(1, tiers.RECENT + 1):
+        m.put(i, {"n": [i]})
+    got = m.get(0)
+    assert got == first and got is not first  # decoded from its text
+    assert m.get(0) is got  # and recent again
+    m.discard(0)
+    assert m.get(0) is None
