@@ -183,10 +183,11 @@ class ChatService:
 
     async def gate(self, req: ChatRequest, tenant: str = DEFAULT_TENANT) -> Turn:
         """The gate lane on the request's whole history; raises `TurnBlocked`."""
-        self.slots.check(tenant, "chat completions")  # held while the upstream answers
-        turn = await self.stage.begin(
-            tenant, history=req.items, response_id=new_id("chatcmpl"), client=end_user(req.body)
-        )
+        # A slot is held while the gate scores and again while the upstream answers.
+        with self.slots.hold(tenant, "chat completions"):
+            turn = await self.stage.begin(
+                tenant, history=req.items, response_id=new_id("chatcmpl"), client=end_user(req.body)
+            )
         if turn.blocked:
             raise turn.gate.refusal()
         if turn.gate.sanitized or turn.upstream_history != turn.history:

@@ -98,6 +98,24 @@ def test_a_tenants_slots_are_shared_by_every_api(scorer):
     assert left == ({}, 0)  # every slot given back
 
 
+def test_a_chat_completion_holds_its_slot_while_the_gate_scores(scorer):
+    with gateway_thread(GatewayConfig(port=0, api_keys=KEYS), scorer) as (base, app):
+        gateway = app.state.gateway
+        service = gateway.chat.service
+        begin, seen = service.stage.begin, []
+
+        async def watched(tenant, **kwargs):
+            seen.append(gateway.slots.by_tenant.get(tenant, 0))
+            return await begin(tenant, **kwargs)
+
+        service.stage.begin = watched
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        auth = {"Authorization": "Bearer key-small"}
+        r = httpx.post(base + "/v1/chat/completions", json=chat, headers=auth, timeout=30)
+        assert r.status_code == 200, r.text
+        assert seen == [1] and gateway.slots.by_tenant == {} and gateway.slots.held == 0
+
+
 def test_conversation_metadata_counts_in_the_stores_byte_limit(scorer):
     with gateway_thread(GatewayConfig(port=0), scorer) as (base, app):
         metadata = {f"k{i}": "v" * 1000 for i in range(50)}
