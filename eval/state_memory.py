@@ -5,7 +5,8 @@
 Runs agent conversations through a `ConversationTracker` with the default classifiers
 and measures, with tracemalloc, what the store holds: snapshots (classifier states) and
 response records (the items themselves, which rebuilds need). Prints bytes per entry,
-so the LRU bounds (`StoreLimits`) translate into memory.
+so the LRU bounds (`StoreLimits`) translate into memory, and what the store costs the
+garbage collector: the objects a full collection walks with everything held, and its time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +36,26 @@ def drive(tracker: ConversationTracker, convs: list[Any], on_turn: Callable[[], 
             tracker.score_output(rid, turn.output)
             prev = rid
             on_turn()
+
+
+def collector_cost(fill: Callable[[], ConversationStore]) -> dict[str, float]:
+    """Objects a full collection walks beyond what was there before `fill` (the rest
+    frozen, as `deltaguard serve` freezes its startup heap), and its time (best of 3)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        store = fill()
+        gc.collect()
+        walked = len(gc.get_objects())
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            gc.collect()
+            best = min(best, time.perf_counter() - t)
+        del store
+    finally:
+        gc.unfreeze()
+    return {"tracked_objects": walked, "full_collection_ms": round(best * 1000, 1)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     n_resp = len(store2.responses)
     per_snapshot = snap_only / n_snap
     per_record = (both - snap_only) / n_resp
+    del store, store2  # the collector is measured on one store: records and snapshots
+    collector = collector_cost(lambda: run(keep_records=True)[1])
     print(
         json.dumps(
             {
@@ -84,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                     "max_responses": StoreLimits().max_responses,
                     "ttl_s": StoreLimits().ttl_s,
                 },
+                "collector": collector,
                 "snapshot_memory_at_default_limit_mb": round(
                     per_snapshot * StoreLimits().max_snapshots / 1e6, 1
                 ),
