@@ -155,13 +155,15 @@ class StateMap(Generic[K, V]):
         if self.encoded:
             held = text if text is not None else self._encode(value)
         with self._lock:
-            if self.encoded:
-                self._remember(key, value)
             try:
                 self._tier[key] = (size, held)  # (re)inserted: most recent, expiry renewed
             except ValueError:  # larger than the whole tier: only the backend keeps it
                 self._tier.pop(key, None)
+                self._recent.pop(key, None)
                 self._tier.evictions += 1
+            else:
+                if self.encoded:
+                    self._remember(key, value)
             self._peak = max(self._peak, len(self._tier))
             self._writes += 1
             if self._writes % 4096 == 0:

@@ -92,3 +92,13 @@ def test_an_encoded_map_decodes_what_fell_out_of_its_recent_values():
     assert m.get(0) is got  # and recent again
     m.discard(0)
     assert m.get(0) is None
+
+
+def test_an_encoded_map_keeps_no_value_too_large_for_its_bound():
+    import json
+
+    m = StateMap(
+        "t", max_entries=10, max_bytes=100, ttl_s=60, encode=json.dumps, decode=json.loads, encoded=True
+    )
+    m.put("big", {"x": "y" * 200})
+    assert m.get("big") is None and "big" not in m._recent and m.evictions == 1
