@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -100,7 +99,9 @@ class StateMap(Generic[K, V]):
         self.backend = backend
         self.fresh = fresh and backend is not None and backend.shared
         self.encoded = encoded
-        self._recent: OrderedDict[K, V] = OrderedDict()  # encoded maps: hot values, decoded
+        # Encoded maps: the hot values, decoded. An entry the tier has dropped may linger
+        # here; reads look in the tier first, so it is never served.
+        self._recent: cachetools.LRUCache[K, V] = cachetools.LRUCache(RECENT)
         self._encode, self._decode, self._size, self._group = encode, decode, size, group
         tier_ttl = min(ttl_s, cache_ttl_s) if backend is not None and cache_ttl_s else ttl_s
         self._tier = _Tier(max_entries, max_bytes, tier_ttl, clock)
@@ -163,7 +164,7 @@ class StateMap(Generic[K, V]):
                 self._tier.evictions += 1
             else:
                 if self.encoded:
-                    self._remember(key, value)
+                    self._recent[key] = value
             self._peak = max(self._peak, len(self._tier))
             self._writes += 1
             if self._writes % 4096 == 0:
@@ -178,23 +179,14 @@ class StateMap(Generic[K, V]):
             self._tier[key] = entry
             if not self.encoded:
                 return entry[1]  # type: ignore[no-any-return]
-            value = self._recent.get(key)
+            value = self._recent.get(key)  # a hit is the most recent again
             if value is not None:
-                self._recent.move_to_end(key)
                 return value
         value = self._decode(entry[1])
         with self._lock:
             if self._tier.get(key) is entry:  # not rewritten meanwhile
-                self._remember(key, value)
+                self._recent[key] = value
         return value
-
-    def _remember(self, key: K, value: V) -> None:
-        """Keep a decoded value among the recent ones (the lock held). An entry the tier
-        has dropped may linger here; reads look in the tier first, so it is never served."""
-        self._recent[key] = value
-        self._recent.move_to_end(key)
-        if len(self._recent) > RECENT:
-            self._recent.popitem(last=False)
 
     def get(self, key: K, *, fresh: bool | None = None) -> V | None:
         """The value, from the process or else the backend; `fresh`: the backend first."""
