@@ -278,6 +278,13 @@ def _load_session(path: Path, threads: int) -> Any:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Every call has its own (windows, tokens) shape. onnxruntime keeps a memory plan per
+    # shape it has seen and an arena as large as its largest call, for the session's life:
+    # over 3,000 calls of random shapes, RSS rose 76 -> 178 MB with both, 132 MB without the
+    # plans, 75 MB without either (glibc's heap, which the gateway trims, takes the buffers),
+    # and the calls' CPU time did not change (docs/hardening.md).
+    options.enable_mem_pattern = False
+    options.enable_cpu_mem_arena = False
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's errors have no common base class
