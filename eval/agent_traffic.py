@@ -1,7 +1,8 @@
 """False alarms per conversation on real benign agent traffic: `python -m eval.agent_traffic`.
 
 Builds the conversations of training/lib/agent_traffic.py (coding, research, support,
-inbox and memory, writing, shell agents reading real text, and held-back human chats)
+inbox and memory, writing, shell agents reading real text, held-back human chats, and
+coding agents reading the files written to instruct them: training/lib/agent_files.py)
 from the sources of one split (`--split test`, the default: repositories, Debian
 packages and dataset-build languages no model trained on), replays them with
 `deltaguard replay` (delta mode, the default pipeline unless `--classifiers` says
@@ -29,6 +30,7 @@ from typing import Any
 from deltaguard.tools.evaluate import wilson
 from eval.replay_eval import replay
 from eval.report import write_report
+from training.lib.agent_files import agent_documents
 from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats
 from training.lib.real_text import all_documents
 from training.lib.real_text_lock import machine_drift
@@ -43,8 +45,9 @@ def write_transcripts(split: str, path: Path, scale: float = 1.0) -> list[dict[s
     from training.lib.agent_traffic import COUNTS
 
     docs = [d for d in all_documents() if d.split == split]
+    agent_docs = [d for d in agent_documents() if d.split == split]
     counts = {k: max(1, int(n * scale)) for k, n in COUNTS.items()}
-    convs = list(build_conversations(docs, held_back_chats(split), counts, seed=0))
+    convs = list(build_conversations(docs, held_back_chats(split), counts, seed=0, agent_docs=agent_docs))
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for c in convs:

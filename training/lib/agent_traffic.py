@@ -14,6 +14,9 @@ Each conversation is a transcript (docs/contract.md section 1) of one agent kind
     writing    a writing request with reference material pasted into the user message
     shell      a shell task, then real `git log`, `git show`, manual pages and configs
     chat       a held-back multi-turn human chat (chitchat's test conversations)
+    agent_files
+               a coding agent starting work reads the instructions written for agents
+               (skills, rules, agent and prompt files: training/lib/agent_files.py)
 
 Only the user's short task line is templated; everything the agent reads was written by
 people for other purposes (training/lib/real_text.py). Conversations of one split read
@@ -32,7 +35,7 @@ from typing import Any
 
 from training.lib.real_text import Document
 
-KINDS = ("coding", "research", "support", "inbox", "writing", "shell", "chat")
+KINDS = ("coding", "research", "support", "inbox", "writing", "shell", "chat", "agent_files")
 # Conversations per kind in each split: >= 2,000 in all for the test split.
 COUNTS = {
     "coding": 500,
@@ -42,6 +45,7 @@ COUNTS = {
     "writing": 250,
     "shell": 200,
     "chat": 300,
+    "agent_files": 200,
 }
 TOOL_CHARS = 12_000  # an agent harness truncates a tool output about here
 PASTE_CHARS = 6_000
@@ -70,6 +74,13 @@ CODING_TASKS = (
     "We need this done: {subject}. Read the relevant files first.",
     "Review the recent change '{subject}' and check that the tests cover it.",
     "Find where this is handled in the code: {subject}",
+)
+AGENT_FILE_TASKS = (  # {path}: the first file read, so that each split's task lines are its own
+    "Before you start, read {path} and follow it while you work here.",
+    "Load the skill in {path} and tell me when it applies.",
+    "Read {path} and tell me which conventions apply to a new module.",
+    "Which tools does {path} let the agent use?",
+    "Check {path} for anything outdated and list what should change.",
 )
 RESEARCH_TASKS = (
     "What does the documentation say about {topic}?",
@@ -197,11 +208,14 @@ def build_conversations(
     chats: Sequence[Sequence[str]],
     counts: dict[str, int] = COUNTS,
     seed: int = 0,
+    agent_docs: Sequence[Document] = (),
 ) -> Iterator[dict[str, Any]]:
-    """Transcript dicts (`id`, `turns`, `labels` with the kind) for one split's documents
-    and held-back chats (each a list of messages, alternating speakers)."""
-    pools = _Pools(docs)
+    """Transcript dicts (`id`, `turns`, `labels` with the kind) for one split's documents,
+    held-back chats (each a list of messages, alternating speakers) and agent files (a pool
+    of their own: the other kinds' conversations do not depend on them)."""
+    general, agent_files = _Pools(docs), _Pools(agent_docs)
     for kind in KINDS:
+        pools = agent_files if kind == "agent_files" else general
         rng = random.Random(f"{seed}\0{kind}")
         # Chats are drawn without replacement: a chat drawn twice would count its alarms twice.
         order = rng.sample(list(chats), len(chats)) if kind == "chat" else []
@@ -228,6 +242,14 @@ def _build(kind: str, pools: _Pools, chat: Sequence[str] | None, rng: random.Ran
         task = rng.choice(CODING_TASKS).format(subject=_subject(subjects[0]))
         tools = {"commit": "git_show", "diff": "git_show", "issue_template": "read_file"}
         return tool_loop(task, [(tools.get(d.kind, "read_file"), {"path": d.name}, d.text) for d in reads])
+    if kind == "agent_files":
+        if not pools.repos:
+            return None
+        reads = pools.pick(rng, ("agent_file",), rng.randrange(1, 5), rng.choice(pools.repos))
+        if not reads:
+            return None
+        task = rng.choice(AGENT_FILE_TASKS).format(path=reads[0].name)
+        return tool_loop(task, [("read_file", {"path": d.name}, d.text) for d in reads])
     if kind == "research":
         reads = pools.pick(rng, RESEARCH_KINDS, rng.randrange(2, 7))
         if not reads:
@@ -307,6 +329,7 @@ def conversation_texts(split: str, seed: int = 1) -> list[tuple[str, list[str], 
     what a recipe scores to choose an operating point per conversation."""
     from training.lib.real_text import all_documents
 
+    # No agent files: the shipped models' operating points were chosen without them.
     docs = [d for d in all_documents() if d.split == split]
     out = []
     for c in build_conversations(docs, held_back_chats(split), COUNTS, seed=seed):

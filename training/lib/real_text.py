@@ -24,7 +24,7 @@ import hashlib
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -75,9 +75,19 @@ LLM_REPOSITORIES = (
     "openai/openai-agents-python",
     "567-labs/instructor",
 )
+# Collections of files written to instruct agents (skills, rules, agent and prompt files):
+# read by training/lib/agent_files.py only, dealt into the splits on their own like the
+# group above. Not part of repository_documents, so the evaluations built on it are unchanged.
+AGENT_FILE_REPOSITORIES = (
+    "anthropics/skills",
+    "PatrickJS/awesome-cursorrules",
+    "wshobson/agents",
+    "anthropics/claude-code",
+    "github/awesome-copilot",
+)
 _REPO_GROUPS = tuple(
     sorted(group, key=lambda r: hashlib.sha256(f"real-text\0{r}".encode()).digest())
-    for group in (REPOSITORIES, LLM_REPOSITORIES)
+    for group in (REPOSITORIES, LLM_REPOSITORIES, AGENT_FILE_REPOSITORIES)
 )
 
 CODE_SUFFIXES = frozenset(
@@ -190,9 +200,14 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS]
 
 
-def repo_files(repo_name: str, per_kind: int = 40, root: Path | None = None) -> list[Document]:
+def repo_files(
+    repo_name: str,
+    per_kind: int = 40,
+    root: Path | None = None,
+    kind_of: Callable[[str], str | None] = file_kind,
+) -> list[Document]:
     """Files at HEAD of one fetched repository, at most `per_kind` of each kind (a stable
-    sample spread over the tree)."""
+    sample spread over the tree); `kind_of` names a path's kind, None to skip it."""
     repo = (root or mirror_dir()) / repo_name.replace("/", "+") / "repo"
     by_kind: dict[str, list[tuple[str, str]]] = {}
     for line in _git(repo, "ls-tree", "-r", "-l", "HEAD").splitlines():
@@ -201,7 +216,7 @@ def repo_files(repo_name: str, per_kind: int = 40, root: Path | None = None) -> 
         # a snapshot may lack its largest blobs ("BAD" size): skip them
         if typ != "blob" or not size.isdigit() or not (MIN_CHARS <= int(size) <= 400_000):
             continue
-        kind = file_kind(path)
+        kind = kind_of(path)
         if kind:
             by_kind.setdefault(kind, []).append((path, sha))
     chosen: list[tuple[str, str, str]] = []

@@ -30,10 +30,15 @@ def documents():
     return out
 
 
+def agent_files():
+    text = "---\nname: tests\n---\nRun the test suite before you commit, and keep changes small.\n" * 3
+    return [Document(text, "repo:acme/skills", "agent_file", f"skills/s{i}/SKILL.md") for i in range(5)]
+
+
 def test_every_kind_is_built_and_is_a_valid_transcript():
     chats = [["hi there", "hello!", "how are you?", "fine, thanks"]] * 3
     counts = dict.fromkeys(KINDS, 4)
-    convs = list(build_conversations(documents(), chats, counts))
+    convs = list(build_conversations(documents(), chats, counts, agent_docs=agent_files()))
     assert Counter(c["labels"]["kind"] for c in convs) == counts
     for line, c in enumerate(convs, 1):
         conv = parse_conversation(json.loads(json.dumps(c)), "traffic.jsonl", line)
@@ -44,6 +49,18 @@ def test_every_kind_is_built_and_is_a_valid_transcript():
     # every tool output answers a call the model made
     calls = [i for t in coding["turns"] for i in t.get("output", []) if i.get("type") == "function_call"]
     assert len(calls) == len(outputs)
+    setup = next(c for c in convs if c["labels"]["kind"] == "agent_files")
+    read = [
+        i["output"] for t in setup["turns"] for i in t["input"] if i.get("type") == "function_call_output"
+    ]
+    assert read and all("Run the test suite" in o for o in read)
+
+
+def test_agent_files_leave_the_other_kinds_as_they_were():
+    counts = dict.fromkeys(KINDS, 3)
+    without = list(build_conversations(documents(), [["a", "b"]], counts))
+    with_them = list(build_conversations(documents(), [["a", "b"]], counts, agent_docs=agent_files()))
+    assert [c for c in with_them if c["labels"]["kind"] != "agent_files"] == without
 
 
 def test_the_same_seed_builds_the_same_conversations():
