@@ -301,21 +301,42 @@ def slow_overlaps(
 def floor_slope(samples: list[tuple[float, float]], start: float, width: float = 30.0) -> float | None:
     """MB per minute by which the floor of RSS (the least of each `width` seconds from
     `start`) rose, by least squares: what the process keeps, apart from the large requests
-    in flight when a sample fell (each holds ~100 MB for a moment). None under three windows."""
+    in flight when a sample fell (each holds ~100 MB for a moment). A window with under half
+    the samples of the fullest (the last, cut short by the run's end) has no floor to
+    speak of. None under three windows."""
     floors: dict[int, float] = {}
+    counts: dict[int, int] = {}
     for at, mb in samples:
         if at >= start:
             i = int((at - start) // width)
             floors[i] = min(floors.get(i, mb), mb)
+            counts[i] = counts.get(i, 0) + 1
+    floors = {i: mb for i, mb in floors.items() if 2 * counts[i] >= max(counts.values())}
     if len(floors) < 3:
         return None
     fit = statistics.linear_regression([start + (i + 0.5) * width for i in floors], list(floors.values()))
     return round(fit.slope * 60, 2)
 
 
-def rss_report(samples: list[tuple[float, float]], warm: float, tail_s: float = 300.0) -> dict[str, Any]:
+def stores_filled(state: list[tuple[float, dict[str, float]]], after: float, share: float = 0.95) -> float:
+    """When the state stores first held `share` of the most they held together (not before
+    `after`): on a slow machine they still fill long after the load's warm-up, and what
+    they take is held on purpose, up to their bounds."""
+    most = max((sum(held.values()) for _, held in state), default=0.0)
+    return next((at for at, held in state if at >= after and sum(held.values()) >= share * most), after)
+
+
+def rss_report(
+    samples: list[tuple[float, float]],
+    warm: float,
+    state: list[tuple[float, dict[str, float]]] = (),
+    tail_s: float = 300.0,
+) -> dict[str, Any]:
     """RSS after the load's warm-up: first, last, its spread ((max - min) / min) there and
-    over the last `tail_s` seconds, and how fast its floor rose (`floor_slope`)."""
+    over the last `tail_s` seconds, and how fast its floor rose (`floor_slope`); and how fast
+    it rose once the stores were full (`stores_filled`), by the least of each minute (a
+    0.8 MB request every ten seconds, each held for seconds under load, can fill a 30 s
+    window)."""
 
     def spread(values: list[float]) -> float | None:
         return round((max(values) - min(values)) / min(values), 4) if values else None
@@ -330,6 +351,8 @@ def rss_report(samples: list[tuple[float, float]], warm: float, tail_s: float = 
         "after_warmup_spread": spread(after),
         f"last_{tail_s:.0f}s_spread": spread(tail),
         "floor_mb_per_min": floor_slope(samples, warm),
+        "stores_filled_s": (full := stores_filled(list(state), warm)),
+        "floor_mb_per_min_stores_filled": floor_slope(samples, full, width=60.0),
         "max": max((mb for _, mb in samples), default=None),
     }
 
@@ -369,7 +392,7 @@ def report(soak: Soak, folder: Path, exit_code: int | None) -> dict[str, Any]:
         "requests_by_kind": dict(sorted(soak.tally.requests.items())),
         "outcomes": dict(sorted(soak.tally.outcomes.items())),
         "billing": billing_report(folder, soak.tally.billable),
-        "rss_mb": rss_report(soak.rss, settled),
+        "rss_mb": rss_report(soak.rss, settled, soak.state),
         "state_mb": soak.state,  # each store's bytes against --state-max-mb
         "latency": {
             "steady_unloaded": steady_warm,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from eval.soak import floor_slope, main
+from eval.soak import floor_slope, main, stores_filled
 
 
 def test_a_short_soak_loses_and_doubles_no_billing_event(tmp_path):
@@ -34,3 +34,13 @@ def test_the_floor_of_rss_ignores_a_large_request_in_flight_and_finds_a_leak():
     leak = [(t * 5.0, 500.0 + t * 0.5) for t in range(60)]  # 0.5 MB per 5 s sample
     assert floor_slope(leak, 0.0) == 6.0
     assert floor_slope(leak[:10], 0.0) is None  # under three 30 s windows
+    cut = [*level[:54], (270.0, 900.0)]  # the run ends one sample into a window, a request in flight
+    assert floor_slope(cut, 0.0) == 0.0
+
+
+def test_rss_is_judged_from_when_the_stores_are_full():
+    state = [(t * 15.0, {"gate/snapshots": min(t, 20) * 0.5, "gate/responses": 16.0}) for t in range(40)]
+    # the stores hold 26 MiB at most, 95% of it (24.7) from t = 18, 270 s
+    assert stores_filled(state, after=120.0) == 270.0
+    assert stores_filled(state, after=400.0) == 405.0  # never before the warm-up's end
+    assert stores_filled([], after=120.0) == 120.0
