@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -318,7 +319,9 @@ def floor_slope(samples: list[tuple[float, float]], start: float, width: float =
     return round(fit.slope * 60, 2)
 
 
-def stores_filled(state: list[tuple[float, dict[str, float]]], after: float, share: float = 0.95) -> float:
+def stores_filled(
+    state: Sequence[tuple[float, dict[str, float]]], after: float, share: float = 0.95
+) -> float:
     """When the state stores first held `share` of the most they held together (not before
     `after`): on a slow machine they still fill long after the load's warm-up, and what
     they take is held on purpose, up to their bounds."""
@@ -329,7 +332,7 @@ def stores_filled(state: list[tuple[float, dict[str, float]]], after: float, sha
 def rss_report(
     samples: list[tuple[float, float]],
     warm: float,
-    state: list[tuple[float, dict[str, float]]] = (),
+    state: Sequence[tuple[float, dict[str, float]]] = (),
     tail_s: float = 300.0,
 ) -> dict[str, Any]:
     """RSS after the load's warm-up: first, last, its spread ((max - min) / min) there and
@@ -342,6 +345,7 @@ def rss_report(
         return round((max(values) - min(values)) / min(values), 4) if values else None
 
     after = [mb for at, mb in samples if at >= warm]
+    full = stores_filled(state, warm)
     end = samples[-1][0] if samples else 0.0
     tail = [mb for at, mb in samples if at >= max(warm, end - tail_s)]
     return {
@@ -351,7 +355,7 @@ def rss_report(
         "after_warmup_spread": spread(after),
         f"last_{tail_s:.0f}s_spread": spread(tail),
         "floor_mb_per_min": floor_slope(samples, warm),
-        "stores_filled_s": (full := stores_filled(list(state), warm)),
+        "stores_filled_s": full,
         "floor_mb_per_min_stores_filled": floor_slope(samples, full, width=60.0),
         "max": max((mb for _, mb in samples), default=None),
     }
