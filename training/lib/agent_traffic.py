@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from training.lib import agent_files
 from training.lib.real_text import Document
 
 KINDS = ("coding", "research", "support", "inbox", "writing", "shell", "chat", "agent_files")
@@ -213,9 +214,9 @@ def build_conversations(
     """Transcript dicts (`id`, `turns`, `labels` with the kind) for one split's documents,
     held-back chats (each a list of messages, alternating speakers) and agent files (a pool
     of their own: the other kinds' conversations do not depend on them)."""
-    general, agent_files = _Pools(docs), _Pools(agent_docs)
+    general, instructions = _Pools(docs), _Pools(agent_docs)
     for kind in KINDS:
-        pools = agent_files if kind == "agent_files" else general
+        pools = instructions if kind == "agent_files" else general
         rng = random.Random(f"{seed}\0{kind}")
         # Chats are drawn without replacement: a chat drawn twice would count its alarms twice.
         order = rng.sample(list(chats), len(chats)) if kind == "chat" else []
@@ -245,7 +246,7 @@ def _build(kind: str, pools: _Pools, chat: Sequence[str] | None, rng: random.Ran
     if kind == "agent_files":
         if not pools.repos:
             return None
-        reads = pools.pick(rng, ("agent_file",), rng.randrange(1, 5), rng.choice(pools.repos))
+        reads = pools.pick(rng, (agent_files.KIND,), rng.randrange(1, 5), rng.choice(pools.repos))
         if not reads:
             return None
         task = rng.choice(AGENT_FILE_TASKS).format(path=reads[0].name)

@@ -3,6 +3,8 @@ entries dropped when a backend keeps them; its tables shrink after the peak."""
 
 from __future__ import annotations
 
+import json
+
 from deltaguard.state.backends import SqliteBackend
 from deltaguard.state.tiers import StateMap
 
@@ -50,7 +52,6 @@ def test_the_tables_are_rebuilt_once_most_entries_are_gone():
 
 def test_an_encoded_map_holds_text_and_gives_back_equal_values(tmp_path):
     import gc
-    import json
 
     value = {"states": {"lexical": [0.5, 0.25]}, "scores": {"jailbreak": 0.125}}
     text = json.dumps(value, separators=(",", ":"))
@@ -76,8 +77,6 @@ def test_an_encoded_map_holds_text_and_gives_back_equal_values(tmp_path):
 
 
 def test_an_encoded_map_decodes_what_fell_out_of_its_recent_values():
-    import json
-
     from deltaguard.state import tiers
 
     m = StateMap(
@@ -95,8 +94,6 @@ def test_an_encoded_map_decodes_what_fell_out_of_its_recent_values():
 
 
 def test_an_encoded_map_keeps_no_value_too_large_for_its_bound():
-    import json
-
     m = StateMap(
         "t", max_entries=10, max_bytes=100, ttl_s=60, encode=json.dumps, decode=json.loads, encoded=True
     )
