@@ -330,12 +330,10 @@ def conversation_texts(split: str, seed: int = 1) -> list[tuple[str, list[str], 
     what a recipe scores to choose an operating point per conversation."""
     from training.lib.real_text import all_documents
 
-    # No agent files. The validation split holds one collection of 43, which its 200
-    # conversations read ~12 times each: one file flagged would be 6% of the kind, and alone
-    # set a per-kind threshold (models/README.md, detector-v4).
     docs = [d for d in all_documents() if d.split == split]
+    agent_docs = [d for d in agent_files.agent_documents() if d.split == split]
     out = []
-    for c in build_conversations(docs, held_back_chats(split), COUNTS, seed=seed):
+    for c in build_conversations(docs, held_back_chats(split), COUNTS, seed=seed, agent_docs=agent_docs):
         user, tool, assistant = [], [], []
         for turn in c["turns"]:
             for item in [*turn["input"], *turn.get("output", [])]:

@@ -76,18 +76,31 @@ LLM_REPOSITORIES = (
     "567-labs/instructor",
 )
 # Collections of files written to instruct agents (skills, rules, agent and prompt files):
-# read by training/lib/agent_files.py only, dealt into the splits on their own like the
-# group above. Not part of repository_documents, so the evaluations built on it are unchanged.
-AGENT_FILE_REPOSITORIES = (
-    "anthropics/skills",
-    "PatrickJS/awesome-cursorrules",
-    "wshobson/agents",
-    "anthropics/claude-code",
-    "github/awesome-copilot",
+# read by training/lib/agent_files.py only. Not part of repository_documents, so the
+# evaluations built on it are unchanged. Two groups of five, each dealt into the splits on
+# its own like the groups above (3 : 1 : 1), so that the second moved no collection of the
+# first: with one collection of 43 files, the validation split could not measure a
+# per-conversation budget (one file read by a dozen conversations set it alone).
+_AGENT_FILE_GROUPS = (
+    (
+        "anthropics/skills",
+        "PatrickJS/awesome-cursorrules",
+        "wshobson/agents",
+        "anthropics/claude-code",
+        "github/awesome-copilot",
+    ),
+    (
+        "davila7/claude-code-templates",
+        "steipete/agent-rules",
+        "obra/superpowers",
+        "ComposioHQ/awesome-claude-skills",
+        "sanjeed5/awesome-cursor-rules-mdc",
+    ),
 )
+AGENT_FILE_REPOSITORIES = tuple(name for group in _AGENT_FILE_GROUPS for name in group)
 _REPO_GROUPS = tuple(
     sorted(group, key=lambda r: hashlib.sha256(f"real-text\0{r}".encode()).digest())
-    for group in (REPOSITORIES, LLM_REPOSITORIES, AGENT_FILE_REPOSITORIES)
+    for group in (REPOSITORIES, LLM_REPOSITORIES, *_AGENT_FILE_GROUPS)
 )
 
 CODE_SUFFIXES = frozenset(

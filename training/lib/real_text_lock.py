@@ -11,6 +11,9 @@ other text.
 
     python -m training.lib.real_text_lock            # check this machine against the lock
     python -m training.lib.real_text_lock --write    # re-pin (after a deliberate refresh)
+    python -m training.lib.real_text_lock --add      # pin new sources, keep the pinned ones
+
+Pinned are real_text.py's documents and the agent files of training/lib/agent_files.py.
 """
 
 from __future__ import annotations
@@ -77,20 +80,34 @@ def drift(documents: Iterable[Document], lock: Path = LOCK) -> Drift:
     )
 
 
+def _machine_documents(documents: Iterable[Document]) -> list[Document]:
+    """`documents` (real_text.py's) and this machine's agent files: what the lock pins."""
+    from training.lib.agent_files import agent_documents
+
+    return [*documents, *agent_documents()]
+
+
 @functools.cache
 def machine_drift() -> Drift:
     """This machine's real text against the lock, computed once per process (a warning on
     stderr when it differs): what `all_documents` and the evaluations report."""
     from training.lib.real_text import _all_documents
 
-    found = drift(_all_documents(None, None))
+    found = drift(_machine_documents(_all_documents(None, None)))
     if found:
         print(f"[real_text] {found.summary()}", file=sys.stderr)
     return found
 
 
-def write(documents: Iterable[Document], lock: Path = LOCK) -> dict[str, dict[str, object]]:
+def write(
+    documents: Iterable[Document], lock: Path = LOCK, keep_pinned: bool = False
+) -> dict[str, dict[str, object]]:
+    """Pin `documents` in `lock`; with `keep_pinned`, a source pinned already keeps its entry
+    (new sources join without re-pinning text the shipped models were built from)."""
     pinned = digests(documents)
+    if keep_pinned and lock.exists():
+        pinned |= json.loads(lock.read_text(encoding="utf-8"))["sources"]
+        pinned = dict(sorted(pinned.items()))
     rows = ",\n".join(f"  {json.dumps(s)}: {json.dumps(v, sort_keys=True)}" for s, v in pinned.items())
     about = json.dumps("training/lib/real_text_lock.py")
     lock.write_text(f'{{\n "about": {about},\n "sources": {{\n{rows}\n }}\n}}\n', encoding="utf-8")
@@ -101,11 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     from training.lib.real_text import all_documents
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="pin this machine's real text")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", action="store_true", help="pin this machine's real text")
+    group.add_argument("--add", action="store_true", help="pin sources the lock lacks, keep the rest")
     args = parser.parse_args(argv)
-    documents = all_documents()
-    if args.write:
-        pinned = write(documents)
+    documents = _machine_documents(all_documents())
+    if args.write or args.add:
+        pinned = write(documents, keep_pinned=args.add)
         count = sum(int(v["documents"]) for v in pinned.values())
         print(f"pinned {count} documents of {len(pinned)} sources")
         return 0

@@ -31,11 +31,16 @@ def test_file_kind(path, kind):
 
 def test_a_source_lies_in_one_split_and_repositories_are_dealt_evenly():
     assert split_of("debian:git") == split_of("debian:git")
-    for group in (real_text.REPOSITORIES, real_text.LLM_REPOSITORIES):
+    for group in (real_text.REPOSITORIES, real_text.LLM_REPOSITORIES, *real_text._AGENT_FILE_GROUPS):
         splits = [split_of(f"repo:{r}") for r in group]
         for s in ("train", "validation", "test"):
             assert splits.count(s) >= len(splits) // 5
     assert Document("x" * 100, "debian:git", "debian_doc", "git/README").split == split_of("debian:git")
+
+
+def test_a_later_group_of_agent_file_collections_moves_none_of_the_first():
+    first = real_text._AGENT_FILE_GROUPS[0]
+    assert [split_of(f"repo:{r}") for r in first] == ["train", "train", "train", "validation", "test"]
 
 
 @pytest.fixture

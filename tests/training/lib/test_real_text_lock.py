@@ -43,3 +43,13 @@ def test_a_renamed_document_is_a_change(tmp_path):
 def test_without_a_lock_every_source_is_unpinned(tmp_path):
     found = drift(DOCS, tmp_path / "absent.json")
     assert found.added == ("deb:curl", "repo:a/b") and not found.changed and not found.missing
+
+
+def test_adding_keeps_what_is_pinned_and_pins_new_sources(tmp_path):
+    lock = tmp_path / "lock.json"
+    write(DOCS, lock)
+    moved = [doc("repo:a/b", "README.md", "hello, again"), DOCS[1], DOCS[2], doc("repo:c/d", "SKILL.md", "s")]
+    write(moved, lock, keep_pinned=True)
+    found = drift(moved, lock)
+    assert found.changed == ("repo:a/b",) and not found.added and not found.missing
+    assert not drift([*DOCS, moved[-1]], lock)
