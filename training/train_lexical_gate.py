@@ -26,6 +26,10 @@ themselves. One command, deterministic, about fifteen minutes on 2 busy cores:
    "lexical-v4", lexical-v3 as "lexical-v3", the detector's screen, whose floor was chosen
    for it); then check the served view with deltaguard.classifiers.checks
    (training/lib/conformance.py).
+
+`--floors` skips steps 1-3 and 5: it raises the shipped model's thresholds, never lowering
+them, to what step 4's conversation rule gives on today's validation conversations (a new
+agent kind, a larger collection).
 """
 
 from __future__ import annotations
@@ -238,13 +242,49 @@ def replace_entry(models: dict, entry: dict) -> None:
     models[NAME] = entry
 
 
+def raise_to_floors(models_dir: Path) -> int:
+    """Keep the shipped model and raise (never lower) each of its thresholds to the floor that
+    today's validation conversations set (`conversation_floors`): when the validation traffic
+    grows a kind, the operating point follows it without a refit."""
+    from deltaguard.classifiers.lexical import LexicalClassifier
+    from training.lib.conformance import publish
+    from training.lib.manifest import update_manifest
+    from training.lib.thresholds import flagged_share
+
+    floors = conversation_floors(LexicalClassifier(models_dir).load()._require_model())
+
+    def edit(models: dict) -> None:
+        entry, flagged = models[NAME], {}
+        for channel, key in (("user", "thresholds"), ("tool", "untrusted_thresholds")):
+            floor, kinds, maxima = floors[channel]
+            entry[key] = {h: max(entry[key][h], round(floor[h] + 5e-7, 6)) for h in HEADS}
+            over = (maxima >= np.array([entry[key][h] for h in HEADS])).any(axis=1)
+            flagged[channel] = flagged_share(kinds, over)
+            log(f"{channel} thresholds {entry[key]} (floors {floor}); validation {flagged[channel]}")
+        entry["validation_conversations_flagged"] = flagged
+
+    publish(
+        models_dir,
+        lambda: update_manifest(edit, models_dir),
+        lambda: LexicalClassifier(models_dir).load(),
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--cache", type=Path, default=None, help="wheel cache (see training/corpus/wheels.py)"
     )
     parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="no refit: raise the shipped model's thresholds to today's validation conversations' floors",
+    )
     args = parser.parse_args(argv)
+    if args.floors:
+        return raise_to_floors(args.models_dir)
     t0 = time.time()
     rows = all_rows(args.cache)
     known = {r.text for r in rows}

@@ -297,13 +297,6 @@ def test_a_thirty_turn_codex_session_on_pip_is_left_alone(codex, scorer, tmp_pat
     assert not flags.unique(), [(e.categories, e.scores) for e in flags.unique()]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known false alarm: the gate's lexical-v6 reads one line of pipeline/tools/bench/measure.py, "
-    "`previous = response_id`, as a jailbreak (0.51), and the block ends the session (detector-v3 flags "
-    "none of these files; detector-v2 flagged three docstrings)",
-)
 def test_a_thirty_turn_codex_session_on_this_repository_is_left_alone(codex, scorer, tmp_path):
     flags = MemorySink()
     answer = "The project declares numpy, pydantic, starlette, uvicorn, openai and onnxruntime among others."
