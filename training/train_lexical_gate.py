@@ -249,26 +249,33 @@ def raise_to_floors(models_dir: Path) -> int:
     from deltaguard.classifiers.lexical import LexicalClassifier
     from training.lib.conformance import publish
     from training.lib.manifest import update_manifest
-    from training.lib.thresholds import flagged_share
 
     floors = conversation_floors(LexicalClassifier(models_dir).load()._require_model())
-
-    def edit(models: dict) -> None:
-        entry, flagged = models[NAME], {}
-        for channel, key in (("user", "thresholds"), ("tool", "untrusted_thresholds")):
-            floor, kinds, maxima = floors[channel]
-            entry[key] = {h: max(entry[key][h], round(floor[h] + 5e-7, 6)) for h in HEADS}
-            over = (maxima >= np.array([entry[key][h] for h in HEADS])).any(axis=1)
-            flagged[channel] = flagged_share(kinds, over)
-            log(f"{channel} thresholds {entry[key]} (floors {floor}); validation {flagged[channel]}")
-        entry["validation_conversations_flagged"] = flagged
-
     publish(
         models_dir,
-        lambda: update_manifest(edit, models_dir),
+        lambda: update_manifest(lambda models: raise_entry(models[NAME], floors), models_dir),
         lambda: LexicalClassifier(models_dir).load(),
     )
     return 0
+
+
+def raise_entry(entry: dict, floors: dict[str, tuple[dict[str, float], list[str], np.ndarray]]) -> None:
+    """Raise `entry`'s thresholds to `floors` (conversation_floors' result), never lower them,
+    and record the share of each kind of the conversations flagged at the new ones."""
+    from training.lib.thresholds import flagged_share
+
+    # `metrics` stay those the recipe measured, at the thresholds it chose: say which
+    entry.setdefault(
+        "metrics_measured_at", {key: dict(entry[key]) for key in ("thresholds", "untrusted_thresholds")}
+    )
+    flagged = {}
+    for channel, key in (("user", "thresholds"), ("tool", "untrusted_thresholds")):
+        floor, kinds, maxima = floors[channel]
+        entry[key] = {h: max(entry[key][h], round(floor[h] + 5e-7, 6)) for h in HEADS}
+        over = (maxima >= np.array([entry[key][h] for h in HEADS])).any(axis=1)
+        flagged[channel] = flagged_share(kinds, over)
+        log(f"{channel} thresholds {entry[key]} (floors {floor}); validation {flagged[channel]}")
+    entry["validation_conversations_flagged"] = flagged
 
 
 def main(argv: list[str] | None = None) -> int:
