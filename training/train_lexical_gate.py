@@ -204,11 +204,9 @@ def channel_thresholds(
     """Per channel and head: max F1 on the channel's labelled validation rows within
     FP_BUDGETS, raised to the channel's conversation floor; and the share of each kind of
     the validation conversations flagged at those thresholds."""
-    from training.lib.thresholds import flagged_share
-
     floors = conversation_floors(model)
     thresholds, flagged = {}, {}
-    for channel, (floor, kinds, maxima) in floors.items():
+    for channel, found in floors.items():
         rows = [i for i, r in enumerate(val) if (r.channel == "tool") == (channel == "tool")]
         chosen = {}
         for h, head in enumerate(HEADS):
@@ -218,15 +216,24 @@ def channel_thresholds(
             # A head without labelled rows of its own on this channel (jailbreaks in tool
             # outputs) is bounded by the conversations alone.
             t = choose_threshold(y, p_val[idx, h], benign) if 0 < y.sum() < len(y) else 0.0
-            chosen[head] = max(round(t, 6), round(floor[head] + 5e-7, 6))
-        thresholds[channel] = chosen
-        over = (maxima >= np.array([chosen[h] for h in HEADS])).any(axis=1)
-        flagged[channel] = flagged_share(kinds, over)
-        log(
-            f"{channel} thresholds {chosen} (conversation floors {floor}); validation conversations "
-            f"{flagged[channel]}"
-        )
+            chosen[head] = round(t, 6)
+        thresholds[channel], flagged[channel] = at_floor(channel, chosen, found)
     return thresholds, flagged
+
+
+def at_floor(
+    channel: str, base: dict[str, float], found: tuple[dict[str, float], list[str], np.ndarray]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """`base`'s thresholds raised to the channel's conversation floor (`found`: one channel of
+    conversation_floors), and the share of each kind of the conversations flagged at them."""
+    from training.lib.thresholds import flagged_share
+
+    floor, kinds, maxima = found
+    chosen = {h: max(base[h], round(floor[h] + 5e-7, 6)) for h in HEADS}
+    over = (maxima >= np.array([chosen[h] for h in HEADS])).any(axis=1)
+    flagged = flagged_share(kinds, over)
+    log(f"{channel} thresholds {chosen} (conversation floors {floor}); validation conversations {flagged}")
+    return chosen, flagged
 
 
 def replace_entry(models: dict, entry: dict) -> None:
@@ -262,19 +269,13 @@ def raise_to_floors(models_dir: Path) -> int:
 def raise_entry(entry: dict, floors: dict[str, tuple[dict[str, float], list[str], np.ndarray]]) -> None:
     """Raise `entry`'s thresholds to `floors` (conversation_floors' result), never lower them,
     and record the share of each kind of the conversations flagged at the new ones."""
-    from training.lib.thresholds import flagged_share
-
     # `metrics` stay those the recipe measured, at the thresholds it chose: say which
     entry.setdefault(
         "metrics_measured_at", {key: dict(entry[key]) for key in ("thresholds", "untrusted_thresholds")}
     )
     flagged = {}
     for channel, key in (("user", "thresholds"), ("tool", "untrusted_thresholds")):
-        floor, kinds, maxima = floors[channel]
-        entry[key] = {h: max(entry[key][h], round(floor[h] + 5e-7, 6)) for h in HEADS}
-        over = (maxima >= np.array([entry[key][h] for h in HEADS])).any(axis=1)
-        flagged[channel] = flagged_share(kinds, over)
-        log(f"{channel} thresholds {entry[key]} (floors {floor}); validation {flagged[channel]}")
+        entry[key], flagged[channel] = at_floor(channel, entry[key], floors[channel])
     entry["validation_conversations_flagged"] = flagged
 
 

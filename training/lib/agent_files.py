@@ -14,6 +14,7 @@ examples, a red-team agent's payloads) are left out: benign text must be benign.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path, PurePosixPath
 
@@ -41,11 +42,16 @@ def agent_file_kind(path: str) -> str | None:
 
 def agent_documents(root: Path | None = None) -> list[Document]:
     """The agent files of every fetched collection (missing ones skipped), minus those that
-    quote an attack."""
-    base = root or mirror_dir()
+    quote an attack. Read once per process (the lock check, the evaluation and a recipe's
+    validation conversations each ask): a fresh list each call."""
+    return list(_agent_documents(root or mirror_dir()))
+
+
+@functools.cache
+def _agent_documents(base: Path) -> tuple[Document, ...]:
     out = []
     for name in AGENT_FILE_REPOSITORIES:
         if (base / name.replace("/", "+") / "repo").exists():
             found = repo_files(name, per_kind=PER_REPOSITORY, root=base, kind_of=agent_file_kind)
             out += [d for d in found if not QUOTED_ATTACK.search(d.text)]
-    return out
+    return tuple(out)

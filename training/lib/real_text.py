@@ -76,11 +76,12 @@ LLM_REPOSITORIES = (
     "567-labs/instructor",
 )
 # Collections of files written to instruct agents (skills, rules, agent and prompt files):
-# read by training/lib/agent_files.py only. Not part of repository_documents, so the
-# evaluations built on it are unchanged. Two groups of five, each dealt into the splits on
-# its own like the groups above (3 : 1 : 1), so that the second moved no collection of the
-# first: with one collection of 43 files, the validation split could not measure a
-# per-conversation budget (one file read by a dozen conversations set it alone).
+# read by training/lib/agent_files.py only (eval/agent_traffic.py's `agent_files` kind), not
+# by repository_documents, so the other kinds are built as before. Two groups of five, each
+# dealt into the splits on its own like the groups above (3 : 1 : 1), so that the second
+# moved no collection of the first: with one collection of 43 files, the validation split
+# could not measure a per-conversation budget (one file read by a dozen conversations set
+# it alone).
 _AGENT_FILE_GROUPS = (
     (
         "anthropics/skills",
