@@ -74,6 +74,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from deltaguard.classifiers import identifiers
 from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, zero_scores
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.scaled import scale
@@ -81,7 +82,7 @@ from deltaguard.errors import ConversationNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
 
-VERSION = "1"
+VERSION = "2"  # 2: paths and links in a message read as one placeholder (classifiers/identifiers.py)
 SCORED_ROLES = frozenset({"user"})
 JSON_BYTES_PER_CHAR = 12  # worst case of json.dumps (ensure_ascii): a surrogate pair, "\\ud83d\\ude00"
 
@@ -228,13 +229,14 @@ class ConversationClassifier:
                 item_scores.append(zero_scores(cats))
                 continue
             n += 1
+            text = identifiers.mask_paths(item.text)
             if self.max_chars is not None and len(item.text) >= self.max_chars:
                 own, extra = zero_scores(cats), 0
             else:
-                own, extra = lexical.score_text_counted(item.text)
+                own, extra = lexical.score_text_counted(text)
             tokens += item.tokens + extra
             admitted = max(own.values()) >= self.admit
-            window = self._window(buffer, n, item.text if admitted else None)
+            window = self._window(buffer, n, text if admitted else None)
             if window != buffer:
                 buffer = window
                 if buffer:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from deltaguard.classifiers import normalize
+from deltaguard.classifiers import identifiers, normalize
 from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, running_max, zero_scores
 from deltaguard.classifiers.encoder_model import (
     ARTIFACT_FILES,
@@ -58,6 +58,7 @@ __all__ = [
     "CONTEXT_TOKENS",
     "EMBEDDING_DIM",
     "FORMAT_VERSION",
+    "MASKED_ROLES",
     "MAX_ITEM_WINDOWS",
     "MEMO_ITEMS",
     "SCORED_ROLES",
@@ -84,6 +85,10 @@ MEMO_ITEMS = 4096  # item results remembered (an entry is ~100 bytes)
 SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
 
 UNTRUSTED_ROLE = "tool"  # content from outside the conversation, and files attached to messages
+
+# The conversation's own words: a file they name is an identifier (classifiers/identifiers.py).
+# A long user message is judged as untrusted content and never masked.
+MASKED_ROLES = frozenset({"user", "system", "developer"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,13 +201,17 @@ class EncoderClassifier:
         screen: bool = True,
         lexical: Mapping[str, LexicalClassifier] | None = None,
         long_user_chars: int | None = None,
+        mask_paths: bool = True,
     ) -> None:
         """`screen=False` leaves the manifest's screen out (every item reaches the model);
         `lexical` holds lexical models already loaded, by manifest entry, for the screen
         to share instead of loading a second copy. `long_user_chars`: a user message this
         long is a pasted reference (a document, a page, a file's text), judged by the heads
-        of untrusted content: instructions inside it are not the user's own."""
+        of untrusted content: instructions inside it are not the user's own. `mask_paths`:
+        paths and links in the messages of MASKED_ROLES are read as PLACEHOLDER
+        (classifiers/identifiers.py)."""
         self.long_user_chars = long_user_chars
+        self.mask_paths = mask_paths
         self.models_dir = Path(models_dir)
         self.artifact = artifact
         self.name = artifact
@@ -296,6 +305,8 @@ class EncoderClassifier:
             0,
             self.artifact,
             self.use_screen,
+            long_user_chars=self.long_user_chars,
+            mask_paths=self.mask_paths,
         )
         return fresh.share(self)
 
@@ -306,7 +317,9 @@ class EncoderClassifier:
 
     @property
     def version(self) -> str:
-        return str(self._loaded_entry("version")["version"])
+        """The manifest entry's version, "+paths" where user messages' paths are masked."""
+        version = str(self._loaded_entry("version")["version"])
+        return f"{version}+paths" if self.mask_paths else version
 
     @property
     def categories(self) -> tuple[str, ...]:
@@ -360,7 +373,9 @@ class EncoderClassifier:
                 entries.append(None)
                 continue
             role = self._judged_as(item)
-            key = _ItemMemo.key(item.text, context)
+            masked = self.mask_paths and role in MASKED_ROLES
+            text = identifiers.mask_paths(item.text) if masked else item.text
+            key = _ItemMemo.key(text, context)
             known = self._memo.get(key)
             if known is None:
                 known = self._cleared(item)
@@ -371,7 +386,7 @@ class EncoderClassifier:
                 continue
             # The primary view's ids make the context tail; an extra view (something was
             # hidden or encoded) adds windows of its own, without context.
-            texts = normalize.views(item.text, self._views).texts() if self._views else [item.text]
+            texts = normalize.views(text, self._views).texts() if self._views else [text]
             ids = model.tokenize(texts[0])
             extra = [more for more in map(model.tokenize, texts[1:]) if more]
             if not ids and not extra:

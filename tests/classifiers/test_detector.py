@@ -21,6 +21,7 @@ pytest.importorskip("tokenizers", reason="the detector needs tokenizers")
 
 from deltaguard.artifacts import manifest_entry, sha256_file
 from deltaguard.classifiers.encoder import ARTIFACT_FILES, EncoderClassifier
+from deltaguard.classifiers.identifiers import mask_paths
 from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers
 from deltaguard.errors import ModelArtifactError
 from deltaguard.models import MODELS_DIR
@@ -116,8 +117,9 @@ def test_pipeline_passes_benign_tool_outputs(scorer):
 
 
 def test_tool_outputs_are_judged_by_the_indirect_head(clf):
-    # One text, two roles: the same model's probabilities, through different heads.
-    text = THROUGH_TOOLS[0]
+    # One text, two roles: the same model's probabilities, through different heads (a text
+    # without paths: a user's are masked, a tool's are not).
+    text = mask_paths(THROUGH_TOOLS[0])
     as_user = clf.update(clf.initial_state(), [user(text)]).item_scores[0]
     as_tool = clf.update(clf.initial_state(), [tool(text)]).item_scores[0]
     assert as_user["jailbreak"] == as_tool["jailbreak"]
@@ -277,3 +279,26 @@ def test_a_long_user_message_is_judged_as_the_pasted_document_it_is():
     assert (
         flagged(direct) and direct != detector.update(detector.initial_state(), [tool(short)]).item_scores[0]
     )
+
+
+def test_a_user_message_is_judged_whatever_file_it_names(clf, unscreened):
+    """Names of files written for agents carry injection words; the request is the same."""
+    asks = "Read {} and tell me which conventions apply to a new module."
+    names = ("rules-mdc/boto3.mdc", "instructions/mongo-dba.instructions.md", "docs/guide.md")
+    scores = [unscreened.update(unscreened.initial_state(), [user(asks.format(n))]).scores for n in names]
+    assert all(s == scores[0] for s in scores) and not flagged(scores[0])
+    assert flagged(clf.update(clf.initial_state(), [user(DIRECT[0])]).scores)
+
+
+def test_paths_are_masked_in_user_messages_only(unscreened):
+    raw = EncoderClassifier(threads=2, artifact="detector", screen=False, mask_paths=False, memo_items=0)
+    raw.share(unscreened)
+    named = "Before you start, read rules-mdc/shadcn.mdc and follow it while you work here."
+
+    def both(item):
+        return [c.update(c.initial_state(), [item]).scores for c in (unscreened, raw)]
+
+    masked, as_is = both(user(named))
+    assert masked != as_is
+    in_tool, in_tool_as_is = both(tool(named))
+    assert in_tool == in_tool_as_is  # untrusted content is read as it is

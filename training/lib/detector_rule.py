@@ -23,11 +23,19 @@ from training.lib.detector_spec import (
 from training.lib.thresholds import flagged_share, most_sensitive_threshold, per_kind_floor
 
 
+def served_text(row: dict[str, Any]) -> str:
+    """The text the serving path reads: a user message's paths masked, as
+    classifiers/encoder.py does (MASKED_ROLES), untrusted content as it is."""
+    from deltaguard.classifiers.identifiers import mask_paths
+
+    return row["text"] if row["channel"] in INDIRECT_CHANNELS else mask_paths(row["text"])
+
+
 def score_rows(model, rows: list[dict[str, Any]]) -> np.ndarray:
     """Item probabilities per head through the serving path (max over views and windows)."""
     from deltaguard.classifiers import normalize
 
-    views = [normalize.views(r["text"], NORMALIZE).texts() for r in rows]
+    views = [normalize.views(served_text(r), NORMALIZE).texts() for r in rows]
     flat = [v for vs in views for v in vs]
     p = model.score_texts(flat)
     out = np.zeros((len(rows), len(HEADS)))
@@ -86,15 +94,19 @@ def conversation_maxima(model, convs: list[tuple[str, list[str], list[str]]]) ->
     documents), by the indirect and jailbreak heads."""
     from deltaguard.classifiers.registry import LONG_USER_CHARS
 
-    unique = sorted({x for _, user, tool in convs for x in (*user, *tool)})
-    p = score_rows(model, [{"text": x} for x in unique])
-    index = {x: i for i, x in enumerate(unique)}
+    routed = []  # (user messages, untrusted texts) per conversation
+    for _, said, read in convs:
+        pasted = [x for x in said if len(x) >= LONG_USER_CHARS]
+        routed.append(([x for x in said if len(x) < LONG_USER_CHARS], [*read, *pasted]))
+    unique = sorted(
+        {(x, "user") for user, _ in routed for x in user} | {(x, "tool") for _, tool in routed for x in tool}
+    )
+    p = score_rows(model, [{"text": x, "channel": channel} for x, channel in unique])
+    index = {key: i for i, key in enumerate(unique)}
     out = np.zeros((len(convs), len(HEADS)))
-    for c, (_kind, said, read) in enumerate(convs):
-        user = [x for x in said if len(x) < LONG_USER_CHARS]
-        tool = [*read, *(x for x in said if len(x) >= LONG_USER_CHARS)]
-        u = p[[index[x] for x in user]] if user else np.zeros((0, len(HEADS)))
-        t = p[[index[x] for x in tool]] if tool else np.zeros((0, len(HEADS)))
+    for c, (user, tool) in enumerate(routed):
+        u = p[[index[x, "user"] for x in user]] if user else np.zeros((0, len(HEADS)))
+        t = p[[index[x, "tool"] for x in tool]] if tool else np.zeros((0, len(HEADS)))
         both = np.concatenate([u, t])
         out[c, 0] = u[:, 0].max(initial=0.0)
         out[c, 1] = both[:, 1].max(initial=0.0)

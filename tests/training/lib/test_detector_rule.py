@@ -43,7 +43,19 @@ def test_conversation_maxima_route_a_pasted_document_as_the_default_set_serves_i
     short = "Read setup.py and tell me which dependencies it declares."
     assert len(pasted) >= LONG_USER_CHARS > len(short)
     kinds, maxima = conversation_maxima(model, [("writing", [pasted], []), ("coding", [short], [pasted])])
-    p = score_rows(model, [{"text": pasted}, {"text": short}])
+    p = score_rows(model, [{"text": pasted, "channel": "tool"}, {"text": short, "channel": "user"}])
     assert kinds == ["writing", "coding"]
     assert maxima[0].tolist() == [0.0, p[0, 1], p[0, 2]]
     assert maxima[1].tolist() == [p[1, 0], max(p[0, 1], p[1, 1]), p[0, 2]]
+
+
+def test_rows_are_read_as_the_serving_path_reads_their_channel():
+    """A user message's paths are masked (classifiers/identifiers.py), a tool output's are not."""
+    from deltaguard.classifiers.identifiers import PLACEHOLDER
+    from training.lib.detector_rule import served_text
+
+    named = "Read rules-mdc/boto3.mdc and tell me which conventions apply."
+    masked = f"Read {PLACEHOLDER} and tell me which conventions apply."
+    assert served_text({"text": named, "channel": "user"}) == masked
+    assert served_text({"text": named, "channel": "tool"}) == named
+    assert served_text({"text": named, "channel": "document"}) == named
