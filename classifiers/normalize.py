@@ -130,6 +130,7 @@ def _shape_table(mapping: dict[bytes, bytes], default: bytes) -> bytes:
 _LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # Byte shapes of ASCII text: letter "a", leet digit "1", other digit "2", "@$" "1" too.
 _LEET_SHAPE = _shape_table({_LETTERS: b"a", b"013457@$": b"1", b"2689": b"2"}, b" ")
+_WORD_EDGE = re.compile(rb"[ 2]")  # where a word of that shape ends
 # Byte shapes for encoded segments: 2 for characters an encoded run of 16+ characters
 # almost always has (digits, "+", "%", "\\": base64 of text has one ~96% of the time) and
 # identifiers and paths mostly do not; 1 for the other characters of base64 / hex / URL
@@ -337,13 +338,19 @@ def fold_leet(text: str) -> tuple[str, int]:
             at = shape.find(pair, at + 1)
     if not hits:
         return text, 0
-    spans = set()
-    for at in hits:
-        start = max(shape.rfind(b" ", 0, at), shape.rfind(b"2", 0, at)) + 1
-        ends = [e for e in (shape.find(b" ", at), shape.find(b"2", at)) if e >= 0]
-        spans.add((start, min(ends) if ends else len(text)))
+    spans = []
+    end = 0
+    for at in sorted(hits):
+        if at < end:
+            continue  # in the word just found
+        # Each search stops at the word's edge or the previous word's end: linear in the text,
+        # however many hits share a word (a search to the text's end per hit was quadratic).
+        start = max(shape.rfind(b" ", end, at), shape.rfind(b"2", end, at)) + 1
+        edge = _WORD_EDGE.search(shape, at)
+        end = edge.start() if edge else len(text)
+        spans.append((start, end))
     out, last, found = [], 0, 0
-    for start, end in sorted(spans):
+    for start, end in spans:
         if text[start - 1 : start] in _NOT_LEET_NEIGHBOURS or text[end : end + 1] in _NOT_LEET_NEIGHBOURS:
             continue  # part of an identifier, a number, a path or an encoded blob
         folded = _leet_word(text[start:end])

@@ -52,6 +52,7 @@ __all__ = [
     "ProvenanceClassifier",
     "Sketch",
     "chunks",
+    "recent_keys",
     "told_segments",
     "variants",
 ]
@@ -63,6 +64,7 @@ MAX_LEVEL = 3
 
 # A chunk: a run of characters up to whitespace, quotes, brackets and separators; URLs,
 # e-mail addresses, paths, IBANs and dates stay one chunk each.
+_TAIL_CHARS = 32_768  # the first tail `recent_keys` reads (doubled until it holds enough)
 _CHUNK = re.compile(r"[^\s\"'`<>()\[\]{},;|*]+")
 _EDGE = ".:!?#=,…-"
 # Segments: lines, sentences, and the fields of a one-line JSON record (so that data in a
@@ -176,6 +178,23 @@ def keys(cs: Sequence[str]) -> Iterator[int]:
                 yield unigram(v)
         if i:
             yield bigram(cs[i - 1], c)
+
+
+def recent_keys(text: str, entries: int) -> list[int]:
+    """`keys(chunks(text))`, or the tail of it that leaves a sketch of `entries` hashes as the
+    whole would: a sketch keeps the `entries` most recently seen, so once a tail holds that
+    many distinct hashes, nothing before it survives. A pasted 0.8 MB document is read from
+    its end, a few tens of kB, not chunked and hashed whole (~0.4 s of CPU, under the GIL)."""
+    span = _TAIL_CHARS
+    while span < len(text):
+        # The tail's first chunk may be cut, and the second's bigram pairs with it: from the
+        # third chunk on, its hashes are exactly the whole text's last ones.
+        cs = chunks(text[len(text) - span :])
+        found = list(keys(cs))[len(list(keys(cs[:2]))) :]
+        if len(set(found)) >= entries:
+            return found
+        span *= 2
+    return list(keys(chunks(text)))
 
 
 def _segments(text: str) -> list[str]:
@@ -310,7 +329,7 @@ class ProvenanceClassifier:
             if principal and item.text.strip():
                 if user is None:
                     user = OrderedDict.fromkeys(int(v) for v in _decode(state["user"]))
-                for h in keys(chunks(item.text)):
+                for h in recent_keys(item.text, self.user_entries):
                     user[h] = None
                     user.move_to_end(h)
                     if len(user) > self.user_entries:

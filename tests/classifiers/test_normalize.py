@@ -7,6 +7,8 @@ import random
 import urllib.parse
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deltaguard.classifiers import normalize
 from deltaguard.classifiers.normalize import DECODED_MARKER, HIDDEN_MARKER, LEET_MARKER, primary, views
@@ -179,3 +181,20 @@ def test_random_unicode_never_raises(seed):
     text = "".join(chr(r.randrange(*r.choice(pools))) for _ in range(r.randrange(0, 400)))
     v = views(text)
     assert isinstance(v.primary, str) and (v.extra is None or isinstance(v.extra, str))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab1gn0r3pv5@$4 7x2689_/-+é\n", max_size=40), min_size=1, max_size=8))
+def test_leet_words_fold_alone_whatever_is_around_them(parts):
+    """A word never reaches past a space: folding a text is folding its parts."""
+    whole, n = normalize.fold_leet(" ".join(parts))
+    folded = [normalize.fold_leet(p) for p in parts]
+    assert whole == " ".join(f for f, _ in folded) and n == sum(k for _, k in folded)
+
+
+def test_a_text_of_one_long_leet_run_is_read_once():
+    """0.8 MB of "a1a1..." is one word too long to fold, and so is every hit inside it (each
+    hit used to search to the text's end: ~14 s of CPU, against ~0.15 s now)."""
+    assert normalize.fold_leet("a1" * 400_000) == ("a1" * 400_000, 0)
+    text = "1gn0r3 " + "a1" * 1000 + " pr3v10u5 4ll"
+    assert normalize.fold_leet(text) == ("ignore " + "a1" * 1000 + " previous all", 3)

@@ -3,12 +3,24 @@ use; bounded, and the same whatever the cut into turns."""
 
 from __future__ import annotations
 
+import base64
 import json
+import random
+from collections import OrderedDict
 
+import numpy as np
 import pytest
 
 from deltaguard.classifiers import checks
-from deltaguard.classifiers.provenance import ProvenanceClassifier, Sketch, chunks, told_segments, variants
+from deltaguard.classifiers.provenance import (
+    ProvenanceClassifier,
+    Sketch,
+    chunks,
+    keys,
+    recent_keys,
+    told_segments,
+    variants,
+)
 from deltaguard.parsing import parse_item
 
 
@@ -129,6 +141,24 @@ def test_the_sketch_is_bounded_and_keeps_the_most_recent():
     for i in range(4):
         state = clf.update(state, [parse_item({"role": "user", "content": f"fresh{i}.example"})]).state
     assert Sketch.of(state).named(["host190.example"]) and not Sketch.of(state).named(["host191.example"])
+
+
+@pytest.mark.parametrize("vocabulary", [50, 3_000, 10**6])
+def test_a_long_message_is_read_from_its_end_into_the_sketch_its_whole_would_give(vocabulary):
+    """`recent_keys` hashes a tail only; the sketch is the one every chunk would leave."""
+    rng = random.Random(vocabulary)
+    words = [f"w{rng.randrange(vocabulary)}.example" if rng.random() < 0.3 else "the" for _ in range(60_000)]
+    text = " ".join(words) + " (" + "x" * 5 + ")"
+    clf = ProvenanceClassifier()
+    whole: OrderedDict[int, None] = OrderedDict()
+    for h in keys(chunks(text)):
+        whole[h] = None
+        whole.move_to_end(h)
+        if len(whole) > clf.user_entries:
+            whole.popitem(last=False)
+    state = clf.update(clf.initial_state(), [parse_item({"role": "user", "content": text})]).state
+    assert np.frombuffer(base64.b64decode(state["user"]), dtype="<u4").tolist() == list(whole)
+    assert len(recent_keys(text, clf.user_entries)) < len(list(keys(chunks(text)))) or vocabulary == 50
 
 
 def test_the_default_bound_holds_under_a_flood_of_instructions():
