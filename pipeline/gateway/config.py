@@ -142,6 +142,11 @@ class GatewayConfig(BaseModel):
     # SIGTERM: how long WebSocket turns in flight may take to finish (then each socket
     # closes with 1012); HTTP responses get 2 s more. What is cut off is billed to the cut.
     shutdown_drain_s: float = Field(8.0, gt=0)
+    # WebSocket per-message compression (permessage-deflate), off unless asked for: under a
+    # streaming load it was a ninth of the event loop's CPU (the loop every tenant shares),
+    # for token deltas too small to gain from it; and a secret compressed beside text that
+    # an attacker chooses leaks through the frames' sizes (as BREACH does over HTTP).
+    ws_compression: bool = False
 
     # Classifier work (deltaguard.lanes.limiter): threads it runs on, and the most of them one
     # tenant may hold at once (None: all but one when keys name several tenants, else all).

@@ -251,3 +251,24 @@ def test_garbage_frames_never_drop_the_socket_or_corrupt_its_conversation(scorer
 
         scored = asyncio.run(run())
         assert len(scored) == 6 and max(scored) < 10  # each turn scored only its own few tokens
+
+
+@pytest.mark.parametrize("compression", [False, True])
+def test_websocket_compression_is_offered_only_when_asked_for(scorer, compression):
+    """permessage-deflate costs the shared event loop CPU per frame, and compressing a secret
+    beside attacker-chosen text leaks it through frame sizes: off unless configured."""
+    import websockets
+
+    config = GatewayConfig(port=0, sim_tokens_per_s=50_000, ws_compression=compression)
+    with gateway_thread(config, scorer) as (base, _):
+
+        async def run():
+            url = base.replace("http://", "ws://") + "/v1/responses"
+            async with websockets.connect(url, compression="deflate") as ws:
+                await ws.send(json.dumps({"type": "response.create", "model": "m", "input": "ok"}))
+                while json.loads(await ws.recv())["type"] != "response.completed":
+                    pass
+                return ws.response.headers.get("Sec-WebSocket-Extensions")
+
+        negotiated = asyncio.run(run())
+    assert ("permessage-deflate" in (negotiated or "")) is compression
