@@ -378,7 +378,8 @@ class EncoderClassifier:
             key = _ItemMemo.key(text, context)
             known = self._memo.get(key)
             if known is None:
-                known = self._cleared(item)
+                # Screened and counted as it is judged: the memo keeps one result per text.
+                known = self._cleared_text(text, count_tokens(text) if masked else item.tokens)
                 if known is not None:
                     self._memo.put(key, known)
             if known is not None and not self.context_tokens:
@@ -435,11 +436,8 @@ class EncoderClassifier:
                 windows.extend(model.windows(ids, (), self.max_item_windows))
         return _Pending(lo, len(windows), key, UNTRUSTED_ROLE) if len(windows) > lo else None
 
-    def _cleared(self, item: Item) -> _ItemResult | None:
-        """The item's result if the screen clears it: zeros, and the screen's own tokens."""
-        return self._cleared_text(item.text, item.tokens)
-
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
+        """The text's result if the screen clears it: zeros, and the screen's own tokens."""
         if self._screen is None or not text.strip():
             return None
         scores, extra = self._screen.score_text_counted(text)

@@ -302,3 +302,15 @@ def test_paths_are_masked_in_user_messages_only(unscreened):
     assert masked != as_is
     in_tool, in_tool_as_is = both(tool(named))
     assert in_tool == in_tool_as_is  # untrusted content is read as it is
+
+
+def test_a_result_is_the_same_whichever_text_naming_a_file_came_first(clf):
+    """The memo keeps one result per text judged: screen and token count included."""
+    asks = "the numbers in {} look off by one, can you check the loop bounds"  # a text the screen clears
+    first, second = (user(asks.format(p)) for p in ("src/deeply/nested/module_with_a_long_name.py", "app.py"))
+    fresh = EncoderClassifier(threads=2, artifact="detector").share(clf)
+    alone = fresh.update(fresh.initial_state(), [second])
+    fresh = EncoderClassifier(threads=2, artifact="detector").share(clf)
+    fresh.update(fresh.initial_state(), [first])
+    after = fresh.update(fresh.initial_state(), [second])
+    assert (after.item_scores, after.tokens) == (alone.item_scores, alone.tokens)
