@@ -229,10 +229,11 @@ class ConversationClassifier:
                 item_scores.append(zero_scores(cats))
                 continue
             n += 1
-            text = identifiers.mask_paths(item.text)
-            if self.max_chars is not None and len(item.text) >= self.max_chars:
-                own, extra = zero_scores(cats), 0
+            text = item.text
+            if self.max_chars is not None and len(text) >= self.max_chars:
+                own, extra = zero_scores(cats), 0  # judged by another view
             else:
+                text = identifiers.mask_paths(text)
                 own, extra = lexical.score_text_counted(text)
             tokens += item.tokens + extra
             admitted = max(own.values()) >= self.admit

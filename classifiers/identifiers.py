@@ -33,7 +33,7 @@ __all__ = ["PLACEHOLDER", "mask_paths"]
 
 PLACEHOLDER = "the file"
 
-_TOKEN = re.compile(r"\S+")
+_TOKEN = re.compile(r"(?<!\S)\S*[/.]\S*")  # a whole token that has a slash or a dot: the rest are words
 _LEAD = "\"'`([{<*_"
 _TRAIL = "\"'`)]}>*_.,;:!?"
 _LINE_NUMBER = re.compile(r"(?::\d+){1,2}$")

@@ -238,16 +238,9 @@ class Soak:
             steady = loop.run_in_executor(
                 pool, steady_tenant, self.base, self.t0, self.end, self.max_requests, STEADY_WORKERS
             )
-            noisy = [self.noisy(n) for n in range(6)]
-            _, _, _, (tally, latency) = await asyncio.gather(
-                asyncio.gather(*noisy), self.attacks(), self.sample_rss(), steady
-            )
-        for key, n in tally.requests.items():
-            self.tally.requests[key] = self.tally.requests.get(key, 0) + n
-        for key, n in tally.outcomes.items():
-            self.tally.outcomes[key] = self.tally.outcomes.get(key, 0) + n
-        self.tally.billable |= tally.billable
-        self.tally.latency_s["steady"] = latency
+            noisy = asyncio.gather(*(self.noisy(n) for n in range(6)))
+            *_, tally = await asyncio.gather(noisy, self.attacks(), self.sample_rss(), steady)
+        self.tally.absorb(tally)
 
     async def shutdown_burst(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGTERM with ten HTTP and ten WebSocket turns in flight."""
@@ -263,14 +256,12 @@ class Soak:
                     self.tally.saw("shutdown_burst", f"transport {type(outcome).__name__}")
 
 
-def steady_tenant(
-    base: str, t0: float, end: float, max_requests: int, workers: int
-) -> tuple[Tally, list[tuple[float, float]]]:
+def steady_tenant(base: str, t0: float, end: float, max_requests: int, workers: int) -> Tally:
     """The well-behaved tenant, in a process of its own: `workers` agents, each continuing its
     conversation turn after turn until `end` (time.monotonic(), which every process shares).
-    Returns what it saw, and each request's (start, seconds) from `t0`."""
+    Returns what it saw, each request's (start, seconds) from `t0` under "steady"."""
     tally = Tally()
-    latency: list[tuple[float, float]] = []
+    latency = tally.latency_s.setdefault("steady", [])
 
     async def agent(client: httpx.AsyncClient, n: int) -> None:
         previous, turns = None, 0
@@ -297,7 +288,7 @@ def steady_tenant(
             await asyncio.gather(*(agent(client, n) for n in range(workers)))
 
     asyncio.run(agents())
-    return tally, latency
+    return tally
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

@@ -38,6 +38,16 @@ class Tally:
         key = f"{kind} {outcome}"
         self.outcomes[key] = self.outcomes.get(key, 0) + 1
 
+    def absorb(self, other: Tally) -> None:
+        """Count what `other` (another client process's tally) saw as seen here too."""
+        for kind, n in other.requests.items():
+            self.requests[kind] = self.requests.get(kind, 0) + n
+        for key, n in other.outcomes.items():
+            self.outcomes[key] = self.outcomes.get(key, 0) + n
+        self.billable |= other.billable
+        for tenant, samples in other.latency_s.items():
+            self.latency_s.setdefault(tenant, []).extend(samples)
+
 
 def outcome_of(r: httpx.Response) -> str:
     try:
