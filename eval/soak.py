@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT / "soak.json")
     parser.add_argument("--gateway-log", type=Path, help="keep the gateway's log here")
     parser.add_argument(
-        "--state-max-mb", type=int, default=8, help="the gateway's state_max_bytes, per store (MiB)"
+        "--state-max-mb", type=int, default=2, help="the gateway's state_max_bytes, per store (MiB)"
     )
     args = parser.parse_args(argv)
     duration = min(max(args.duration, 1.0), MAX_DURATION_S)

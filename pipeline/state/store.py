@@ -280,15 +280,13 @@ class StoreLimits:
     max_responses: int = defaults.MAX_RESPONSES
     max_snapshots: int = defaults.MAX_SNAPSHOTS
     ttl_s: float = defaults.STATE_TTL_S
-    # Bytes the process holds of response records (their whole histories) and of
-    # snapshots (their JSON form), each; least recently used go first.
+    # Bytes the process holds of response records (their whole histories), of snapshots
+    # (their JSON form) and of each conversation index (chain values and ids), each, with
+    # what holding an entry costs (`tiers.ENTRY_BYTES`); least recently used go first.
     max_bytes: int = defaults.STATE_MAX_BYTES
     # With a backend: what the process keeps of a conversation unused this long is dropped
     # from memory (the backend still has it).
     cache_ttl_s: float = defaults.STATE_CACHE_TTL_S
-
-
-_INDEX_BYTES = 120  # an index entry: a chain value and an id
 
 
 def _snapshot_json(snapshot: Snapshot) -> str:
@@ -351,10 +349,10 @@ class ConversationStore:
         # requests are alike (one system prompt, one task) stay two conversations.
         index: dict[str, Any] = {
             "max_entries": limits.max_responses,
-            "max_bytes": limits.max_responses * _INDEX_BYTES,
+            "max_bytes": limits.max_bytes,
             "encode": json.dumps,
             "decode": json.loads,
-            "size": lambda _: _INDEX_BYTES,
+            "size": len,
             **common,
         }
         self.conversations: StateMap[bytes, str] = StateMap(f"{namespace}/conv", **index)

@@ -114,7 +114,12 @@ class _StateCollector(Collector):
             stats = store.stats
             for result, value in (("hit", stats.hits), ("miss", stats.misses), ("rebuild", stats.rebuilds)):
                 cached[lane, who, result] = cached.get((lane, who, result), 0) + value
-            for kind, held_map in (("snapshots", store.snapshots), ("responses", store.responses)):
+            for kind, held_map in (
+                ("snapshots", store.snapshots),
+                ("responses", store.responses),
+                ("conversations", store.conversations),
+                ("ends", store.ends),
+            ):
                 sizes[lane, who, kind] = sizes.get((lane, who, kind), 0) + len(held_map)
                 nbytes[lane, who, kind] = nbytes.get((lane, who, kind), 0) + held_map.nbytes
         for labels, value in cached.items():

@@ -255,6 +255,7 @@ def test_metrics_and_health(gateway, sdk):
     }
     assert held['kind="responses",lane="gate",tenant="all"'] > 0
     assert held['kind="snapshots",lane="gate",tenant="all"'] > 0
+    assert held['kind="conversations",lane="gate",tenant="all"'] > 0  # the answered history's index
     assert httpx.get(gateway[0] + "/healthz").json()["status"] == "ok"
 
 

@@ -126,3 +126,15 @@ def test_a_lane_that_keeps_only_snapshots_catches_up_on_another_lanes_records():
     assert clf.items_seen == 2  # the answer and the new item, after the kept snapshot
     assert snapshot.states["counter"]["n"] == 4 and snapshot.chain == second.record.chain
     assert beside.store.stats.hits == 2 and beside.store.stats.misses == 1
+
+
+def test_the_conversation_indexes_are_bounded_in_bytes_with_the_records():
+    # Each answered turn adds an entry to each index: they hold no more than the bound
+    # the records and snapshots have, counted as the process holds them.
+    t, _ = tracker(max_bytes=40_000)
+    for i in range(300):
+        t.score_turn(f"r{i}", [user(f"task {i}")])
+        t.finish(f"r{i}", [parse_item({"role": "assistant", "content": "done"})], {}, index=True)
+    for index in (t.store.conversations, t.store.ends):
+        assert 0 < len(index) < 300 and index.nbytes <= 40_000 and index.evictions > 0
+    assert t.ended_at([user("task 299"), parse_item({"role": "assistant", "content": "done"})])[1] == 2
