@@ -39,6 +39,9 @@ class UpstreamCall:
     conversation: str = ""
     generate: bool = True
     tools: list[dict[str, Any]] | None = None  # in effect (inherited when not resent); informational
+    # Each `history` item's tokens as the gateway counted them (None: not counted), for
+    # an upstream that prices its input without parsing it again (the simulated models).
+    history_tokens: Sequence[int] | None = None
 
 
 class Upstream(Protocol):
