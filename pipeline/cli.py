@@ -189,11 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     from deltaguard.classifiers.registry import parse_names
     from deltaguard.gateway.config_file import effective
-    from deltaguard.gateway.process import limit_malloc_arenas
+    from deltaguard.gateway.process import fix_mmap_threshold, limit_malloc_arenas
     from deltaguard.gateway.server import scorer_for, serve
     from deltaguard.review import review_routes
 
     limit_malloc_arenas()  # before the models load and any thread starts
+    fix_mmap_threshold()
 
     flags = {field: getattr(args, dest) for dest, field in SERVE_FLAGS.items() if hasattr(args, dest)}
     if "monitor_classifiers" in flags:

@@ -60,6 +60,10 @@ ITEM_CACHE_BYTES = 64 << 20
 HEAP_TRIM_S = 10.0
 # glibc heap arenas `deltaguard serve` allows (MALLOC_ARENA_MAX in the environment wins).
 MALLOC_ARENAS = 2
+# Blocks at least this large are mapped on their own and handed back when freed (glibc's
+# first threshold, which it would otherwise raise as large blocks are freed; the
+# environment's MALLOC_MMAP_THRESHOLD_ wins): deltaguard.gateway.process.fix_mmap_threshold.
+MALLOC_MMAP_THRESHOLD = 128 * 1024
 LANE_QUEUE_SIZE = 1024  # monitor and post-inference jobs
 # Monitor-lane jobs already queued when the lane takes one are folded with it, up to this
 # many (the detector scores them in shared onnxruntime calls); the lane never waits for

@@ -16,6 +16,7 @@ import pytest
 from deltaguard import defaults
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.gateway.process import (
+    fix_mmap_threshold,
     limit_malloc_arenas,
     prepare_heap,
     shorten_gil_turns,
@@ -97,3 +98,39 @@ def test_heap_trimming_runs_until_stopped_and_can_be_turned_off():
     while any(t.name == "heap-trim" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not any(t.name == "heap-trim" for t in threading.enumerate())
+
+
+# A fresh interpreter: a large block freed raises glibc's threshold, and blocks under it
+# then come from the heap, where small blocks allocated between them keep them in.
+_LARGE_BLOCKS_FREED = """
+import os, sys
+from deltaguard.gateway.process import fix_mmap_threshold
+
+def rss_mb():
+    return int(open(f"/proc/{os.getpid()}/statm").read().split()[1]) * 4096 / 2**20
+
+fixed = fix_mmap_threshold() if sys.argv[1] == "fixed" else None
+big = bytes(16 << 20) + b"!"
+del big
+before = rss_mb()
+blocks, kept = [], []
+for i in range(300):
+    blocks.append(os.urandom(300_000))  # 90 MB: a large request's buffers
+    kept.append(os.urandom(1000))  # and what the stores keep meanwhile
+del blocks
+print(rss_mb() - before, fixed)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="M_MMAP_THRESHOLD is glibc's")
+def test_a_fixed_mmap_threshold_hands_large_blocks_back_as_they_are_freed(monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    held = {}
+    for mode in ("glibc", "fixed"):
+        out = subprocess.run([sys.executable, "-c", _LARGE_BLOCKS_FREED, mode], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        held[mode], result = out.stdout.split()
+    assert float(held["glibc"]) > 15 and result == "True", held  # glibc's own threshold keeps ~22 MB
+    assert float(held["fixed"]) < 5, held
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert fix_mmap_threshold() is False  # the operator's is left to glibc
