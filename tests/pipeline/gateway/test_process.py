@@ -127,7 +127,8 @@ def test_a_fixed_mmap_threshold_hands_large_blocks_back_as_they_are_freed(monkey
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     held = {}
     for mode in ("glibc", "fixed"):
-        out = subprocess.run([sys.executable, "-c", _LARGE_BLOCKS_FREED, mode], capture_output=True, text=True)
+        run = [sys.executable, "-c", _LARGE_BLOCKS_FREED, mode]
+        out = subprocess.run(run, capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         held[mode], result = out.stdout.split()
     assert float(held["glibc"]) > 15 and result == "True", held  # glibc's own threshold keeps ~22 MB
