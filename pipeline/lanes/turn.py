@@ -158,7 +158,7 @@ class Forward:
     parent: str | None  # the upstream's id of the response it continues; None: send `history`
     new_items: list[dict[str, Any]]  # what that response has not seen
     history: list[dict[str, Any]]  # every item, oldest first
-    tokens: list[int]  # each history item's tokens, as the turn counted them
+    items: list[Item]  # `history` as parsed, item for item
 
 
 class Turn:
@@ -276,7 +276,7 @@ class Turn:
         clean = self._lanes.sanitized.apply(self.gate.tenant, history)  # item for item
         sent = [i for i in clean if i.kind not in SYNTHETIC_TYPES]  # as `wire_items` sends them
         new_items = wire_items(clean[len(clean) - unseen :])
-        return Forward(upstream, new_items, [i.raw for i in sent], [i.tokens for i in sent])
+        return Forward(upstream, new_items, [i.raw for i in sent], sent)
 
     async def stream(
         self,

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from deltaguard.items import Item
+
 # Events that end a response on the stream.
 TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -39,9 +41,9 @@ class UpstreamCall:
     conversation: str = ""
     generate: bool = True
     tools: list[dict[str, Any]] | None = None  # in effect (inherited when not resent); informational
-    # Each `history` item's tokens as the gateway counted them (None: not counted), for
-    # an upstream that prices its input without parsing it again (the simulated models).
-    history_tokens: Sequence[int] | None = None
+    # `history` as the gateway parsed it, item for item (None: not parsed), for an upstream
+    # that reads items without parsing them again (the simulated model).
+    history_items: Sequence[Item] | None = None
 
 
 class Upstream(Protocol):

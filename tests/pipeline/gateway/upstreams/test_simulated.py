@@ -1,5 +1,5 @@
-"""The simulated Responses model prices its input from the gateway's counts and parses
-only the tail of a history it answers: the same answer and usage as parsing it all."""
+"""The simulated Responses model reads the items the gateway parsed: it parses nothing on
+the event loop, with the same answer and usage as parsing the history itself."""
 
 from __future__ import annotations
 
@@ -38,29 +38,22 @@ def run(model: SimulatedModel, call: UpstreamCall) -> tuple[list[str], dict[str,
 
 @pytest.mark.parametrize("turns", [1, 3, 12])
 @pytest.mark.parametrize("tools", [TOOLS, None])
-def test_the_gateways_counts_give_the_answer_and_usage_of_a_full_parse(turns, tools):
+def test_the_gateways_items_give_the_answer_and_usage_of_its_own_parse(turns, tools):
     items = history(turns)
-    counts = [parse_item(i).tokens for i in items]
-    parsed = run(SimulatedModel(tokens_per_s=1e9), UpstreamCall({}, items, items, tools=tools))
-    counted = UpstreamCall({}, items, items, tools=tools, history_tokens=counts)
-    assert run(SimulatedModel(tokens_per_s=1e9), counted) == parsed
-    assert parsed[1]["input_tokens"] == sum(counts)
+    parsed = [parse_item(i, from_client=True) for i in items]
+    own = run(SimulatedModel(tokens_per_s=1e9), UpstreamCall({}, items, items, tools=tools))
+    given = UpstreamCall({}, items, items, tools=tools, history_items=parsed)
+    assert run(SimulatedModel(tokens_per_s=1e9), given) == own
+    assert own[1]["input_tokens"] == sum(i.tokens for i in parsed)
 
 
-def test_a_long_resent_history_is_not_parsed_again(monkeypatch):
+def test_a_history_the_gateway_parsed_is_not_parsed_again(monkeypatch):
     items = history(40)
-    counts = [parse_item(i).tokens for i in items]
-    parses = []
-    real = simulated.parse_item
-    monkeypatch.setattr(simulated, "parse_item", lambda obj, **kw: parses.append(obj) or real(obj, **kw))
-    run(SimulatedModel(tokens_per_s=1e9), UpstreamCall({}, items, items, tools=TOOLS, history_tokens=counts))
-    assert len(parses) == 5  # the last user message and the calls after it
+    parsed = [parse_item(i) for i in items]
 
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("parsed on the event loop")
 
-def test_a_bad_item_in_the_tail_names_its_index():
-    items = [*history(1), {"type": "function_call_output", "call_id": 7}]
-    from deltaguard.errors import ItemError
-
-    with pytest.raises(ItemError) as exc:
-        run(SimulatedModel(tokens_per_s=1e9), UpstreamCall({}, items, items, history_tokens=[1] * len(items)))
-    assert exc.value.field.startswith("input[5].")
+    monkeypatch.setattr(simulated, "parse_items", refuse)
+    said, usage = run(SimulatedModel(tokens_per_s=1e9), UpstreamCall({}, items, items, history_items=parsed))
+    assert said and usage["input_tokens"] == sum(i.tokens for i in parsed)
