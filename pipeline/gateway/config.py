@@ -147,6 +147,11 @@ class GatewayConfig(BaseModel):
     # for token deltas too small to gain from it; and a secret compressed beside text that
     # an attacker chooses leaks through the frames' sizes (as BREACH does over HTTP).
     ws_compression: bool = False
+    # The event loop `deltaguard serve` runs on: "auto" is uvloop (libuv's, in C) where it
+    # is installed (a dependency off Windows), else asyncio's. Every tenant's requests wait
+    # on this one loop, and asyncio's own Python (its selector, transports and timers) was
+    # a share of its CPU under load.
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
 
     # Classifier work (deltaguard.lanes.limiter): threads it runs on, and the most of them one
     # tenant may hold at once (None: all but one when keys name several tenants, else all).

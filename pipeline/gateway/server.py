@@ -33,6 +33,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_l
         ws=draining_websockets(app.state.gateway.draining.set, config.shutdown_drain_s),
         ws_max_size=64 * 1024 * 1024,  # frames are checked against the gateway's own limits
         ws_per_message_deflate=config.ws_compression,
+        loop=config.event_loop,
         timeout_graceful_shutdown=int(config.shutdown_drain_s) + 2,
         lifespan="on",
     )

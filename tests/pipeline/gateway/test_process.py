@@ -10,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+import httpx
 import pytest
 
 from deltaguard import defaults
@@ -22,6 +24,7 @@ from deltaguard.gateway.process import (
     shorten_gil_turns,
     start_heap_trimming,
 )
+from tests.support.serve import served
 
 
 def test_the_loaded_classifiers_leave_the_collectors_generations(scorer):
@@ -135,3 +138,11 @@ def test_a_fixed_mmap_threshold_hands_large_blocks_back_as_they_are_freed(monkey
     assert float(held["fixed"]) < 5, held
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     assert fix_mmap_threshold() is False  # the operator's is left to glibc
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_serve_runs_on_uvloop_and_answers():
+    with served([]) as gw:
+        r = httpx.post(gw.base + "/v1/responses", json={"model": "sim", "input": "hello"}, timeout=30)
+        assert r.status_code == 200 and r.json()["status"] == "completed"
+        assert "/uvloop/" in Path(f"/proc/{gw.proc.pid}/maps").read_text()  # its C loop is loaded
