@@ -59,11 +59,14 @@ def fix_mmap_threshold(threshold: int = defaults.MALLOC_MMAP_THRESHOLD) -> bool:
 
     glibc starts at 128 KiB, but each large block freed raises the threshold (up to
     32 MiB), and from then on a large request's buffers (its text, the tokenizer's and the
-    models' arrays) come from the heap, where the small records the stores keep meanwhile
-    settle among them and pin their pages: in a ten-minute soak with every store full, RSS's
-    floor rose ~2 MB a minute while what was allocated stayed level. Fixed, those buffers go
-    back to the OS as they are freed. Call it before the threads start; an operator's own
-    MALLOC_MMAP_THRESHOLD_ is left to glibc, and another C library is left alone (False)."""
+    models' arrays) come from the heap, where the small blocks the stores keep meanwhile
+    settle among them and pin its pages: in a soak, while what malloc held stayed level
+    (mallinfo2), glibc's heap grew 7 MB in six minutes and RSS's floor with it. Fixed, those
+    buffers go back to the OS as they are freed: RSS's floor was ~40 MB lower from the
+    load's second minute on, and rose 6.5 MB over the last five minutes against 11.3
+    (`python -m eval.soak --duration 600`, a run each). Call it before the threads start;
+    an operator's own MALLOC_MMAP_THRESHOLD_ is left to glibc, and another C library is
+    left alone (False)."""
     return _mallopt(_M_MMAP_THRESHOLD, threshold, "MALLOC_MMAP_THRESHOLD_")
 
 

@@ -256,7 +256,7 @@ class ResponsesService:
                 conversation=f"{tenant}\x1f{gate.conversation_id}",
                 generate=req.generate,
                 tools=turn.tools,
-                history_items=sent.items,
+                history_items=sent.history_items,
             )
             stalled = with_stall_timeout(self.upstream.stream(call), self.config.upstream_stall_timeout_s)
             return released(self.config, self.stage, turn, tap.events(stalled))

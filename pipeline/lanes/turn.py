@@ -158,7 +158,7 @@ class Forward:
     parent: str | None  # the upstream's id of the response it continues; None: send `history`
     new_items: list[dict[str, Any]]  # what that response has not seen
     history: list[dict[str, Any]]  # every item, oldest first
-    items: list[Item]  # `history` as parsed, item for item
+    history_items: list[Item]  # `history` as parsed, item for item
 
 
 class Turn:
