@@ -80,6 +80,7 @@ def start_gateway(folder: Path, rate: float, state_max_mb: int) -> tuple[subproc
     port = free_port()
     env = {**os.environ, "DELTAGUARD_API_KEYS": ",".join(f"{t}:{k}" for t, k in KEYS.items())}
     env["DELTAGUARD_STATE_MAX_BYTES"] = str(state_max_mb << 20)  # reached within the soak: RSS levels
+    env["DELTAGUARD_ITEM_CACHE_BYTES"] = str(state_max_mb << 20)  # the chat and guard APIs' too
     cmd = [sys.executable, "-m", "deltaguard.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--sim-tokens-per-s", str(rate), "--log-level", "warning"]
     cmd += ["--billing", str(folder / "billing.jsonl"), "--spool", str(folder / "spool.jsonl")]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import gc
+import tracemalloc
 
 import pytest
 
@@ -232,3 +234,19 @@ def test_item_cache_is_bounded_in_bytes_whatever_its_entry_count():
     chat_history_items(last, cache=cache)
     assert cache.hits == hits + 1  # the most recent are the ones kept
     assert responses_history_items(nested, cache=cache)[0] is responses_history_items(nested, cache=cache)[0]
+
+
+@pytest.mark.parametrize("n", [2_000, 20_000])
+def test_what_the_item_cache_counts_bounds_what_it_holds(n):
+    # Short chat messages: counted as their strings alone, a cache held 2.5 times its bound.
+    cache = ItemCache(max_entries=10**6, max_bytes=10**12)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(n):
+            cache.parse({"role": "user", "content": f"please look at issue number {i} in the tracker"})
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0.6 * cache._items.bytes <= held <= cache._items.bytes
