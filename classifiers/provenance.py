@@ -64,8 +64,8 @@ MAX_LEVEL = 3
 
 # A chunk: a run of characters up to whitespace, quotes, brackets and separators; URLs,
 # e-mail addresses, paths, IBANs and dates stay one chunk each.
-_CHUNK = re.compile(r"[^\s\"'`<>()\[\]{},;|*]+")
 _TAIL_CHARS = 32_768  # the first tail `recent_keys` reads (doubled until it holds enough)
+_CHUNK = re.compile(r"[^\s\"'`<>()\[\]{},;|*]+")
 _EDGE = ".:!?#=,…-"
 # Segments: lines, sentences, and the fields of a one-line JSON record (so that data in a
 # record's other fields is not read as part of an instruction in one of them).

@@ -118,13 +118,15 @@ class Soak:
         self.load_warmup_s = duration_s / 5 if load_warmup_s is None else load_warmup_s
         self.end = self.t0 + duration_s
         self.max_requests = max_requests
+        self.steady_cap = max_requests // 2  # the well-behaved tenant's process counts its own
         self.rng = random.Random(seed)
         self.tally = Tally()
         self.rss: list[tuple[float, float]] = []
         self.state: list[tuple[float, dict[str, float]]] = []  # MiB per "lane/kind"
 
     def running(self) -> bool:
-        return time.monotonic() < self.end and sum(self.tally.requests.values()) < self.max_requests
+        cap = self.max_requests - self.steady_cap
+        return time.monotonic() < self.end and sum(self.tally.requests.values()) < cap
 
     def loaded(self) -> bool:
         return time.monotonic() - self.t0 >= self.warmup_s
@@ -237,7 +239,7 @@ class Soak:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             loop = asyncio.get_running_loop()
             steady = loop.run_in_executor(
-                pool, steady_tenant, self.base, self.t0, self.end, self.max_requests, STEADY_WORKERS
+                pool, steady_tenant, self.base, self.t0, self.end, self.steady_cap, STEADY_WORKERS
             )
             noisy = asyncio.gather(*(self.noisy(n) for n in range(6)))
             *_, tally = await asyncio.gather(noisy, self.attacks(), self.sample_rss(), steady)
@@ -455,7 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT / "soak.json")
     parser.add_argument("--gateway-log", type=Path, help="keep the gateway's log here")
     parser.add_argument(
-        "--state-max-mb", type=int, default=2, help="the gateway's state_max_bytes, per store (MiB)"
+        "--state-max-mb",
+        type=int,
+        default=2,
+        help="the gateway's state_max_bytes, per store, and its item caches' bytes (MiB)",
     )
     args = parser.parse_args(argv)
     duration = min(max(args.duration, 1.0), MAX_DURATION_S)

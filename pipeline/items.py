@@ -127,9 +127,14 @@ class Item:
         return self.raw
 
 
+def sent_items(items: Sequence[Item]) -> list[Item]:
+    """The items an upstream is sent: synthetic ones stand for request fields, not items."""
+    return [i for i in items if i.kind not in SYNTHETIC_TYPES]
+
+
 def wire_items(items: Sequence[Item]) -> list[dict[str, Any]]:
-    """Items as an upstream is sent them: synthetic ones stand for request fields, not items."""
-    return [i.raw for i in items if i.kind not in SYNTHETIC_TYPES]
+    """Items as an upstream is sent them (`sent_items`, in their wire form)."""
+    return [i.raw for i in sent_items(items)]
 
 
 def new_item(

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from deltaguard.classifiers.provenance import Sketch
 from deltaguard.errors import LifecycleError, TurnBlocked
 from deltaguard.events import FlagEvent
-from deltaguard.items import SYNTHETIC_TYPES, TOOL_DEFINITIONS, Item, canonical_json, wire_items
+from deltaguard.items import TOOL_DEFINITIONS, Item, canonical_json, sent_items, wire_items
 from deltaguard.lanes.lockout import Lock
 from deltaguard.lanes.output_stream import OutputStreamScorer
 from deltaguard.lanes.sanitize import SanitizedItems
@@ -274,9 +274,8 @@ class Turn:
         new = history[len(history) - unseen :]
         self._lanes.metrics.observe_items("input", new)
         clean = self._lanes.sanitized.apply(self.gate.tenant, history)  # item for item
-        sent = [i for i in clean if i.kind not in SYNTHETIC_TYPES]  # as `wire_items` sends them
-        new_items = wire_items(clean[len(clean) - unseen :])
-        return Forward(upstream, new_items, [i.raw for i in sent], sent)
+        sent = sent_items(clean)
+        return Forward(upstream, wire_items(clean[len(clean) - unseen :]), [i.raw for i in sent], sent)
 
     async def stream(
         self,
