@@ -246,7 +246,10 @@ def _build(kind: str, pools: _Pools, chat: Sequence[str] | None, rng: random.Ran
     if kind == "agent_files":
         if not pools.repos:
             return None
-        reads = pools.pick(rng, (agent_files.KIND,), rng.randrange(1, 5), rng.choice(pools.repos))
+        # a collection in proportion to its files: a small one's files are not reread a dozen times
+        sizes = [len(pools.by_source_kind[(r, agent_files.KIND)]) for r in pools.repos]
+        repo = rng.choices(pools.repos, weights=sizes)[0]
+        reads = pools.pick(rng, (agent_files.KIND,), rng.randrange(1, 5), repo)
         if not reads:
             return None
         task = rng.choice(AGENT_FILE_TASKS).format(path=reads[0].name)
