@@ -35,6 +35,7 @@ from deltaguard.items import Item, count_tokens
 __all__ = [
     "CATEGORIES",
     "HARM_CATEGORIES",
+    "PRINCIPAL_ONLY",
     "Classifier",
     "Finding",
     "Lane",
@@ -65,6 +66,15 @@ CATEGORIES: tuple[str, ...] = (
     "secrets",
     *HARM_CATEGORIES,
 )
+
+# What a channel can be guilty of. A principal (user, system, developer, `instructions`,
+# a forged assistant message) may attempt a jailbreak; untrusted content (tool outputs,
+# fetched pages, MCP results, attached files) is guilty when it carries instructions aimed
+# at the model that the user did not give, which is `prompt_injection`, whatever their
+# style: a jailbreak prompt inside a tool output is such an instruction, judged by the
+# heads trained on injections through tools. Judged for jailbreak as well, the files
+# written to instruct agents ("You are an expert ...") read as jailbreaks to every model.
+PRINCIPAL_ONLY: frozenset[str] = frozenset({"jailbreak"})
 
 
 @dataclass(frozen=True, slots=True)

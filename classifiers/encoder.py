@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 
 from deltaguard.classifiers import identifiers, normalize
-from deltaguard.classifiers.base import Lane, Scores, State, Update, count_tokens, running_max, zero_scores
+from deltaguard.classifiers.base import (
+    PRINCIPAL_ONLY,
+    Lane,
+    Scores,
+    State,
+    Update,
+    count_tokens,
+    running_max,
+    zero_scores,
+)
 from deltaguard.classifiers.encoder_model import (
     ARTIFACT_FILES,
     ARTIFACT_NAME,
@@ -61,6 +70,7 @@ __all__ = [
     "MASKED_ROLES",
     "MAX_ITEM_WINDOWS",
     "MEMO_ITEMS",
+    "PASTED_ROLE",
     "SCORED_ROLES",
     "UNTRUSTED_ROLE",
     "WINDOW_STRIDE",
@@ -85,6 +95,9 @@ MEMO_ITEMS = 4096  # item results remembered (an entry is ~100 bytes)
 SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
 
 UNTRUSTED_ROLE = "tool"  # content from outside the conversation, and files attached to messages
+# A long user message (a pasted document) is judged by the heads for untrusted content, but
+# it is the user's: a jailbreak there is the user's own (base.PRINCIPAL_ONLY).
+PASTED_ROLE = "user/pasted"
 
 # The conversation's own words: a file they name is an identifier (classifiers/identifiers.py).
 # A long user message is judged as untrusted content and never masked.
@@ -174,7 +187,8 @@ class EncoderClassifier:
                                         views) rather than the raw text
         role_heads                      the head that judges a category for a role, e.g.
                                         {"tool": {"prompt_injection": "indirect_injection"}}:
-                                        tool outputs are judged by the head trained on them
+                                        tool outputs are judged by the head trained on them,
+                                        and never for jailbreak (base.PRINCIPAL_ONLY)
         head_thresholds                 per head; scores come out scaled so that each
                                         head's threshold is 0.5 (classifiers/scaled.py)
         screen                          {"artifact", "floor"}: a lexical model scores each
@@ -251,6 +265,8 @@ class EncoderClassifier:
                 role: tuple(model.heads.index(role_heads.get(role, {}).get(c, c)) for c in categories)
                 for role in roles
             }
+            if UNTRUSTED_ROLE in heads:
+                heads[PASTED_ROLE] = heads[UNTRUSTED_ROLE]
         except (KeyError, ValueError) as exc:
             raise ModelArtifactError(
                 f"{where}: heads {model.heads} do not match the manifest ({exc})"
@@ -417,7 +433,7 @@ class EncoderClassifier:
         """The role whose heads judge `item` (see `long_user_chars`)."""
         long = self.long_user_chars is not None and len(item.text) >= self.long_user_chars
         if long and item.role == "user" and UNTRUSTED_ROLE in self._heads:
-            return UNTRUSTED_ROLE
+            return PASTED_ROLE
         return item.role
 
     def _attachment(
@@ -458,8 +474,12 @@ class EncoderClassifier:
         return result, entry.role
 
     def _scores(self, result: _ItemResult, role: str) -> Scores:
+        """The item's categories through `role`'s heads; untrusted content is never guilty
+        of what only a principal can be (base.PRINCIPAL_ONLY)."""
         return {
-            c: scale(result.scores[h], self._head_thresholds[h])
+            c: 0.0
+            if role == UNTRUSTED_ROLE and c in PRINCIPAL_ONLY
+            else scale(result.scores[h], self._head_thresholds[h])
             for c, h in zip(self.categories, self._heads[role], strict=True)
         }
 

@@ -14,7 +14,8 @@ Untrusted text (tool outputs, attached files) is read piece by piece as well as 
 an artifact trained that way (lexical-v5 and later): a piece over its head's threshold is reported
 as a located finding (item, start, end, score), and an artifact with
 `untrusted_thresholds` judges untrusted text at thresholds of its own, reporting its
-scores on the category thresholds' scale (classifiers/scaled.py `rescale`).
+scores on the category thresholds' scale (classifiers/scaled.py `rescale`). Untrusted
+text is judged for injection only: a jailbreak is a principal's act (base.PRINCIPAL_ONLY).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 
 from deltaguard.artifacts import verified_path
 from deltaguard.classifiers.base import (
+    PRINCIPAL_ONLY,
     Finding,
     Lane,
     Scores,
@@ -142,7 +144,7 @@ class LexicalClassifier:
             return zero_scores(self.categories), 0
         if untrusted:
             rows, extra, _where = model.score_located([text])
-            rows = self._on_user_scale(rows)
+            rows = self._as_untrusted(rows)
         else:
             rows, extra = model.score_views([text])
         return {head: float(p) for head, p in zip(self.categories, rows[0], strict=True)}, extra[0]
@@ -172,7 +174,7 @@ class LexicalClassifier:
         if untrusted:
             chosen = [texts[k] for k in untrusted]
             rows, extra, where = model.score_located(chosen)
-            rows = self._on_user_scale(rows)
+            rows = self._as_untrusted(rows)
             tokens += sum(extra)
             self._merge(item_scores, [owners[k] for k in untrusted], rows)
             kinds = [self.name if k < len(with_text) else f"{self.name}/attachment" for k in untrusted]
@@ -185,16 +187,19 @@ class LexicalClassifier:
     def _reads(self, item: Item) -> bool:
         return item.role in self.roles and len(item.text) >= self.min_chars.get(item.role, 0)
 
-    def _on_user_scale(self, rows: np.ndarray) -> np.ndarray:
-        """Untrusted text's scores expressed on the category thresholds' scale: an artifact
-        with `untrusted_thresholds` (lexical-v5 and later) judges tool outputs, which it also reads
-        piece by piece, at thresholds of their own, chosen per conversation."""
-        own = (self._entry or {}).get("untrusted_thresholds")
-        if not own:
-            return rows
+    def _as_untrusted(self, rows: np.ndarray) -> np.ndarray:
+        """Untrusted text's scores: zero for what only a principal can be guilty of
+        (base.PRINCIPAL_ONLY), the rest expressed on the category thresholds' scale: an
+        artifact with `untrusted_thresholds` (lexical-v5 and later) judges tool outputs,
+        which it also reads piece by piece, at thresholds of their own, chosen per
+        conversation."""
+        own = (self._entry or {}).get("untrusted_thresholds") or {}
         out = rows.copy()
         for h, head in enumerate(self.categories):
-            out[:, h] = rescale(rows[:, h], float(own[head]), self.thresholds[head])
+            if head in PRINCIPAL_ONLY:
+                out[:, h] = 0.0
+            elif head in own:
+                out[:, h] = rescale(rows[:, h], float(own[head]), self.thresholds[head])
         return out
 
     def _merge(self, item_scores: list[Scores], owners: Sequence[int], rows: np.ndarray) -> None:

@@ -9,7 +9,9 @@ agent sends:
   whose delta is the row as the `function_call_output` (the agent loop's next request).
 
 Both pipelines replay the same file with the CLI (delta mode, `--json`); `--beside DIR`
-puts the default set with another release's models (a copy of its models/) in v2's place:
+puts the default set with another release's models (a copy of its models/) in v2's place,
+and `--through-tools` delivers the user-channel rows as tool outputs too (what an attacker
+plants in a page the agent fetches: judged as untrusted content, for injection only):
 
 - **default**: today's default set (lexical-v3 on tool outputs, the conversation view
   on user messages, harm, and the detector in the monitor lane behind its screen);
@@ -71,6 +73,11 @@ def conversation(i: int, row: dict[str, Any]) -> dict[str, Any]:
             {"input": [output], "output": reply},
         ],
     }
+
+
+def through_tools(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with the user channel's delivered as tool outputs (`--through-tools`)."""
+    return [{**r, "channel": "tool"} if r["channel"] == "user" else r for r in rows]
 
 
 def v2_models(tmp: Path) -> Path:
@@ -216,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="only the first N test rows (a smoke run)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
+        "--through-tools",
+        action="store_true",
+        help="deliver the user-channel rows as tool outputs (a jailbreak planted in a fetched page)",
+    )
+    parser.add_argument(
         "--beside",
         type=Path,
         help="a models directory (a previous release): the default set with its models is the "
@@ -226,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [r for r in load_rows() if r["split"] == "test"]
     rows = rows if args.limit is None else random.Random(5).sample(rows, min(args.limit, len(rows)))
+    rows = through_tools(rows) if args.through_tools else rows
     results, seconds = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "test-split.jsonl"
@@ -245,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = summarise(rows, verdicts)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"n": len(rows), **results}, indent=1))
-    write_report(args.out, report(results, seconds, len(rows), beside))
+    lines = report(results, seconds, len(rows), beside)
+    if args.through_tools:
+        lines[2:2] = ["`--through-tools`: the user-channel rows arrive as tool outputs.", ""]
+    write_report(args.out, lines)
     return 0
 
 

@@ -122,7 +122,7 @@ def test_tool_outputs_are_judged_by_the_indirect_head(clf):
     text = mask_paths(THROUGH_TOOLS[0])
     as_user = clf.update(clf.initial_state(), [user(text)]).item_scores[0]
     as_tool = clf.update(clf.initial_state(), [tool(text)]).item_scores[0]
-    assert as_user["jailbreak"] == as_tool["jailbreak"]
+    assert as_user["jailbreak"] > 0.0 and as_tool["jailbreak"] == 0.0  # only a principal's (PRINCIPAL_ONLY)
     assert as_user["prompt_injection"] != as_tool["prompt_injection"]
     entry = manifest_entry("detector")
     assert entry["role_heads"] == {"tool": {"prompt_injection": "indirect_injection"}}
@@ -273,12 +273,27 @@ def test_a_long_user_message_is_judged_as_the_pasted_document_it_is():
     assert len(pasted) >= LONG_USER_CHARS
     as_user = detector.update(detector.initial_state(), [user(pasted)]).item_scores[0]
     as_tool = detector.update(detector.initial_state(), [tool(pasted)]).item_scores[0]
-    assert as_user == as_tool  # the indirect head's prompt_injection, the same jailbreak head
+    assert as_user["prompt_injection"] == as_tool["prompt_injection"]  # the indirect head's
     short = DIRECT[0]
     direct = detector.update(detector.initial_state(), [user(short)]).item_scores[0]
     assert (
         flagged(direct) and direct != detector.update(detector.initial_state(), [tool(short)]).item_scores[0]
     )
+
+
+def test_a_pasted_jailbreak_is_the_users_and_a_tool_outputs_is_not():
+    """A long user message is judged by the heads for untrusted content, jailbreak included:
+    it is the user's own. The same text in a tool output is never a jailbreak
+    (base.PRINCIPAL_ONLY), and its injection score is the same."""
+    from deltaguard.classifiers.registry import LONG_USER_CHARS
+
+    (detector,) = [c for c in load_classifiers() if c.name == "detector"]
+    pasted = "Use this prompt from now on:\n\n" + " ".join([DIRECT[1]] * (LONG_USER_CHARS // 80))
+    assert len(pasted) >= LONG_USER_CHARS
+    as_user = detector.update(detector.initial_state(), [user(pasted)]).item_scores[0]
+    as_tool = detector.update(detector.initial_state(), [tool(pasted)]).item_scores[0]
+    assert as_user["jailbreak"] >= 0.5 and as_tool["jailbreak"] == 0.0
+    assert as_user["prompt_injection"] == as_tool["prompt_injection"]
 
 
 def test_a_user_message_is_judged_whatever_file_it_names(clf, unscreened):

@@ -89,7 +89,8 @@ def test_detail_highlights_the_item_that_raised_the_flag(review_gateway):
     d = httpx.get(api + f"/conversations/{row['id']}", headers=A).json()
     assert d["flag_turns"] == {"prompt_injection": 1, "jailbreak": 1} and len(d["turns"]) == 2
     flagged = [(t["index"], i["kind"]) for t in d["turns"] for i in t["items"] if i["flagged"]]
-    assert flagged == [(1, "function_call_output")]  # the fetched page, not the user's request
+    # the fetched page (injection) and the user's own jailbreak, not the user's first request
+    assert flagged == [(1, "function_call_output"), (1, "message")]
     assert [t["category_scores"]["prompt_injection"] >= 0.5 for t in d["turns"]] == [False, True]
 
     secrets = httpx.get(api + "/conversations", headers=B).json()["conversations"][0]
@@ -259,7 +260,7 @@ def test_located_findings_pass_through_onto_the_recorded_text(findings_review):
     for row in httpx.get(api + "/conversations").json()["conversations"]:
         d = httpx.get(api + f"/conversations/{row['id']}").json()
         located = [(t, f) for t in d["turns"] for f in t["findings"] if "start" in f]
-        # the injected line, found as an injection (and, "developer mode", as a jailbreak)
+        # the injected line, found as an injection (in a tool output, never a jailbreak)
         assert max(f["score"] for _, f in located if f["category"] == "prompt_injection") >= 0.9
         for turn, f in located:
             assert (f["item"], f["in"]) == (1, "text") and f["score"] >= 0.5  # over its threshold

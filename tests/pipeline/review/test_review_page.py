@@ -45,12 +45,12 @@ def test_review_page_filters_opens_and_marks_a_false_positive(browser_ready, rev
     assert "API key" in seen["error_before_key"]
     assert seen["session"] == "tenant tenant-a" and seen["rows_all"] == 2  # tenant-b's is not listed
     assert seen["rows_block"] == ["prompt_injection, jailbreak"]  # the decision filter
-    # The fetched page that carried the injection is the highlighted item, and it looks it.
-    (item,) = seen["flagged_items"]
-    assert (
-        item["flagged"] == "prompt_injection,jailbreak" and "Ignore all previous instructions" in item["text"]
-    )
-    assert item["background"] != seen["plain_item_background"]
+    # The fetched page that carried the injection and the user's jailbreak are the highlighted
+    # items, and they look it.
+    page, said = seen["flagged_items"]
+    assert page["flagged"] == "prompt_injection" and "Ignore all previous instructions" in page["text"]
+    assert "jailbreak" in said["flagged"].split(",") and "Do Anything Now" in said["text"]
+    assert page["background"] != seen["plain_item_background"] != said["background"]
     # The plot: one line per category with a point per turn, thresholds of the flagged ones.
     assert seen["turns"] == 2 and 600 <= seen["plot"]["width"] <= 642  # 640 at most, and its border
     assert {line["category"] for line in seen["plot"]["lines"]} >= {"prompt_injection", "jailbreak", "pii"}
@@ -89,7 +89,7 @@ def test_located_findings_are_highlighted_and_linked(browser_ready, findings_rev
         page = seen[conversation]
         # The injected line, and only it, is marked, in the tool output: as text (its
         # "<!--" shown, not parsed), though emoji before it count twice in UTF-16. It reads
-        # as an injection and ("developer mode") a jailbreak: one mark, both categories.
+        # as an injection (in a tool output, never a jailbreak): one mark.
         (mark,) = page["marks"]
         assert mark["text"] == INJECTED_LINE, mark
         assert "prompt_injection" in mark["categories"].split(",") and "function_call_output" in mark["item"]

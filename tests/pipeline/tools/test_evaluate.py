@@ -81,12 +81,20 @@ JAILBREAK = (  # a jailbreak that the injection views flag too
 )
 
 
+def jailbroken(i: int, page: str) -> dict:
+    """A conversation whose user follows the fetched page with a jailbreak of their own (a
+    jailbreak is a principal's act; in the page, the same text is an injection)."""
+    conv = conversation(i, page, ["jailbreak"], 1)
+    conv["turns"][1]["input"].append({"role": "user", "content": JAILBREAK})
+    return conv
+
+
 def test_a_jailbreak_also_flagged_as_injection_is_no_injection_false_positive(scorer, tmp_path):
     lines = [conversation(i, f"{BENIGN_PAGES[i % 4]} {INJECTION}", ["prompt_injection"], 1) for i in range(4)]
-    lines += [conversation(10 + i, f"{BENIGN_PAGES[i % 4]} {JAILBREAK}", ["jailbreak"], 1) for i in range(4)]
+    lines += [jailbroken(10 + i, BENIGN_PAGES[i % 4]) for i in range(4)]
     lines += [conversation(100 + i, BENIGN_PAGES[i % 4] + f" (page {i})", []) for i in range(20)]
     # A reviewer who dismissed the injection flag of a jailbreak makes it a negative again.
-    dismissed = conversation(50, f"{BENIGN_PAGES[0]} {JAILBREAK}", ["jailbreak"], 1)
+    dismissed = jailbroken(50, BENIGN_PAGES[0])
     dismissed["labels"]["review"] = {"jailbreak": "confirmed", "prompt_injection": "false_positive"}
     path = tmp_path / "attacks.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in [*lines, dismissed]))
