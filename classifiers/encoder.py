@@ -28,6 +28,7 @@ import numpy as np
 from deltaguard.classifiers import identifiers, normalize
 from deltaguard.classifiers.base import (
     PRINCIPAL_ONLY,
+    Finding,
     Lane,
     Scores,
     State,
@@ -90,7 +91,7 @@ __all__ = [
 # to 1.26% and tokens by 48% for +1.4 points of split-injection recall (97.3% -> 98.7%).
 CONTEXT_TOKENS = 0
 
-MEMO_ITEMS = 4096  # item results remembered (an entry is ~100 bytes)
+MEMO_ITEMS = 4096  # item results remembered (~200 bytes each, ~600 with a located window)
 
 SCORED_ROLES = frozenset({"user", "system", "developer", "tool"})
 
@@ -98,6 +99,8 @@ UNTRUSTED_ROLE = "tool"  # content from outside the conversation, and files atta
 # A long user message (a pasted document) is judged by the heads for untrusted content, but
 # it is the user's: a jailbreak there is the user's own (base.PRINCIPAL_ONLY).
 PASTED_ROLE = "user/pasted"
+# Read as they are (never masked), so a finding can say where in the text it is.
+LOCATED_ROLES = frozenset({UNTRUSTED_ROLE, PASTED_ROLE})
 
 # The conversation's own words: a file they name is an identifier (classifiers/identifiers.py).
 # A long user message is judged as untrusted content and never masked.
@@ -107,10 +110,13 @@ MASKED_ROLES = frozenset({"user", "system", "developer"})
 @dataclass(frozen=True, slots=True)
 class _ItemResult:
     """An item's probabilities per head and its token cost (every view's windows, overlap
-    and context included)."""
+    and context included); per head, among the windows that read the item's text as it is
+    (not another view of it), the one that scored highest: its content ids [a, b) and its
+    probability."""
 
     scores: tuple[float, ...]
     tokens: int
+    located: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +127,7 @@ class _Pending:
     hi: int
     key: bytes
     role: str
+    own: int = 0  # windows [lo, lo + own) read the item's text as it is (locatable)
 
 
 class _ItemMemo:
@@ -376,8 +383,8 @@ class EncoderClassifier:
         plans = [self._plan(model, state, items, windows) for state, items in requests]
         probs = model.head_probabilities(model.embed(windows)) if windows else np.zeros((0, 0))
         return [
-            self._finish(state, plan, probs, windows)
-            for (state, _items), plan in zip(requests, plans, strict=True)
+            self._finish(state, items, plan, probs, windows)
+            for (state, items), plan in zip(requests, plans, strict=True)
         ]
 
     def _plan(self, model: EncoderModel, state: State, items: Sequence[Item], windows: list[Window]) -> _Plan:
@@ -415,9 +422,10 @@ class EncoderClassifier:
                 lo = len(windows)
                 if ids:
                     windows.extend(model.windows(ids, context, self.max_item_windows))
+                own = len(windows) - lo if texts[0] is text or texts[0] == text else 0
                 for more in extra:
                     windows.extend(model.windows(more, (), self.max_item_windows))
-                entries.append(_Pending(lo, len(windows), key, role))
+                entries.append(_Pending(lo, len(windows), key, role, own))
             if ids:
                 context = self._tail(ids)
         attached = []
@@ -446,11 +454,14 @@ class EncoderClassifier:
             return known, UNTRUSTED_ROLE
         texts = normalize.views(text, self._views).texts() if self._views else [text]
         lo = len(windows)
+        own = 0
         for view in texts:
             ids = model.tokenize(view)
             if ids:
                 windows.extend(model.windows(ids, (), self.max_item_windows))
-        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE) if len(windows) > lo else None
+            if view is texts[0] and (view is text or view == text):
+                own = len(windows) - lo
+        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own) if len(windows) > lo else None
 
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
         """The text's result if the screen clears it: zeros, and the screen's own tokens."""
@@ -469,7 +480,14 @@ class EncoderClassifier:
             return entry
         best = probs[entry.lo : entry.hi].max(axis=0)
         cost = sum(len(w.ids) for w in windows[entry.lo : entry.hi])
-        result = _ItemResult(tuple(float(p) for p in best), cost)
+        located: tuple[tuple[int, int, float], ...] = ()
+        if entry.own and any(p >= t for p, t in zip(best, self._head_thresholds, strict=True)):
+            # only what may be flagged: the memo holds mostly benign items
+            own = probs[entry.lo : entry.lo + entry.own]
+            located = tuple(
+                (*windows[entry.lo + w].content, float(own[w, h])) for h, w in enumerate(own.argmax(axis=0))
+            )
+        result = _ItemResult(tuple(float(p) for p in best), cost, located)
         self._memo.put(entry.key, result)
         return result, entry.role
 
@@ -488,16 +506,21 @@ class EncoderClassifier:
         n = self.context_tokens
         return [int(i) for i in ids[len(ids) - n :]] if n > 0 else []
 
-    def _finish(self, state: State, plan: _Plan, probs: np.ndarray, windows: Sequence[Window]) -> Update:
+    def _finish(
+        self, state: State, items: Sequence[Item], plan: _Plan, probs: np.ndarray, windows: Sequence[Window]
+    ) -> Update:
         cats = self.categories
         item_scores: list[Scores] = []
+        findings: list[Finding] = []
         tokens = 0
-        for entry in plan.entries:
+        for index, entry in enumerate(plan.entries):
             if entry is None:
                 item_scores.append(zero_scores(cats))
                 continue
             result, role = self._result(entry, probs, windows)
             item_scores.append(self._scores(result, role))
+            if role in LOCATED_ROLES:
+                findings += self._located(index, self.name, items[index].text, result, role)
             # The item's cost whether or not the memo saved the work: an Update is a pure
             # function of (state, items).
             tokens += result.tokens
@@ -505,8 +528,27 @@ class EncoderClassifier:
             result, role = self._result(entry, probs, windows)
             own = item_scores[index]
             item_scores[index] = {c: max(own[c], v) for c, v in self._scores(result, role).items()}
+            attached = items[index].attachments
+            findings += self._located(index, f"{self.name}/attachment", attached, result, role)
             tokens += result.tokens
         previous = state.get("max") or zero_scores(cats)
         scores = running_max(previous, item_scores)
         new_state = {"max": dict(scores), "context": list(plan.context)}
-        return Update(state=new_state, item_scores=item_scores, scores=scores, tokens=tokens)
+        return Update(new_state, item_scores, scores, tokens, findings)
+
+    def _located(self, index: int, kind: str, text: str, result: _ItemResult, role: str) -> list[Finding]:
+        """Where a text is over a category's threshold: the characters of the window that
+        scored highest, when that window read the text as it is. Offsets are read only
+        here, for the few windows a finding points at."""
+        if not result.located:
+            return []
+        out = []
+        scores = self._scores(result, role)
+        for c, h in zip(self.categories, self._heads[role], strict=True):
+            a, b, p = result.located[h]
+            score = scale(p, self._head_thresholds[h])
+            found = self.model.char_range(text, (a, b)) if scores[c] >= 0.5 and score >= 0.5 else None
+            if found is not None:
+                start, end = found
+                out.append(Finding(c, kind, index, text[start:end][:60], start, end, score))
+        return out

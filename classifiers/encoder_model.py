@@ -73,6 +73,12 @@ class Window:
 
     ids: np.ndarray  # int64, [CLS] ... [SEP]
     context: int  # number of context ids right after [CLS], excluded from pooling
+    start: int = 0  # where its content starts among the item's content ids
+
+    @property
+    def content(self) -> tuple[int, int]:
+        """The item's content ids this window reads: [start, end)."""
+        return self.start, self.start + len(self.ids) - 2 - self.context
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -155,15 +161,28 @@ class EncoderModel:
         if len(ids) <= first_content:
             return [self._window(context, ids)]
         for start in _window_starts(len(ids), content, self.shape.stride, max_windows):
-            out.append(self._window((), ids[start : start + content]))
+            out.append(self._window((), ids[start : start + content], start))
         return out
 
-    def _window(self, context: Sequence[int], content: Sequence[int]) -> Window:
+    def _window(self, context: Sequence[int], content: Sequence[int], start: int = 0) -> Window:
         ids = np.empty(len(context) + len(content) + 2, dtype=np.int64)
         ids[0], ids[-1] = self.cls_id, self.sep_id
         ids[1 : 1 + len(context)] = context
         ids[1 + len(context) : -1] = content
-        return Window(ids=ids, context=len(context))
+        return Window(ids=ids, context=len(context), start=start)
+
+    def char_range(self, text: str, content: tuple[int, int]) -> tuple[int, int] | None:
+        """The characters of `text` that its content ids [a, b) (`tokenize(text)`'s) came
+        from; None when `text` does not tokenize to that many ids. With offsets, so only
+        for the few windows a finding points at; through the batch call, as `tokenize`."""
+        try:
+            offsets = self.tokenizer.encode_batch([text], add_special_tokens=False)[0].offsets
+        except (TypeError, UnicodeEncodeError):
+            return None  # lone surrogates: the ids came from a repaired copy of the text
+        a, b = content
+        if not 0 <= a < b <= len(offsets):
+            return None
+        return offsets[a][0], offsets[b - 1][1]
 
     def embed(self, windows: Sequence[Window], batch: int = BATCH_WINDOWS) -> np.ndarray:
         """Mean-pooled, L2-normalised embeddings (len(windows) x 384).

@@ -296,6 +296,25 @@ def test_a_pasted_jailbreak_is_the_users_and_a_tool_outputs_is_not():
     assert as_user["prompt_injection"] == as_tool["prompt_injection"]
 
 
+def test_a_flag_on_untrusted_text_says_where_it_is(clf):
+    """The window that scored highest, as characters of the text as received: a sanitising
+    action can cut them out and the review page can mark them. User messages are masked,
+    so the model did not read their characters: no range."""
+    benign = "\n".join(f"{BENIGN_TOOL[0]} ({n})" for n in range(12))
+    text = f"{benign}\n{THROUGH_TOOLS[0]}\n{benign}"
+    at = text.index(THROUGH_TOOLS[0])
+    upd = clf.update(clf.initial_state(), [user("fix the bug"), tool(text)])
+    assert upd.item_scores[1]["prompt_injection"] >= 0.5
+    (found,) = [f for f in upd.findings if f.category == "prompt_injection"]
+    assert (found.item_index, found.kind) == (1, "detector") and found.score >= 0.5
+    assert found.start < at + len(THROUGH_TOOLS[0]) and found.end > at  # over the injected note
+    assert found.end - found.start < len(text) / 2 and found.preview == text[found.start : found.end][:60]
+    # the same finding from the memo, and none on what only a principal can be guilty of
+    again = clf.update(clf.initial_state(), [user("fix the bug"), tool(text)])
+    assert again.findings == upd.findings
+    assert not clf.update(clf.initial_state(), [user(DIRECT[0])]).findings
+
+
 def test_a_user_message_is_judged_whatever_file_it_names(clf, unscreened):
     """Names of files written for agents carry injection words; the request is the same."""
     asks = "Read {} and tell me which conventions apply to a new module."

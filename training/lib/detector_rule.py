@@ -90,27 +90,31 @@ def agent_conversations(split: str) -> list[tuple[str, list[str], list[str]]]:
 def conversation_maxima(model, convs: list[tuple[str, list[str], list[str]]]) -> tuple[list[str], np.ndarray]:
     """Per conversation and head, the highest score of the items that head judges, routed as
     the default set serves them (classifiers/registry.py): user messages by the direct and
-    jailbreak heads; tool outputs, and user messages of LONG_USER_CHARS or more (pasted
-    documents), by the indirect and jailbreak heads."""
+    jailbreak heads; tool outputs by the indirect head alone (untrusted content is never a
+    jailbreak, classifiers/base.py PRINCIPAL_ONLY); user messages of LONG_USER_CHARS or more
+    (pasted documents, the user's own) by the indirect and jailbreak heads."""
     from deltaguard.classifiers.registry import LONG_USER_CHARS
 
-    routed = []  # (user messages, untrusted texts) per conversation
+    routed = []  # (short user messages, tool outputs, pasted documents) per conversation
     for _, said, read in convs:
         pasted = [x for x in said if len(x) >= LONG_USER_CHARS]
-        routed.append(([x for x in said if len(x) < LONG_USER_CHARS], [*read, *pasted]))
+        routed.append(([x for x in said if len(x) < LONG_USER_CHARS], read, pasted))
     unique = sorted(
-        {(x, "user") for user, _ in routed for x in user} | {(x, "tool") for _, tool in routed for x in tool}
+        {(x, "user") for user, _, _ in routed for x in user}
+        | {(x, "tool") for _, read, pasted in routed for x in [*read, *pasted]}
     )
     p = score_rows(model, [{"text": x, "channel": channel} for x, channel in unique])
     index = {key: i for i, key in enumerate(unique)}
+
+    def rows(texts: list[str], channel: str) -> np.ndarray:
+        return p[[index[x, channel] for x in texts]] if texts else np.zeros((0, len(HEADS)))
+
     out = np.zeros((len(convs), len(HEADS)))
-    for c, (user, tool) in enumerate(routed):
-        u = p[[index[x, "user"] for x in user]] if user else np.zeros((0, len(HEADS)))
-        t = p[[index[x, "tool"] for x in tool]] if tool else np.zeros((0, len(HEADS)))
-        both = np.concatenate([u, t])
+    for c, (user, read, pasted) in enumerate(routed):
+        u, r, d = rows(user, "user"), rows(read, "tool"), rows(pasted, "tool")
         out[c, 0] = u[:, 0].max(initial=0.0)
-        out[c, 1] = both[:, 1].max(initial=0.0)
-        out[c, 2] = t[:, 2].max(initial=0.0)
+        out[c, 1] = np.concatenate([u, d])[:, 1].max(initial=0.0)
+        out[c, 2] = np.concatenate([r, d])[:, 2].max(initial=0.0)
     return [k for k, _, _ in convs], out
 
 

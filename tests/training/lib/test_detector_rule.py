@@ -32,7 +32,8 @@ def test_conversation_thresholds_leave_an_all_zero_head_at_zero():
 
 def test_conversation_maxima_route_a_pasted_document_as_the_default_set_serves_it():
     """A user message of LONG_USER_CHARS or more is judged by the heads of untrusted text, as
-    classifiers/registry.py routes it, so it never sets the direct head's threshold."""
+    classifiers/registry.py routes it, so it never sets the direct head's threshold; a tool
+    output never sets the jailbreak head's."""
     from deltaguard.classifiers.encoder import EncoderClassifier
     from deltaguard.classifiers.registry import LONG_USER_CHARS
     from training.lib.detector_rule import conversation_maxima, score_rows
@@ -46,7 +47,8 @@ def test_conversation_maxima_route_a_pasted_document_as_the_default_set_serves_i
     p = score_rows(model, [{"text": pasted, "channel": "tool"}, {"text": short, "channel": "user"}])
     assert kinds == ["writing", "coding"]
     assert maxima[0].tolist() == [0.0, p[0, 1], p[0, 2]]
-    assert maxima[1].tolist() == [p[1, 0], max(p[0, 1], p[1, 1]), p[0, 2]]
+    # the same text as a tool output: the indirect head's, never a jailbreak (PRINCIPAL_ONLY)
+    assert maxima[1].tolist() == [p[1, 0], p[1, 1], p[0, 2]]
 
 
 def test_rows_are_read_as_the_serving_path_reads_their_channel():
