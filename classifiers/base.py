@@ -73,7 +73,8 @@ CATEGORIES: tuple[str, ...] = (
 # at the model that the user did not give, which is `prompt_injection`, whatever their
 # style: a jailbreak prompt inside a tool output is such an instruction, judged by the
 # heads trained on injections through tools. Judged for jailbreak as well, the files
-# written to instruct agents ("You are an expert ...") read as jailbreaks to every model.
+# written to instruct agents ("You are an expert ...") read as jailbreaks to the gate's
+# lexical model and to the detector alike.
 PRINCIPAL_ONLY: frozenset[str] = frozenset({"jailbreak"})
 
 
