@@ -110,13 +110,13 @@ MASKED_ROLES = frozenset({"user", "system", "developer"})
 @dataclass(frozen=True, slots=True)
 class _ItemResult:
     """An item's probabilities per head and its token cost (every view's windows, overlap
-    and context included); per head, among the windows that read the item's text as it is
-    (not another view of it), the one that scored highest: its content ids [a, b) and its
-    probability."""
+    and context included). Where some head is over its threshold, per head, among the
+    windows that read the item's text as it is (not another view of it), the one that scored
+    highest: the characters [start, end) it read and its probability (None: not locatable)."""
 
     scores: tuple[float, ...]
     tokens: int
-    located: tuple[tuple[int, int, float], ...] = ()
+    located: tuple[tuple[int, int, float] | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,8 @@ class _Pending:
     hi: int
     key: bytes
     role: str
-    own: int = 0  # windows [lo, lo + own) read the item's text as it is (locatable)
+    own: int = 0  # windows [lo, lo + own) read `text` as it is (locatable)
+    text: str = ""
 
 
 class _ItemMemo:
@@ -422,10 +423,10 @@ class EncoderClassifier:
                 lo = len(windows)
                 if ids:
                     windows.extend(model.windows(ids, context, self.max_item_windows))
-                own = len(windows) - lo if texts[0] is text or texts[0] == text else 0
+                own = len(windows) - lo if texts[0] == text else 0
                 for more in extra:
                     windows.extend(model.windows(more, (), self.max_item_windows))
-                entries.append(_Pending(lo, len(windows), key, role, own))
+                entries.append(_Pending(lo, len(windows), key, role, own, text))
             if ids:
                 context = self._tail(ids)
         attached = []
@@ -454,14 +455,13 @@ class EncoderClassifier:
             return known, UNTRUSTED_ROLE
         texts = normalize.views(text, self._views).texts() if self._views else [text]
         lo = len(windows)
-        own = 0
         for view in texts:
             ids = model.tokenize(view)
             if ids:
                 windows.extend(model.windows(ids, (), self.max_item_windows))
-            if view is texts[0] and (view is text or view == text):
-                own = len(windows) - lo
-        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own) if len(windows) > lo else None
+            if view is texts[0]:
+                own = len(windows) - lo if view == text else 0
+        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own, text) if len(windows) > lo else None
 
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
         """The text's result if the screen clears it: zeros, and the screen's own tokens."""
@@ -480,12 +480,15 @@ class EncoderClassifier:
             return entry
         best = probs[entry.lo : entry.hi].max(axis=0)
         cost = sum(len(w.ids) for w in windows[entry.lo : entry.hi])
-        located: tuple[tuple[int, int, float], ...] = ()
+        located: tuple[tuple[int, int, float] | None, ...] = ()
         if entry.own and any(p >= t for p, t in zip(best, self._head_thresholds, strict=True)):
-            # only what may be flagged: the memo holds mostly benign items
+            # only what may be flagged, read once per text: the memo keeps the characters
             own = probs[entry.lo : entry.lo + entry.own]
+            where = own.argmax(axis=0).tolist()
+            spans = self.model.char_ranges(entry.text, [windows[entry.lo + w].content for w in where])
             located = tuple(
-                (*windows[entry.lo + w].content, float(own[w, h])) for h, w in enumerate(own.argmax(axis=0))
+                None if span is None else (*span, float(own[w, h]))
+                for h, (w, span) in enumerate(zip(where, spans, strict=True))
             )
         result = _ItemResult(tuple(float(p) for p in best), cost, located)
         self._memo.put(entry.key, result)
@@ -520,35 +523,35 @@ class EncoderClassifier:
             result, role = self._result(entry, probs, windows)
             item_scores.append(self._scores(result, role))
             if role in LOCATED_ROLES:
-                findings += self._located(index, self.name, items[index].text, result, role)
+                findings += self._located(index, self.name, items[index].text, result, role, item_scores[-1])
             # The item's cost whether or not the memo saved the work: an Update is a pure
             # function of (state, items).
             tokens += result.tokens
         for index, entry in plan.attached:
             result, role = self._result(entry, probs, windows)
-            own = item_scores[index]
-            item_scores[index] = {c: max(own[c], v) for c, v in self._scores(result, role).items()}
+            own, files = item_scores[index], self._scores(result, role)
+            item_scores[index] = {c: max(own[c], v) for c, v in files.items()}
             attached = items[index].attachments
-            findings += self._located(index, f"{self.name}/attachment", attached, result, role)
+            findings += self._located(index, f"{self.name}/attachment", attached, result, role, files)
             tokens += result.tokens
         previous = state.get("max") or zero_scores(cats)
         scores = running_max(previous, item_scores)
         new_state = {"max": dict(scores), "context": list(plan.context)}
         return Update(new_state, item_scores, scores, tokens, findings)
 
-    def _located(self, index: int, kind: str, text: str, result: _ItemResult, role: str) -> list[Finding]:
-        """Where a text is over a category's threshold: the characters of the window that
-        scored highest, when that window read the text as it is. Offsets are read only
-        here, for the few windows a finding points at."""
-        if not result.located:
-            return []
+    def _located(
+        self, index: int, kind: str, text: str, result: _ItemResult, role: str, scores: Scores
+    ) -> list[Finding]:
+        """Where `text` is over a category's threshold (`scores`, its categories through
+        `role`'s heads): the characters of the window that scored highest, when that window
+        read the text as it is and is over the threshold itself."""
         out = []
-        scores = self._scores(result, role)
         for c, h in zip(self.categories, self._heads[role], strict=True):
-            a, b, p = result.located[h]
+            found = result.located[h] if result.located and scores[c] >= 0.5 else None
+            if found is None:
+                continue
+            start, end, p = found
             score = scale(p, self._head_thresholds[h])
-            found = self.model.char_range(text, (a, b)) if scores[c] >= 0.5 and score >= 0.5 else None
-            if found is not None:
-                start, end = found
+            if score >= 0.5:
                 out.append(Finding(c, kind, index, text[start:end][:60], start, end, score))
         return out

@@ -171,18 +171,17 @@ class EncoderModel:
         ids[1 + len(context) : -1] = content
         return Window(ids=ids, context=len(context), start=start)
 
-    def char_range(self, text: str, content: tuple[int, int]) -> tuple[int, int] | None:
-        """The characters of `text` that its content ids [a, b) (`tokenize(text)`'s) came
-        from; None when `text` does not tokenize to that many ids. With offsets, so only
-        for the few windows a finding points at; through the batch call, as `tokenize`."""
+    def char_ranges(self, text: str, contents: Sequence[tuple[int, int]]) -> list[tuple[int, int] | None]:
+        """The characters of `text` that each range [a, b) of its content ids
+        (`tokenize(text)`'s) came from; None for a range past its ids. Tokenized once with
+        offsets (through the batch call, as `tokenize`), so only for the windows a finding
+        may point at."""
         try:
             offsets = self.tokenizer.encode_batch([text], add_special_tokens=False)[0].offsets
-        except (TypeError, UnicodeEncodeError):
-            return None  # lone surrogates: the ids came from a repaired copy of the text
-        a, b = content
-        if not 0 <= a < b <= len(offsets):
-            return None
-        return offsets[a][0], offsets[b - 1][1]
+        except (TypeError, UnicodeEncodeError):  # lone surrogates: the ids came from a repaired copy
+            return [None] * len(contents)
+        n = len(offsets)
+        return [(offsets[a][0], offsets[b - 1][1]) if 0 <= a < b <= n else None for a, b in contents]
 
     def embed(self, windows: Sequence[Window], batch: int = BATCH_WINDOWS) -> np.ndarray:
         """Mean-pooled, L2-normalised embeddings (len(windows) x 384).

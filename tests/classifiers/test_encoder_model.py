@@ -50,7 +50,7 @@ def test_the_session_keeps_no_memory_across_calls(model):
 
 
 def test_each_window_maps_back_to_the_characters_it_read(model):
-    """`Window.content` and `char_range`: the text a window's range covers tokenizes to the
+    """`Window.content` and `char_ranges`: the text a window's range covers tokenizes to the
     window's own content ids (but the first, when a window starts inside a word), so a
     finding points at what the model read."""
     text = " ".join(f"line {n}: the parser retries after a timeout (café {n})." for n in range(120))
@@ -60,7 +60,7 @@ def test_each_window_maps_back_to_the_characters_it_read(model):
     for window in windows:
         a, b = window.content
         assert list(window.ids[1 + window.context : -1]) == ids[a:b]
-        start, end = model.char_range(text, (a, b))
+        ((start, end),) = model.char_ranges(text, [(a, b)])
         assert model.tokenize(text[start:end])[1:] == ids[a + 1 : b]
-    assert model.char_range(text, (0, len(ids) + 1)) is None
-    assert model.char_range("lone \ud800 surrogate", (0, 1)) is None
+    assert model.char_ranges(text, [(0, len(ids) + 1)]) == [None]
+    assert model.char_ranges("lone \ud800 surrogate", [(0, 1)]) == [None]
