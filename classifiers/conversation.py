@@ -20,9 +20,9 @@ classifier keeps, in its state, only what the next turns need:
 
 Per user message the evidence of a category is max(scale(span, span_threshold),
 scale(ema, ema_threshold)) with `deltaguard.classifiers.scaled.scale`, so 0.5 is this classifier's
-validated threshold, as for every model-backed classifier. With the default decay 0.8 and
-EMA threshold 0.30, one message alone can never trip the EMA (0.2 x p <= 0.2): it takes
-two messages in a row at p >= 0.83, or three at p >= 0.62.
+validated threshold, as for every model-backed classifier. With the default decay 0.5 and
+EMA threshold 0.51, one message alone can never trip the EMA (0.5 x p <= 0.5): it takes
+two messages in a row at p >= 0.69, or three at p >= 0.59.
 
 It is a default classifier, and the one that judges user messages (classifiers/registry.py):
 a flag holds for the rest of the conversation, so the threshold that matters is per
@@ -36,11 +36,16 @@ held-out figures are two-fold: parameters chosen on one split, scored on the oth
   short fragments with the chitchat sent between them: with thresholds re-selected by
   the same rule, a plain last-8 window caught 66% of split S-Labs injections on test,
   the evidence buffer 93%.
-- The thresholds are stricter than the lexical model's own (raw 0.993, against 0.91 and
-  0.87): that one allows ~0.3-1% of benign *messages* over it, and a conversation of ~35
-  user turns gives it 35 chances (6.7% of benign held-out chitchat conversations cross it
-  at least once). Here the rule is on benign *conversations*: the upper 95% bound of
-  their flagged rate <= 2% (held out: 1.4% flagged, 93% of split attacks caught).
+- The span threshold is stricter than the lexical model's own (raw 0.984, against 0.937
+  and 0.842): a conversation of ~35 user turns gives a per-message threshold 35 chances
+  (1.8% of benign held-out chitchat conversations cross lexical-v9's at least once).
+  Here the rule is on benign *conversations*: the upper 95% bound of their flagged rate
+  <= 2% (held out: 1.0% flagged, 95.5% of split attacks caught).
+- The model is lexical-v9 (`python -m training.train_lexical --version 9`): lexical-v2's
+  recipe with every chitchat train message (92,000, not 20,000) and benign requests that
+  carry an attack's words ("Please answer the question."). Held out, against lexical-v2:
+  split injections 94.5% caught (91.0%), chats 1.0% flagged (1.4%), and 1.8% of chats
+  over the per-message threshold (6.7%); benign prompts sent in pieces 7.7% (5.0%).
 - The EMA adds "several suspicious messages in a row, none conclusive". It adds little
   recall on this generator (about a point on escalations), and the thresholds chosen
   without it flag about as many benign conversations: kept for escalations that never
@@ -86,15 +91,15 @@ VERSION = "2"  # 2: paths and links in a message read as one placeholder (classi
 SCORED_ROLES = frozenset({"user"})
 JSON_BYTES_PER_CHAR = 12  # worst case of json.dumps (ensure_ascii): a surrogate pair, "\\ud83d\\ude00"
 
-# Chosen on the validation and test builds of eval/conversation_eval.py together (its
-# two-fold held-out figures estimate how they generalize; see its report).
+# Chosen on the validation build of eval/conversation_eval.py alone, for lexical-v9 (its
+# test build is held out: the same chats are the held-back chats of eval/agent_traffic.py).
 WINDOW_MESSAGES = 4
 WINDOW_CHARS = 3000
-MAX_AGE = 6
-ADMIT = 0.3
-SPAN_THRESHOLD = 0.993197
-EMA_DECAY = 0.8
-EMA_THRESHOLD: float | None = 0.299952
+MAX_AGE = 12
+ADMIT = 0.1
+SPAN_THRESHOLD = 0.984411
+EMA_DECAY = 0.5
+EMA_THRESHOLD: float | None = 0.514473
 
 
 def _is_loaded(lexical: LexicalClassifier) -> bool:

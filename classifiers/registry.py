@@ -81,7 +81,7 @@ DEFAULT_NAMES = (
     "provenance",
 )
 LEXICAL_ARTIFACT = "lexical"
-CONVERSATION_ARTIFACT = "lexical-v2"
+CONVERSATION_ARTIFACT = "lexical-v9"  # training.train_lexical --version 9: every chitchat message
 DEFINITIONS_ARTIFACT = "lexical-v2"  # the artifact its threshold was chosen for (the entry names it)
 # User messages this long are pasted references or whole jailbreak prompts: the `lexical`
 # view (trained on real pasted text) judges them alone, the `conversation` view the rest

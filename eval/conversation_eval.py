@@ -39,13 +39,14 @@ Selection: a small grid of window size, age, admission floor and EMA decay; for 
 the span and EMA thresholds with the best macro recall over the attack kinds among those
 that flag few enough benign chitchat conversations for the 2% target (TARGET_FPR) to hold
 with 95% confidence (the upper Wilson bound of the rate <= 2%). About 360 benign
-conversations per split make one split's choice noisy (chosen on validation alone, the
-test rate came out at four times the validation rate), so:
+conversations per split make one split's choice noisy (with lexical-v2, chosen on
+validation alone, the test rate came out at four times the validation rate), so:
 
     held out    two folds: choose on validation, score test; choose on test, score
                 validation. These are the figures to quote.
-    shipped     the classifier defaults, chosen the same way on both splits together
-                (~730 benign conversations); scored in-sample too, for reference.
+    shipped     the classifier defaults: fold 1's choice, made on validation alone, so
+                their test figures are held out (the test split's chats are also
+                eval/agent_traffic.py's held-back chats, which no threshold may see).
 
 Single messages: the S-Labs test rows, one message each, through the per-message view
 and the default pipeline (what a conversation-level threshold costs a one-shot attack).
@@ -808,17 +809,16 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         _choice("fold 1, chosen on validation", sel["validation"]),
         _choice("fold 2, chosen on test", sel["test"]),
-        _choice("shipped, chosen on both", sel["both"]),
         "",
-        f"Classifier defaults match the shipped choice: {shipped['defaults_match_choice']}.",
+        f"Shipped: fold 1's choice. Classifier defaults match it: {shipped['defaults_match_choice']}.",
         "",
-        "The grid, chosen on both:",
+        "The grid, chosen on validation:",
         "",
         "| window | age | admit | EMA decay | span t | EMA t | split_jailbreak | split_injection | "
         "escalation | benign chat | benign split prompts |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sel["both"]["grid"]:
+    for r in sel["validation"]["grid"]:
         p, rate = r["params"], r["rates"]
         lines.append(
             f"| {p['window_messages']} | {p['max_age']} | {p['admit']} | {p['ema_decay']} | "
@@ -840,16 +840,16 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", f"{split} alone:", "", *_summary_table(summary)]
     lines += [
         "",
-        "## The shipped thresholds (chosen on both splits: in-sample, optimistic)",
+        "## The shipped thresholds (chosen on validation) on test",
         "",
-        *_summary_table(shipped["in_sample_summary"]),
+        *_summary_table(shipped["test_summary"]),
     ]
     replayed = report.get("through_replay")
     if replayed:
         lines += [
             "",
             "The test build through `deltaguard replay` (the CLI, default classifiers, an assistant",
-            "reply between user turns; shipped thresholds, so in-sample): share flagged.",
+            "reply between user turns; shipped thresholds, chosen on validation): share flagged.",
             "",
             "| kind | n | any category | prompt_injection or jailbreak |",
             "|---|---|---|---|",
@@ -1028,14 +1028,11 @@ def main(argv: list[str] | None = None) -> int:
         held_out["test" if name == "validation" else "validation"] = evaluate(
             score_on, clf, message, with_conversation(base, clf)
         )
-    log("choosing on both splits: the shipped thresholds")
-    selection["both"] = selected(tune([*val, *test], lexical), [*val, *test])
-    params = classifier_params(selection["both"]["chosen"])
+    params = classifier_params(selection["validation"]["chosen"])
     defaults = ConversationClassifier()
     match = all(getattr(defaults, k) == v for k, v in params.items())
     log(f"chosen {params} (classifier defaults match: {match})")
     shipped = ConversationClassifier(lexical=lexical, **params).load()
-    in_sample = evaluate([*val, *test], shipped, message, with_conversation(base, shipped))
     log("single messages (S-Labs test)")
     single = single_messages(message, base)
     log("the test build through `deltaguard replay`")
@@ -1068,7 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
         "shipped": {
             "params": params,
             "defaults_match_choice": match,
-            "in_sample_summary": summarize(in_sample),
+            "test_summary": summarize(held_out["test"]),
         },
         "single_messages": single,
         "through_replay": replayed,

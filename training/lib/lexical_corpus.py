@@ -94,8 +94,18 @@ def embed_in_code(chunks: list[CodeChunk], injections: list[str], rng: np.random
     return out
 
 
-def build_datasets(wheels: dict[str, Path], *, code: bool = False) -> Corpus:
+def build_datasets(
+    wheels: dict[str, Path],
+    *,
+    code: bool = False,
+    chitchat_messages: int | None = CHITCHAT_TRAIN_MESSAGES,
+    benign_requests: dict[str, list[str]] | None = None,
+) -> Corpus:
     """Per-head labelled splits.
+
+    chitchat_messages: unique train messages sampled (None: all of them).
+    benign_requests: per split, user requests that carry an attack's words and shapes
+    (training/lib/real_rows.py OVERDEFENCE), benign for both heads (source "overdefence").
 
     code=True adds the source beyond docs/data.md that the lexical model trains on (see
     `load_stdlib_code`): stdlib code chunks ("stdlib_code") and synthetic tool outputs
@@ -125,7 +135,7 @@ def build_datasets(wheels: dict[str, Path], *, code: bool = False) -> Corpus:
 
     rng = np.random.default_rng(SEED + 3)
     train_chat = sorted(set(chitchat["train"]))
-    train_chat = [train_chat[i] for i in rng.permutation(len(train_chat))[:CHITCHAT_TRAIN_MESSAGES]]
+    train_chat = [train_chat[i] for i in rng.permutation(len(train_chat))[:chitchat_messages]]
     # Whole conversations as one text: long benign documents (what a tool output or a
     # pasted log looks like to a bag of n-grams), so length and register alone do not
     # separate attacks from benign text.
@@ -192,6 +202,8 @@ def build_datasets(wheels: dict[str, Path], *, code: bool = False) -> Corpus:
             pi.add([c.text for c in code_chunks[split]], 0, "stdlib_code")
             pi.add([t for k, t in tool_outputs[split] if k != "harness_note"], 0, "tool_output")
             pi.add([t for k, t in tool_outputs[split] if k == "harness_note"], 0, "harness_note")
+        if benign_requests:
+            pi.add(benign_requests.get(split, []), 0, "overdefence")
         heads["prompt_injection"][split] = pi
 
         jb = Dataset()
@@ -205,6 +217,8 @@ def build_datasets(wheels: dict[str, Path], *, code: bool = False) -> Corpus:
             jb.add([c.text for c in code_chunks[split]], 0, "stdlib_code")
             jb.add([t for k, t in tool_outputs[split] if k != "harness_note"], 0, "tool_output")
             jb.add([t for k, t in tool_outputs[split] if k == "harness_note"], 0, "harness_note")
+        if benign_requests:
+            jb.add(benign_requests.get(split, []), 0, "overdefence")
         heads["jailbreak"][split] = jb
 
     stats = {
