@@ -99,10 +99,10 @@ class Recipe:
 
 RECIPES = {
     # the definitions view's model (classifiers/registry.py DEFINITIONS_ARTIFACT)
-    "2": Recipe(chitchat_messages=20000, overdefence=False, views=("conversation", "definitions")),
+    "2": Recipe(chitchat_messages=20000, overdefence=False, views=("definitions",)),
     # the conversation view's: every chitchat train message (short chat is what the view
-    # reads, and 20,000 of the 92,000 left "Refil your wallet" an injection), and the
-    # benign requests that say "answer the question" or "ignore the typo"
+    # reads, and with 20,000 of the 92,000 "You 1?" was an injection), and the benign
+    # requests that say "answer the question" or "ignore the typo"
     "9": Recipe(chitchat_messages=None, overdefence=True, views=("conversation",)),
 }
 DEFAULT_VERSION = "9"
@@ -266,11 +266,11 @@ def measure_latency(update, texts: dict[str, str], repeat: int = LATENCY_REPEAT)
     return out
 
 
-def bench(cache: Path) -> int:
+def bench(cache: Path, version: str) -> int:
     """`--bench`: the latency table of the current artifact through LexicalClassifier.update."""
     from deltaguard.classifiers.lexical import LexicalClassifier
 
-    clf = LexicalClassifier().load()
+    clf = LexicalClassifier(artifact=f"lexical-v{version}").load()
     chitchat, _, _ = load_chitchat(fetch_wheels(cache)["chitchat-dataset"])
     texts = latency_texts(chitchat["test"], stdlib_root())
     for name, row in measure_latency(lambda item: clf.update(clf.initial_state(), [item]), texts).items():
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", action="store_true", help="only measure the current artifact's latency")
     args = parser.parse_args(argv)
     if args.bench:
-        return bench(args.cache)
+        return bench(args.cache, args.version)
 
     t_start = time.time()
     version, recipe = args.version, RECIPES[args.version]
