@@ -454,13 +454,13 @@ class EncoderClassifier:
         if known is not None:
             return known, UNTRUSTED_ROLE
         texts = normalize.views(text, self._views).texts() if self._views else [text]
-        lo = len(windows)
-        for view in texts:
+        lo, own = len(windows), 0
+        for i, view in enumerate(texts):
             ids = model.tokenize(view)
             if ids:
                 windows.extend(model.windows(ids, (), self.max_item_windows))
-            if view is texts[0]:
-                own = len(windows) - lo if view == text else 0
+            if i == 0 and view == text:
+                own = len(windows) - lo  # the windows that read the file as it is: locatable
         return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own, text) if len(windows) > lo else None
 
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
