@@ -17,7 +17,7 @@ assistant answers (template families held out by group: code, explanations, medi
 security, distress, fiction, everyday; S-Labs prompts answered in the held-out frames;
 safe tool calls), benign chat (chitchat's allowed slice) and benign prompts (S-Labs).
 
-Then the shipped model (models/harm-v3.npz, its manifest thresholds) on the test split,
+Then the shipped model (models/harm-v4.npz, its manifest thresholds) on the test split,
 per category and per benign set: the one operating point, chosen on validation only,
 applied everywhere; and the classifier's CPU per 1,000-token message. Writes
 eval/out/harm_eval.md and .json. About 15 minutes on 2 cores (`--folds` to run fewer).

@@ -4,7 +4,9 @@ Rows (training/corpus/harm.py, training/corpus/answers.py): harmful requests and
 text labelled with the finer categories, each harmful request also rewritten as a
 compliant answer (TRAIN_FRAMES) and as a refusal (benign), toxic text also as an
 assistant reply; benign chat, S-Labs benign prompts (also answered in the same frames),
-generated benign assistant answers, agent-action-guard's safe tool calls. Split by group
+generated benign assistant answers, agent-action-guard's safe tool calls, every piece of
+every real document pasted into a request, and the insult templates filled with ordinary
+words of chat (training/lib/harm_rows.py insult_twins). Split by group
 8 : 1 : 1 (a request and its rewrites share a group).
 
 Model: the lexical recipe (training/lib/lexical_fit.py: normaliser views, word 1-2 gram and
@@ -16,7 +18,7 @@ lexical artifact format (classifiers/lexical.py reads it), so serving is numpy o
 Operating point (`thresholds_for`): per-head thresholds chosen greedily on validation to
 flag the most harmful rows (toxicity: any head over its threshold) while every validation
 benign set stays within its FP_BUDGETS share.
-Writes models/harm-v3.npz and the manifest entry "harm".
+Writes models/harm-v4.npz and the manifest entry "harm".
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from training.lib.harm_rows import (
 from training.lib.lexical_fit import log, parity, to_model
 
 ENTRY = "harm"
-VERSION = "3"
+VERSION = "4"
 ARTIFACT = f"harm-v{VERSION}.npz"
 # And per conversation: the share of each kind of the validation split's real conversations
 # (training/lib/agent_traffic.py: multi-turn chats, writing requests, agent tasks) that

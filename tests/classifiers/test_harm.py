@@ -1,4 +1,4 @@
-"""The harm classifier served from the real artifact (models/harm-v3.npz, via the manifest)."""
+"""The harm classifier served from the real artifact (models/harm-v4.npz, via the manifest)."""
 
 from __future__ import annotations
 

@@ -351,6 +351,14 @@ _INSULTS = (
     "fuck off you {t}",
     "only a {t} would say that",
 )
+# The insult templates that say nothing rude without their term: filled with an ordinary
+# word they are benign twins (training/lib/harm_rows.py insult_twins).
+NEUTRAL_INSULTS = (
+    "you {t}",
+    "what a {t} you are",
+    "my neighbour is a total {t}",
+    "only a {t} would say that",
+)
 _PROFANITY_HATE = (
     "racial / ethnic slurs",
     "sexual orientation / gender",
