@@ -169,11 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
     parser.add_argument("--classifiers", help="comma-separated classifier names (replay --classifiers)")
     args = parser.parse_args(argv)
-    extra: list[str] = []
+    extra: list[str] = []  # replay's options
+    shown: list[str] = []  # this command's, for the report
     if args.models:
         extra += ["--models-dir", str(args.models)]
+        shown += ["--models", str(args.models)]
     if args.classifiers:
         extra += ["--classifiers", args.classifiers]
+        shown += ["--classifiers", args.classifiers]
     work = args.out.parent
     src = work / f"agent_traffic-{args.split}.jsonl"
     convs = write_transcripts(args.split, src, args.scale)
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["chat_messages"] = chat_messages_flagged(args.split, args.models, args.classifiers)
     args.out.with_suffix(".json").parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    write_report(args.out, report(summary, seconds, args.split, extra))
+    write_report(args.out, report(summary, seconds, args.split, shown))
     return 0
 
 
