@@ -34,4 +34,4 @@ def test_twins_fill_the_neutral_templates_with_ordinary_words_of_train_chat():
 
 def test_a_word_only_held_out_chat_says_is_no_filler():
     base = [*chat_rows(2, "train"), *chat_rows(3, "test"), profanity("idiot")]
-    assert insult_twins(base) == []  # said three times, but twice in train chat
+    assert insult_twins(base) == []  # said five times, only twice in train chat
