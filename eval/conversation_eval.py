@@ -1021,18 +1021,20 @@ def main(argv: list[str] | None = None) -> int:
     message = MessageScorer(lexical)
     selection: dict[str, Any] = {}
     held_out: dict[str, list[dict[str, Any]]] = {}
+    chosen: dict[str, ConversationClassifier] = {}
     for name, tune_on, score_on in (("validation", val, test), ("test", test, val)):
         log(f"choosing on {name}, scoring the other split")
         selection[name] = selected(tune(tune_on, lexical), tune_on)
         clf = ConversationClassifier(lexical=lexical, **classifier_params(selection[name]["chosen"])).load()
+        chosen[name] = clf
         held_out["test" if name == "validation" else "validation"] = evaluate(
             score_on, clf, message, with_conversation(base, clf)
         )
+    shipped = chosen["validation"]  # fold 1's choice is the shipped one
     params = classifier_params(selection["validation"]["chosen"])
     defaults = ConversationClassifier()
     match = all(getattr(defaults, k) == v for k, v in params.items())
     log(f"chosen {params} (classifier defaults match: {match})")
-    shipped = ConversationClassifier(lexical=lexical, **params).load()
     log("single messages (S-Labs test)")
     single = single_messages(message, base)
     log("the test build through `deltaguard replay`")

@@ -48,6 +48,7 @@ from deltaguard.items import count_tokens
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from training.lib.lexical_corpus import (
+    CHITCHAT_TRAIN_MESSAGES,
     OBJECTIVES_PER_TEMPLATE,
     SYNTHETIC_TOOLS_PER_SPLIT,
     Corpus,
@@ -99,7 +100,7 @@ class Recipe:
 
 RECIPES = {
     # the definitions view's model (classifiers/registry.py DEFINITIONS_ARTIFACT)
-    "2": Recipe(chitchat_messages=20000, overdefence=False, views=("definitions",)),
+    "2": Recipe(chitchat_messages=CHITCHAT_TRAIN_MESSAGES, overdefence=False, views=("definitions",)),
     # the conversation view's: every chitchat train message (short chat is what the view
     # reads, and with 20,000 of the 92,000 "You 1?" was an injection), and the benign
     # requests that say "answer the question" or "ignore the typo"
