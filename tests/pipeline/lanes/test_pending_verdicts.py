@@ -34,6 +34,7 @@ async def _wait_while(verdicts: PendingVerdicts, done_after_s: float, finish) ->
     """Seconds `verdicts.wait` took while `finish` ran `done_after_s` into it."""
 
     async def later():
+        await asyncio.sleep(0)  # the wait starts its clock first, so it waits done_after_s or more
         await asyncio.sleep(done_after_s)
         finish()
 
@@ -65,9 +66,12 @@ async def test_a_late_verdict_lets_the_turn_proceed_counted_and_a_dead_replicas_
     one, two = replicas
     two.policy = VerdictWait(deadline_s=0.3)
     one.policy = VerdictWait(deadline_s=0.3)
+    noted = time.monotonic()
     one.note("t", "c", "r1")  # ... and the replica dies before its verdict
     waited = await two.wait("t", "c")
-    assert waited >= 0.3 and two.late == 1
+    # The entry's deadline runs from the note, a moment before this wait began: the turn
+    # went on once it passed, not 0.3 s after the wait started.
+    assert time.monotonic() - noted >= 0.3 and waited > 0 and two.late == 1
     # Its entry named its deadline: no turn waits for it again, each goes on without it,
     # however long this turn's own deadline.
     two.policy = VerdictWait(deadline_s=10.0)
