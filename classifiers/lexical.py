@@ -11,7 +11,10 @@ that scores tool outputs scores them too, and the item takes the max. The extra
 normalised view's tokens are added to the update's `tokens`.
 
 Untrusted text (tool outputs, attached files) is read piece by piece as well as whole by
-an artifact trained that way (lexical-v5 and later): a piece over its head's threshold is reported
+an artifact trained that way (lexical-v5 and later), in the entry's `reading`
+(classifiers/segments.py; 1 when the entry does not say; the version says "+reading2" for
+reading 2, whose operating point the recipe checked for it). A piece over its head's
+threshold is reported
 as a located finding (item, start, end, score), and an artifact with
 `untrusted_thresholds` judges untrusted text at thresholds of its own, reporting its
 scores on the category thresholds' scale (classifiers/scaled.py `rescale`). Untrusted
@@ -43,6 +46,7 @@ from deltaguard.classifiers.lexical_model import (
     Span,
 )
 from deltaguard.classifiers.scaled import rescale
+from deltaguard.classifiers.segments import READINGS
 from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -77,6 +81,7 @@ class LexicalClassifier:
         roles: Collection[str] = SCORED_ROLES,
         artifact: str = ARTIFACT_NAME,
         min_chars: Mapping[str, int] | None = None,
+        reading: int | None = None,
     ) -> None:
         """`roles`: item roles that are scored, by default user and tool. System and
         developer prompts come from the application's operator and the model flags
@@ -84,11 +89,13 @@ class LexicalClassifier:
         data, see models/README.md); pass e.g. roles={"user", "tool", "system",
         "developer"} to score them anyway. `artifact`: the manifest entry to serve.
         `min_chars`: per role, the shortest text this view scores (the registry leaves
-        short user messages to the conversation view)."""
+        short user messages to the conversation view). `reading`: how untrusted text is cut
+        (classifiers/segments.py), if not the entry's (to measure an earlier release)."""
         self.models_dir = Path(models_dir)
         self.artifact = artifact
         self.roles = frozenset(roles)
         self.min_chars = dict(min_chars or {})
+        self._reading = reading
         self._model: LexicalModel | None = None
         self._entry: dict[str, Any] | None = None
 
@@ -96,6 +103,9 @@ class LexicalClassifier:
         """Read and hash-check the artifact; raises ModelArtifactError if it is not usable."""
         path, entry = verified_path(self.artifact, self.models_dir)
         model = LexicalModel.from_npz(path)
+        reading = self._reading if self._reading is not None else entry.get("reading", 1)
+        if reading not in READINGS:
+            raise ModelArtifactError(f"lexical artifact {path}: reading {reading!r} is not one of {READINGS}")
         if model.heads != self.categories:
             raise ModelArtifactError(
                 f"lexical artifact {path} has heads {model.heads}, expected {self.categories}"
@@ -115,7 +125,15 @@ class LexicalClassifier:
     def version(self) -> str:
         if self._entry is None:
             raise AttributeError("LexicalClassifier.version is read from the manifest: call load() first")
-        return str(self._entry["version"])
+        version = str(self._entry["version"])
+        return version if self.reading == 1 else f"{version}+reading{self.reading}"
+
+    @property
+    def reading(self) -> int:
+        """How untrusted text is cut into pieces (classifiers/segments.py `pieces`)."""
+        if self._reading is not None:
+            return self._reading
+        return int((self._entry or {}).get("reading", 1))
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -143,7 +161,7 @@ class LexicalClassifier:
         if not text.strip():
             return zero_scores(self.categories), 0
         if untrusted:
-            rows, extra, _where = model.score_located([text])
+            rows, extra, _where = model.score_located([text], self.reading)
             rows = self._as_untrusted(rows)
         else:
             rows, extra = model.score_views([text])
@@ -173,7 +191,7 @@ class LexicalClassifier:
             self._merge(item_scores, [owners[k] for k in trusted], rows)
         if untrusted:
             chosen = [texts[k] for k in untrusted]
-            rows, extra, where = model.score_located(chosen)
+            rows, extra, where = model.score_located(chosen, self.reading)
             rows = self._as_untrusted(rows)
             tokens += sum(extra)
             self._merge(item_scores, [owners[k] for k in untrusted], rows)

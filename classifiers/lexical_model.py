@@ -22,7 +22,8 @@ scored on the views of classifiers/normalize.py: the primary view and, when some
 hidden or encoded, the extra view; a text takes the max over its views. Long texts are
 scored in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in
 the text length. An artifact whose config says `"pieces": true` (lexical-v5 and later) also reads
-untrusted text piece by piece (`score_located`, classifiers/segments.py).
+untrusted text piece by piece (`score_located`, classifiers/segments.py), in the `reading`
+its manifest entry serves it with.
 
 Speed: all chunks of all texts of one call are scored in one call of the compiled
 kernels of classifiers/lexical_kernels.py, which walk each text's code points once per
@@ -343,15 +344,18 @@ class LexicalModel:
         firsts = np.cumsum([0] + [len(v.texts()) for v in every[:-1]])
         return np.maximum.reduceat(self._chunk_scores(flat), firsts, axis=0), extra
 
-    def score_located(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int], list[list[Span | None]]]:
+    def score_located(
+        self, texts: Sequence[str], reading: int = 1
+    ) -> tuple[np.ndarray, list[int], list[list[Span | None]]]:
         """`score_views` of untrusted texts, which an artifact trained on pieces also reads
         piece by piece (classifiers/segments.py), so that one injected sentence weighs as
-        much in a 16 KB file as alone. Per text and head: the max over views, chunks and
-        pieces; per text, the extra tokens of its normalised view (as `score_views`); per
-        text and head, the piece holding the max, or None when the text read whole holds it."""
+        much in a 16 KB file as alone, as `reading` cuts them. Per text and head: the
+        max over views, chunks and pieces; per text, the extra tokens of its normalised view
+        (as `score_views`); per text and head, the piece holding the max, or None when the
+        text read whole holds it."""
         scores, extra = self.score_views(texts)
         where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]
-        spans = [segments.pieces(text) for text in texts] if self.by_piece else [[] for _ in texts]
+        spans = [segments.pieces(t, reading) if self.by_piece else [] for t in texts]
         flat = [text[a:b] for text, found in zip(texts, spans, strict=True) for a, b in found]
         if not flat:
             return scores, extra, where

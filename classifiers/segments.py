@@ -12,6 +12,11 @@ that is cut into overlapping windows.
 Pieces are character ranges of the text as received, so a finding can point at them and
 a sanitising action can cut them out. Splitting depends on the text alone: an item
 yields the same pieces in delta and in full mode.
+
+Which texts are cut is the reading's (`reading`, named by the artifact's manifest entry):
+reading 1 (lexical-v5, and lexical-v6 as released) reads texts up to LONG_TEXT_CHARS whole
+only; reading 2 cuts any text of two pieces or more, since an injected line among 300
+characters of code is diluted too.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import re
 PIECE_CHARS = 400  # longer pieces are cut into windows of this size
 PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
 MIN_PIECE_CHARS = 20  # shorter pieces join the next one
-LONG_TEXT_CHARS = 400  # texts up to this long are read whole only: they are one piece already
+LONG_TEXT_CHARS = 400  # reading 1 reads texts up to this long whole only
+READINGS = (1, 2)
 
 _SENTENCE_ENDS = frozenset(".!?;。！？；")
 _SENTENCE_END = re.compile(r"(?<=[.!?;])[ \t]+|(?<=[。！？；])")
@@ -88,12 +94,15 @@ def _sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
     return out
 
 
-def pieces(text: str) -> list[tuple[int, int]]:
-    """The (start, end) character ranges of `text`'s pieces; [] for a text that is read
-    whole (LONG_TEXT_CHARS or shorter)."""
-    if len(text) <= LONG_TEXT_CHARS:
+def pieces(text: str, reading: int = 1) -> list[tuple[int, int]]:
+    """The (start, end) character ranges of `text`'s pieces, as `reading` reads them; []
+    for a text that is read whole: with reading 1, LONG_TEXT_CHARS long or shorter; with
+    either, a single piece (the text itself, stripped)."""
+    if reading not in READINGS:
+        raise ValueError(f"reading {reading!r} is not one of {READINGS}")
+    if reading == 1 and len(text) <= LONG_TEXT_CHARS:
         return []
     out = []
     for a, b in _lines(text):
         out.extend([(a, b)] if b - a <= PIECE_CHARS else _sentences(text, a, b))
-    return out
+    return out if len(out) > 1 else []

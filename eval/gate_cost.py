@@ -2,10 +2,11 @@
 and the provenance sketch folded beside inference.
 
 `python -m eval.gate_cost` folds the same pipeline/tools/rollouts.py tool outputs (about
-1,000 tokens each, one per update, as an agent turn's delta) through every gate-lane
-classifier of the default set, and through the same set with the lexical view on
-lexical-v4, lexical-v3 and lexical-v2, interleaved item by item so that all see the same machine
-load (lexical-v5 and later read each tool output piece by piece as well as whole). The
+1,000 tokens each, or `--tokens`, one per update, as an agent turn's delta) through every
+gate-lane classifier of the default set, and through the same set with the lexical view on
+lexical-v6, lexical-v4, lexical-v3 and lexical-v2, interleaved item by item so that all see
+the same machine load (lexical-v5 and later read each tool output piece by piece as well as
+whole; in reading 2, as the default serves lexical-v6 now, short ones too). The
 "actions" lane's classifiers (the provenance sketch: folded beside inference, awaited only
 by the action check when the model acts, never by the request) fold the same items in the
 same loop, reported apart, with what the default gate cost per item when it folded the
@@ -35,31 +36,38 @@ from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "gate_cost.md"
 TEXTS = 300
+TOKENS = 1000  # per tool output (`--tokens`: short outputs cost more per token)
 REPEAT = 3
 BESIDE = "sketch, beside inference"
 
 
-def gate_on(default: list[Classifier], artifact_file: str) -> list[Classifier]:
-    """The default gate with its lexical view served by another lexical artifact."""
+def gate_on(default: list[Classifier], artifact_file: str, reading: int | None = None) -> list[Classifier]:
+    """The default gate with its lexical view served by another lexical artifact (in another
+    `reading` of classifiers/segments.py, if given)."""
     entry = entry_of(artifact_file)
     roles = SCORED_ROLES - {"user"}  # as in the default set: conversation judges user messages
-    view = LexicalClassifier(roles=roles, artifact=entry).load()
+    view = LexicalClassifier(roles=roles, artifact=entry, reading=reading).load()
     return [ThresholdScaled(view, model_thresholds(entry)) if c.name == "lexical" else c for c in default]
 
 
-def measure(gates: dict[str, list[Classifier]], texts: int, repeat: int) -> dict[str, dict[str, list[float]]]:
+def measure(
+    gates: dict[str, list[Classifier]], texts: int, repeat: int, tokens: int = TOKENS
+) -> dict[str, dict[str, list[float]]]:
     items = [
         parse_item(
-            {"type": "function_call_output", "call_id": "c", "output": tool_output(random.Random(i), 1000)}
+            {"type": "function_call_output", "call_id": "c", "output": tool_output(random.Random(i), tokens)}
         )
         for i in range(texts)
     ]
     times: dict[str, dict[str, list[float]]] = {
         g: {c.name: [] for c in cs} | {"lane": []} for g, cs in gates.items()
     }
+    order = list(gates.items())
     for _ in range(repeat):
-        for item in items:
-            for gate, classifiers in gates.items():
+        for k, item in enumerate(items):
+            # Each item's first gate pays for what the others then find cached (the item's
+            # normalised views): the order turns, so that no gate is always first.
+            for gate, classifiers in order[k % len(order) :] + order[: k % len(order)]:
                 total = 0.0
                 for clf in classifiers:
                     state = clf.initial_state()
@@ -76,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=TEXTS)
     parser.add_argument("--repeat", type=int, default=REPEAT)
+    parser.add_argument("--tokens", type=int, default=TOKENS, help="tokens per tool output")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     loaded = load_classifiers(DEFAULT_NAMES)
@@ -85,17 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     key = f"default (lexical view: lexical-v{version})"
     gates = {
         key: default,
+        "lexical view on lexical-v6, reading 1": gate_on(default, "lexical-v6.npz", reading=1),
         "lexical view on lexical-v4": gate_on(default, "lexical-v4.npz"),
         "lexical view on lexical-v3": gate_on(default, "lexical-v3.npz"),
         "lexical view on lexical-v2": gate_on(default, "lexical-v2.npz"),
         BESIDE: beside,
     }
-    times = measure(gates, args.texts, args.repeat)
+    times = measure(gates, args.texts, args.repeat, args.tokens)
     names = [*(c.name for c in default), "lane"]
     lines = [
-        "# Gate-lane CPU per 1,000-token tool output",
+        f"# Gate-lane CPU per {args.tokens:,}-token tool output",
         "",
-        f"`python -m eval.gate_cost` ({args.texts} rollout tool outputs x {args.repeat}, one per update, "
+        f"`python -m eval.gate_cost{'' if args.tokens == TOKENS else f' --tokens {args.tokens}'}` "
+        f"({args.texts} rollout tool outputs x {args.repeat}, one per update, "
         "interleaved; CPU ms, p50 / p95)",
         "",
         "| gate | " + " | ".join(names) + " |",

@@ -1,9 +1,10 @@
 """Train the gate lane's injection / jailbreak model (lexical-v6): `python -m training.train_lexical_gate`.
 
 The model reads untrusted text (tool outputs, attached files) piece by piece as well as
-whole (classifiers/segments.py), so that an injected sentence scores inside a 16 KB file
-as it does alone; it learns what ordinary pieces of real text look like from the pieces
-themselves. One command, deterministic, about fifteen minutes on 2 busy cores:
+whole (classifiers/segments.py, in its READING), so that an injected sentence scores inside
+a 16 KB file, or among a few lines of code, as it does alone; it learns what ordinary pieces
+of real text look like from the pieces themselves. One command, deterministic, about
+fifteen minutes on 2 busy cores:
 
 1. build the rows of training/lib/detection_data.py (every allowed source via
    training/corpus, deduplicated, obfuscated copies; standard-library code and
@@ -29,7 +30,8 @@ themselves. One command, deterministic, about fifteen minutes on 2 busy cores:
 
 `--floors` skips steps 1-3 and 5: it raises the shipped model's thresholds, never lowering
 them, to what step 4's conversation rule gives on today's validation conversations (a new
-agent kind, a larger collection).
+agent kind, a larger collection) read as this recipe reads them (READING), and serves
+the model so.
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 # Per head, the share of each kind of the validation split's real agent conversations whose
 # tool outputs it may flag (training/lib/thresholds.py).
 CONVERSATION_BUDGET = 0.005
+# How untrusted text is cut into pieces (classifiers/segments.py, the entry's `reading`):
+# reading 2 cuts short texts too. lexical-v6 was released with reading 1, which read texts
+# up to 400 characters whole: "Ignore all previous instructions" among 300 characters of
+# code passed.
+READING = 2
 PARITY_TEXTS = 400
 PARITY_TOLERANCE = 1e-6
 ROLLOUT_CHECK_TEXTS = 500
@@ -104,7 +111,7 @@ def split_scores(model: LexicalModel, rows: list[Row]) -> np.ndarray:
     tool = [i for i, r in enumerate(rows) if r.channel == "tool"]
     other = [i for i, r in enumerate(rows) if r.channel != "tool"]
     if tool:
-        out[tool] = model.score_located([rows[i].text for i in tool])[0]
+        out[tool] = model.score_located([rows[i].text for i in tool], READING)[0]
     if other:
         out[other] = model.score_many([rows[i].text for i in other])
     return out
@@ -147,7 +154,7 @@ def rollouts_check(model: LexicalModel, thresholds: dict[str, float]) -> dict:
     from deltaguard.tools.rollouts import tool_output
 
     texts = [tool_output(random.Random(i), 1000) for i in range(ROLLOUT_CHECK_TEXTS)]
-    p = model.score_located(texts)[0]
+    p = model.score_located(texts, READING)[0]
     flagged = np.any(p >= np.array([thresholds[h] for h in HEADS]), axis=1)
     return {
         "source": "pipeline/tools/rollouts.py tool_output(random.Random(i), 1000), "
@@ -185,7 +192,7 @@ def conversation_floors(model: LexicalModel) -> dict[str, tuple[dict[str, float]
     out = {}
     for channel, pick, score in (
         ("user", lambda c: c[1], lambda texts: model.score_many(texts)),
-        ("tool", lambda c: c[2], lambda texts: model.score_located(texts)[0]),
+        ("tool", lambda c: c[2], lambda texts: model.score_located(texts, READING)[0]),
     ):
         chosen = [(c[0], pick(c)) for c in convs if pick(c)]
         texts = sorted({t for _, said in chosen for t in said})
@@ -267,8 +274,9 @@ def raise_to_floors(models_dir: Path) -> int:
 
 
 def raise_entry(entry: dict, floors: dict[str, tuple[dict[str, float], list[str], np.ndarray]]) -> None:
-    """Raise `entry`'s thresholds to `floors` (conversation_floors' result), never lower them,
-    and record the share of each kind of the conversations flagged at the new ones."""
+    """Raise `entry`'s thresholds to `floors` (conversation_floors' result, read as this recipe
+    reads), never lower them, serve the model so, and record the share of each kind of the
+    conversations flagged at the new thresholds."""
     # `metrics` stay those the recipe measured, at the thresholds it chose: say which
     entry.setdefault(
         "metrics_measured_at", {key: dict(entry[key]) for key in ("thresholds", "untrusted_thresholds")}
@@ -277,6 +285,7 @@ def raise_entry(entry: dict, floors: dict[str, tuple[dict[str, float], list[str]
     for channel, key in (("user", "thresholds"), ("tool", "untrusted_thresholds")):
         entry[key], flagged[channel] = at_floor(channel, entry[key], floors[channel])
     entry["validation_conversations_flagged"] = flagged
+    entry["reading"] = READING
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         "sha256": sha256_file(path),
         "format": "npz (np.savez_compressed, allow_pickle=False); see classifiers/lexical.py",
         "normalize": model.normalizer,
+        "reading": READING,
         "categories": list(HEADS),
         "thresholds": thresholds,
         "untrusted_thresholds": untrusted,

@@ -43,7 +43,9 @@ def user(text: str):
 
 def test_declares_heads_and_version(clf, entry):
     assert clf.name == "lexical" and clf.lane == "gate"
-    assert clf.version == entry["version"]
+    # the entry serves it reading short untrusted texts piece by piece too: its version says so
+    assert entry["reading"] == clf.reading == 2
+    assert clf.version == f"{entry['version']}+reading2"
     assert list(clf.categories) == entry["categories"]
     assert set(clf.thresholds) == set(clf.categories)
 
@@ -186,6 +188,27 @@ def test_the_gate_model_reads_untrusted_text_piece_by_piece(clf):
     assert all(clean.item_scores[0][h] < t for h, t in clf.thresholds.items()) and not clean.findings
 
 
+def test_a_short_tool_output_is_read_piece_by_piece_too(clf):
+    """An injected line among a few lines of code (under 400 characters: lexical-v6 read such
+    a text whole only, and the line passed) scores as it does alone."""
+    assert clf.reading == 2
+    lines = CARRIER.split("\n")[:3]
+    text = "\n".join([*lines[:1], INJECTION, *lines[1:]])
+    assert len(text) < 400
+    alone = clf.update(clf.initial_state(), [tool_output(INJECTION)]).item_scores[0]
+    upd = clf.update(clf.initial_state(), [tool_output(text)])
+    inside = upd.item_scores[0]
+    assert inside["prompt_injection"] >= clf.thresholds["prompt_injection"]
+    assert inside["prompt_injection"] == pytest.approx(alone["prompt_injection"], abs=0.02)
+    (finding,) = [f for f in upd.findings if f.category == "prompt_injection"]
+    assert text[finding.start : finding.end] == INJECTION
+    clean = clf.update(clf.initial_state(), [tool_output("\n".join(lines))])
+    assert clean.item_scores[0]["prompt_injection"] < clf.thresholds["prompt_injection"]
+    # an entry that does not say reads them whole, as it was released
+    legacy = LexicalClassifier(roles={"tool"}, artifact="lexical-v5").load()
+    assert legacy.reading == 1 and legacy.version == "5"
+
+
 def test_only_untrusted_text_is_read_piece_by_piece(clf):
     model = clf._require_model()
     lines = CARRIER.split("\n")
@@ -239,6 +262,14 @@ def test_corrupted_artifact_raises_at_load(tmp_path):
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     with pytest.raises(ModelArtifactError, match="sha256"):
+        LexicalClassifier(models_dir).load()
+
+
+def test_an_entry_naming_an_unknown_reading_is_refused_at_load(tmp_path):
+    models_dir = _copy_models(tmp_path)
+    entry = manifest_entry("lexical", models_dir) | {"reading": 9}
+    (models_dir / "manifest.json").write_text(json.dumps({"models": {"lexical": entry}}), encoding="utf-8")
+    with pytest.raises(ModelArtifactError, match="reading 9"):
         LexicalClassifier(models_dir).load()
 
 
