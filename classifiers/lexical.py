@@ -11,11 +11,10 @@ that scores tool outputs scores them too, and the item takes the max. The extra
 normalised view's tokens are added to the update's `tokens`.
 
 Untrusted text (tool outputs, attached files) is read piece by piece as well as whole by
-an artifact trained that way (lexical-v5 and later), in the entry's `reading`
-(classifiers/segments.py; 1 when the entry does not say; the version says "+reading2" for
+an artifact trained that way (lexical-v5 and later), cut as the entry's `reading` says
+(classifiers/segments.py; 1 when it does not say, and the version reads "+reading2" for
 reading 2, whose operating point the recipe checked for it). A piece over its head's
-threshold is reported
-as a located finding (item, start, end, score), and an artifact with
+threshold is reported as a located finding (item, start, end, score), and an artifact with
 `untrusted_thresholds` judges untrusted text at thresholds of its own, reporting its
 scores on the category thresholds' scale (classifiers/scaled.py `rescale`). Untrusted
 text is judged for injection only: a jailbreak is a principal's act (base.PRINCIPAL_ONLY).
