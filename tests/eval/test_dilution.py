@@ -2,7 +2,7 @@
 
 import random
 
-from eval.dilution import SIZES, carrier, insert, summarise
+from eval.dilution import SIZES, carrier, insert, report, summarise
 
 
 def test_carrier_is_about_the_size_asked_and_cut_at_a_line():
@@ -45,3 +45,6 @@ def test_summary_counts_recall_per_size_and_what_was_caught_alone():
     assert s["16000"]["clean_flagged"] == 0.0
     # the finding overlaps the injected sentence at the first size, misses it at the others
     assert s[str(SIZES[0])]["located"] == 1.0 and s["16000"]["located"] == 0.0
+    # short files too: sizes under 1 KB keep their fraction in the report
+    rows = [line.split(" | ")[0] for line in report(s, []) if line.startswith("| ")]
+    assert "| 0.5 KB" in rows and "| 16 KB" in rows
