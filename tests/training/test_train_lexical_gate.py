@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from training.train_lexical_gate import raise_entry
+from training.train_lexical_gate import READING, raise_entry
 
 
 def test_thresholds_rise_to_the_floors_and_never_fall():
@@ -26,5 +26,7 @@ def test_thresholds_rise_to_the_floors_and_never_fall():
     before = {"prompt_injection": 0.998, "jailbreak": 0.93}
     assert entry["metrics_measured_at"]["untrusted_thresholds"] == before
     assert entry["validation_conversations_flagged"]["tool"] == {"agent_files": 0.5, "coding": 0.0}
+    # the floors were read as the recipe reads: the entry now serves the model so
+    assert entry["reading"] == READING == 2
     raise_entry(entry, floors)
     assert entry["metrics_measured_at"]["untrusted_thresholds"] == before
