@@ -72,8 +72,7 @@ ARTIFACT_FILE = f"lexical-v{VERSION}.npz"
 CONVERSATION_BUDGET = 0.005
 # How untrusted text is cut into pieces (classifiers/segments.py, the entry's `reading`):
 # reading 2 cuts short texts too. lexical-v6 was released with reading 1, which read texts
-# up to 400 characters whole: "Ignore all previous instructions" among 300 characters of
-# code passed.
+# up to 400 characters whole: an injected line in a short file was judged with all of it.
 READING = 2
 PARITY_TEXTS = 400
 PARITY_TOLERANCE = 1e-6
