@@ -21,7 +21,7 @@ def test_short_texts_are_read_whole() -> None:
     assert pieces("") == []
 
 
-def test_a_reader_that_reads_every_text_finds_a_line_among_a_few_lines_of_code() -> None:
+def test_reading_2_finds_a_line_among_a_few_lines_of_code() -> None:
     lines = CODE.split("\n")[:4]
     text = "\n".join([*lines[:2], INJECTION, *lines[2:]])
     assert len(text) <= LONG_TEXT_CHARS and pieces(text) == []
