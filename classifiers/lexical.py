@@ -102,9 +102,7 @@ class LexicalClassifier:
         """Read and hash-check the artifact; raises ModelArtifactError if it is not usable."""
         path, entry = verified_path(self.artifact, self.models_dir)
         model = LexicalModel.from_npz(path)
-        reading = self._reading if self._reading is not None else entry.get("reading", 1)
-        if reading not in READINGS:
-            raise ModelArtifactError(f"lexical artifact {path}: reading {reading!r} is not one of {READINGS}")
+        self._reading_of(entry)
         if model.heads != self.categories:
             raise ModelArtifactError(
                 f"lexical artifact {path} has heads {model.heads}, expected {self.categories}"
@@ -117,6 +115,7 @@ class LexicalClassifier:
         when `loaded` is None; this instance keeps its own `roles`."""
         if loaded is None:
             return self.load()
+        self._reading_of(loaded._entry or {})
         self._model, self._entry = loaded._require_model(), loaded._entry
         return self
 
@@ -130,9 +129,17 @@ class LexicalClassifier:
     @property
     def reading(self) -> int:
         """How untrusted text is cut into pieces (classifiers/segments.py `pieces`)."""
-        if self._reading is not None:
-            return self._reading
-        return int((self._entry or {}).get("reading", 1))
+        return self._reading_of(self._entry or {})
+
+    def _reading_of(self, entry: Mapping[str, Any]) -> int:
+        """The reading that serves `entry`: the constructor's, else the entry's (1 when it
+        does not say); ModelArtifactError for one segments.py does not know."""
+        reading = self._reading if self._reading is not None else entry.get("reading", 1)
+        if reading not in READINGS:
+            raise ModelArtifactError(
+                f"lexical entry {self.artifact!r}: reading {reading!r} is not one of {READINGS}"
+            )
+        return reading
 
     @property
     def thresholds(self) -> dict[str, float]:

@@ -22,8 +22,8 @@ scored on the views of classifiers/normalize.py: the primary view and, when some
 hidden or encoded, the extra view; a text takes the max over its views. Long texts are
 scored in overlapping chunks of `CHUNK_CHARS` and take the max, so cost stays linear in
 the text length. An artifact whose config says `"pieces": true` (lexical-v5 and later) also reads
-untrusted text piece by piece (`score_located`, classifiers/segments.py), in the `reading`
-its manifest entry serves it with.
+untrusted text piece by piece (`score_located`, classifiers/segments.py), cut in the
+`reading` the caller passes (the view passes its manifest entry's).
 
 Speed: all chunks of all texts of one call are scored in one call of the compiled
 kernels of classifiers/lexical_kernels.py, which walk each text's code points once per
