@@ -10,18 +10,20 @@ lists three hash-checked files (`verified_files`):
                 quantized per token (one scale per row of each MatMul input), so a
                 window's embedding never depends on the other windows of its batch
                 or on padding (see models/README.md for the measurements).
-    tokenizer   the model's tokenizer.json (Rust fast tokenizer, BERT uncased)
+    tokenizer   the model's tokenizer.json (Rust fast tokenizer: BERT's WordPiece or XLM-R's
+                Unigram; its single-sequence template names the window's end tokens)
     heads       npz (no pickle): `heads` names, `coef` (heads x 384) and `intercept`,
                 Platt calibration folded in, applied to mean-pooled, L2-normalised
                 window embeddings.
 
 A text's token ids are cut into windows of at most `WindowShape.tokens` (with [CLS] and
-[SEP]) that overlap; windows run in small length-sorted onnxruntime calls
+[SEP], or <s> and </s>) that overlap; windows run in small length-sorted onnxruntime calls
 (`length_chunks`), and each window's probabilities are its own (batch-independent).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,20 +123,13 @@ class EncoderModel:
         self.coef = coef
         self.intercept = intercept
         self.shape = shape
-        self.cls_id = self._special_id("[CLS]")
-        self.sep_id = self._special_id("[SEP]")
+        self.cls_id, self.sep_id = special_ids(tokenizer)
 
     @classmethod
     def from_files(
         cls, model: Path, tokenizer: Path, heads: Path, threads: int = 1, shape: WindowShape = WindowShape()
     ) -> EncoderModel:
         return cls(_load_tokenizer(tokenizer), _load_session(model, threads), *_load_heads(heads), shape)
-
-    def _special_id(self, token: str) -> int:
-        found = self.tokenizer.token_to_id(token)
-        if found is None:
-            raise ModelArtifactError(f"encoder tokenizer has no {token} token")
-        return int(found)
 
     def tokenize(self, text: str) -> list[int]:
         """Content ids of `text` (no special tokens, no truncation).
@@ -274,6 +269,24 @@ def pooled(hidden: np.ndarray, windows: Sequence[Window]) -> np.ndarray:
         mean = tokens.mean(axis=0)
         out[row] = mean / max(float(np.sqrt(np.sum(mean * mean))), 1e-12)
     return out
+
+
+def special_ids(tokenizer: Any) -> tuple[int, int]:
+    """The ids that open and close a window: the first and last special tokens of the
+    tokenizer's single-sequence template (BERT's [CLS]/[SEP], XLM-R's <s>/</s>)."""
+    processor = tokenizer.post_processor  # its JSON through the pickling protocol: not the 12 MB vocabulary
+    template = json.loads(processor.__getstate__()) if processor is not None else {}
+    single = template.get("single") or []
+    ends = [part.get("SpecialToken", {}).get("id") for part in single[:1] + single[-1:]]
+    if len(ends) != 2 or None in ends:
+        raise ModelArtifactError("encoder tokenizer has no [CLS] ... [SEP]-style single-sequence template")
+    out = []
+    for token in ends:
+        found = tokenizer.token_to_id(token)
+        if found is None:
+            raise ModelArtifactError(f"encoder tokenizer has no {token} token")
+        out.append(int(found))
+    return out[0], out[1]
 
 
 def _load_tokenizer(path: Path) -> Any:

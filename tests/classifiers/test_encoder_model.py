@@ -10,6 +10,9 @@ import pytest
 pytest.importorskip("tokenizers", reason="the encoder model needs tokenizers")
 
 from deltaguard.classifiers.encoder import EncoderClassifier
+from deltaguard.classifiers.encoder_model import _load_tokenizer, special_ids
+from deltaguard.errors import ModelArtifactError
+from deltaguard.models import MODELS_DIR
 from tests.support.gil import ticks_during
 
 
@@ -64,3 +67,31 @@ def test_each_window_maps_back_to_the_characters_it_read(model):
         assert model.tokenize(text[start:end])[1:] == ids[a + 1 : b]
     assert model.char_ranges(text, [(0, len(ids) + 1)]) == [None]
     assert model.char_ranges("lone \ud800 surrogate", [(0, 1)]) == [None]
+
+
+def test_a_window_opens_and_closes_with_the_shipped_tokenizers_cls_and_sep(model):
+    tokenizer = _load_tokenizer(MODELS_DIR / "minilm-tokenizer.json")
+    assert special_ids(tokenizer) == (tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
+    assert (model.cls_id, model.sep_id) == special_ids(model.tokenizer)
+
+
+def test_a_window_opens_and_closes_with_an_xlm_r_tokenizers_s_and_end_of_s():
+    """multilingual-e5-small's tokenizer (training/train_detector.py --base e5) names <s> and </s>."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.processors import TemplateProcessing
+
+    tokenizer = Tokenizer(WordLevel({"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4}, unk_token="<unk>"))
+    tokenizer.post_processor = TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    assert special_ids(tokenizer) == (0, 2)
+
+
+def test_a_tokenizer_without_a_single_sequence_template_is_refused():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    bare = Tokenizer(WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    with pytest.raises(ModelArtifactError, match="template"):
+        special_ids(bare)

@@ -1,5 +1,5 @@
-"""Fine-tuning the truncated MiniLM and its heads on a windows file, in the build venv:
-`python -m training.lib.detector_finetune WINDOWS MINILM OUT EPOCHS`.
+"""Fine-tuning the truncated base encoder and its heads on a windows file, in the build venv:
+`python -m training.lib.detector_finetune WINDOWS BASE OUT EPOCHS`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from training.lib.detector_spec import (
 )
 
 
-def finetune(windows_file: str, minilm: str, out_dir: str, epochs: int) -> None:
-    """Fine-tune the truncated MiniLM on the windows; save the encoder and the heads."""
+def finetune(windows_file: str, base: str, out_dir: str, epochs: int) -> None:
+    """Fine-tune the truncated base encoder on the windows; save the encoder and the heads."""
     import torch
     from transformers import AutoModel
 
@@ -36,7 +36,7 @@ def finetune(windows_file: str, minilm: str, out_dir: str, epochs: int) -> None:
         data = [json.loads(line) for line in f]
     w = np.array([d["w"] for d in data], dtype=np.float32)
     y = np.array([[0.0 if math.isnan(t) else t for t in d["targets"]] for d in data], dtype=np.float32)
-    bert = AutoModel.from_pretrained(minilm, attn_implementation="eager")
+    bert = AutoModel.from_pretrained(base, attn_implementation="eager", add_pooling_layer=False)
     bert.encoder.layer = bert.encoder.layer[:LAYERS]
     bert.config.num_hidden_layers = LAYERS
     bert.embeddings.word_embeddings.weight.requires_grad_(False)
@@ -113,11 +113,11 @@ def finetune(windows_file: str, minilm: str, out_dir: str, epochs: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="fine-tune the detector on a windows file (build venv)")
     parser.add_argument("windows")
-    parser.add_argument("minilm")
+    parser.add_argument("base")
     parser.add_argument("out")
     parser.add_argument("epochs", type=int)
     args = parser.parse_args(argv)
-    finetune(args.windows, args.minilm, args.out, args.epochs)
+    finetune(args.windows, args.base, args.out, args.epochs)
     return 0
 
 

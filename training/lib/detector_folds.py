@@ -19,16 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from training.lib.detector_model import serving_model, train_and_export
+from training.lib.detector_model import serving_model, tokenizer_path, train_and_export
 from training.lib.detector_rows import fold_rows
 from training.lib.detector_rule import cached_scores, choose_thresholds, score_rows
 from training.lib.detector_spec import (
+    BASES,
     CAP_PER_CELL,
+    DEFAULT_BASE,
     EPOCHS,
     INDIRECT_CHANNELS,
-    MODELS_DIR,
-    TOKENIZER_FILE,
     WORK,
+    Base,
     log,
 )
 from training.lib.detector_spec import HEADS as DETECTOR_HEADS
@@ -44,8 +45,8 @@ FOLDS = (
 )
 
 
-def fold_dir(sources: tuple[str, ...]) -> Path:
-    return WORK / ("fold-" + "+".join(sorted(sources)))
+def fold_dir(sources: tuple[str, ...] | list[str], base: Base = BASES[DEFAULT_BASE]) -> Path:
+    return WORK / ("fold-" + "+".join(sorted(sources)) + base.suffix)
 
 
 def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> np.ndarray:
@@ -127,17 +128,19 @@ def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     return validation, held
 
 
-def run_fold(sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL) -> Path:
-    """Train without `sources`; save their rows' scores and the benign test reference."""
+def run_fold(
+    sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL, base: Base = BASES[DEFAULT_BASE]
+) -> Path:
+    """Train `base` without `sources`; save their rows' scores and the benign test reference."""
     rest, scored = fold_rows(sources)
-    name = "fold-" + "+".join(sorted(sources))
-    result = WORK / f"{name}.json"
-    tokenizer = MODELS_DIR / TOKENIZER_FILE
+    out = fold_dir(sources, base)
+    result = out.with_suffix(".json")
+    tokenizer = tokenizer_path(base)
     windows = build_windows(rest, tokenizer)
-    out = train_and_export(windows, name, epochs, cap)
+    train_and_export(windows, out.name, epochs, base, cap)
     model = serving_model(out, tokenizer)
     validation = [r for r in rest if r["split"] == "validation"]
-    p_val = cached_scores(WORK / name / "validation-scores.npy", model, validation)
+    p_val = cached_scores(out / "validation-scores.npy", model, validation)
     thresholds = choose_thresholds(p_val, validation)
     p = score_rows(model, scored)
     result.write_text(
@@ -156,15 +159,15 @@ def run_fold(sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL) 
             }
         )
     )
-    log(f"{name}: wrote {result}")
+    log(f"{out.name}: wrote {result}")
     return result
 
 
 def fold_validation(sources: list[str]) -> tuple[list[dict[str, Any]], np.ndarray]:
     """A trained fold's validation rows and their scores (cached beside its model), so that
     its operating point can be chosen again without training it again."""
-    name = "fold-" + "+".join(sorted(sources))
+    out = fold_dir(sources)
     rest, _ = fold_rows(sources)
     validation = [r for r in rest if r["split"] == "validation"]
-    model = serving_model(WORK / name, MODELS_DIR / TOKENIZER_FILE)
-    return validation, cached_scores(WORK / name / "validation-scores.npy", model, validation)
+    model = serving_model(out, tokenizer_path(BASES[DEFAULT_BASE]))
+    return validation, cached_scores(out / "validation-scores.npy", model, validation)

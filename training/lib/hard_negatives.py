@@ -129,9 +129,9 @@ def mined_rows(corpus: list[dict[str, Any]], cache: Path) -> list[dict[str, Any]
         return [json.loads(line) for line in cache.open()]
     from tokenizers import Tokenizer
 
-    from training.lib.detector_spec import MODELS_DIR, TOKENIZER_FILE, log
+    from training.lib.detector_spec import MINER_TOKENIZER_FILE, MODELS_DIR, log
 
-    tokenizer = Tokenizer.from_file(str(MODELS_DIR / TOKENIZER_FILE))
+    tokenizer = Tokenizer.from_file(str(MODELS_DIR / MINER_TOKENIZER_FILE))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     model = _miner()

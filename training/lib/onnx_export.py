@@ -46,7 +46,7 @@ def export_float(model_dir: str, out: str) -> None:
         )
 
 
-def quantize_per_token(src: str, out: str) -> None:
+def quantize_per_token(src: str, out: str, keep: np.ndarray | None = None) -> None:
     """int8 MatMuls with one activation scale per token row, int8 word embeddings.
 
     onnxruntime's dynamic quantization takes one activation scale over the whole batch
@@ -55,6 +55,11 @@ def quantize_per_token(src: str, out: str) -> None:
     graph (max |x| / 127); weights are symmetric int8 per output channel. Rows of the
     same tensor (Q, K, V read one LayerNorm output) share one quantization. The integer
     product runs as MatMulInteger u8 x s8 (zero point 128), which MLAS accelerates.
+
+    `keep` (sorted token ids, the unknown token's first) prunes the word embeddings to
+    those rows: the graph maps every other id to the first kept row through an int32
+    table, so the tokenizer is unchanged and a 250k-piece vocabulary costs only the rows
+    it keeps.
     """
     import onnx
     from onnx import TensorProto
@@ -115,16 +120,24 @@ def quantize_per_token(src: str, out: str) -> None:
             ]
         )
 
-    # Word embeddings (30522 x 384, most of the file): int8 rows, each with its scale.
+    # Word embeddings (most of the file): int8 rows, each with its scale.
     gather = next(n for n in nodes if n.op_type == "Gather" and "word_embeddings" in n.input[0])
     table = nh.to_array(inits.pop(gather.input[0])).astype(np.float32)
+    ids = gather.input[1]
+    if keep is not None:
+        remap = np.zeros(len(table), np.int32)  # dropped ids -> row 0, the unknown token's
+        remap[keep] = np.arange(len(keep), dtype=np.int32)
+        table = table[keep]
+        const("q_vocab", remap)
+        nodes.insert(nodes.index(gather), oh.make_node("Gather", ["q_vocab", ids], ["q_ids"], axis=0))
+        ids = "q_ids"
     row_scale = np.maximum(np.abs(table).max(axis=1, keepdims=True), 1e-12) / 127.0
     const("q_emb", np.clip(np.round(table / row_scale), -127, 127).astype(np.int8))
     const("q_emb_scale", row_scale.astype(np.float32))
     at = nodes.index(gather)
     nodes[at : at + 1] = [
-        oh.make_node("Gather", ["q_emb", gather.input[1]], ["q_emb_i8"], axis=0),
-        oh.make_node("Gather", ["q_emb_scale", gather.input[1]], ["q_emb_rows"], axis=0),
+        oh.make_node("Gather", ["q_emb", ids], ["q_emb_i8"], axis=0),
+        oh.make_node("Gather", ["q_emb_scale", ids], ["q_emb_rows"], axis=0),
         oh.make_node("Cast", ["q_emb_i8"], ["q_emb_f32"], to=TensorProto.FLOAT),
         oh.make_node("Mul", ["q_emb_f32", "q_emb_rows"], [gather.output[0]]),
     ]
@@ -145,9 +158,9 @@ def quantize_dynamic_reference(src: str, out: str) -> None:
     quantize_dynamic(src, out, per_channel=True, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
 
 
-def quantize(float_model: str, per_token_out: str, dynamic_out: str) -> None:
+def quantize(float_model: str, per_token_out: str, dynamic_out: str, keep: str | None = None) -> None:
     """The int8 candidates of a float export: per-token (served) and dynamic (reference)."""
-    quantize_per_token(float_model, per_token_out)
+    quantize_per_token(float_model, per_token_out, None if keep is None else np.load(keep))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_dynamic_reference(float_model, dynamic_out)
@@ -163,11 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     p_quant.add_argument("float_model")
     p_quant.add_argument("per_token_out")
     p_quant.add_argument("dynamic_out")
+    p_quant.add_argument("--keep", default=None, help=".npy of the token ids whose embeddings are kept")
     args = parser.parse_args(argv)
     if args.command == "export":
         export_float(args.model_dir, args.out)
     else:
-        quantize(args.float_model, args.per_token_out, args.dynamic_out)
+        quantize(args.float_model, args.per_token_out, args.dynamic_out, args.keep)
     return 0
 
 

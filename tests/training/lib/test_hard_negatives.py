@@ -4,13 +4,13 @@ import pytest
 from tokenizers import Tokenizer
 
 from training.lib import hard_negatives
-from training.lib.detector_spec import MODELS_DIR, TOKENIZER_FILE
+from training.lib.detector_spec import MINER_TOKENIZER_FILE, MODELS_DIR
 from training.lib.hard_negatives import CONTENT_TOKENS, QUOTED_ATTACK, document_windows, mine_chat
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    tok = Tokenizer.from_file(str(MODELS_DIR / TOKENIZER_FILE))
+    tok = Tokenizer.from_file(str(MODELS_DIR / MINER_TOKENIZER_FILE))
     tok.no_truncation()
     tok.no_padding()
     return tok
