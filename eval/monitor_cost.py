@@ -13,7 +13,9 @@ machine load, on one onnxruntime thread with the item memo off (every text is ne
 - injections through tools from the same split, which the screen should never clear: the
   cost of suspicious text.
 
-The previous release's detector (the `detector-v2` manifest entry) is measured beside it.
+The previous release's detector (the `detector-v2` manifest entry) is measured beside it;
+`--models DIR` measures another models folder's, and `--beside DIR` adds DIR's detector
+to the same interleaved run (two builds side by side: `--models BUILD --beside models`).
 
 For the corpus sets, CPU ms per 1,000 tokens (total CPU over total tokens) and the share of
 items the screen cleared. The target is <= 60 ms per 1,000-token delta on one core (one
@@ -93,20 +95,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-texts", type=int, default=CORPUS_TEXTS)
     parser.add_argument("--repeat", type=int, default=REPEAT)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--models", type=Path, default=MODELS_DIR, help="the models folder measured")
+    parser.add_argument("--beside", type=Path, help="another models folder whose detector is measured too")
     args = parser.parse_args(argv)
-    detector = EncoderClassifier(threads=1, memo_items=0, artifact="detector").load()
+    detector = EncoderClassifier(args.models, threads=1, memo_items=0, artifact="detector").load()
     lanes: dict[str, Classifier] = {
         "detector (default, screened)": detector,
         "detector without its screen": EncoderClassifier(
-            threads=1, memo_items=0, artifact="detector", screen=False
+            args.models, threads=1, memo_items=0, artifact="detector", screen=False
         ).load(),
-        "frozen encoder (opt-in)": EncoderClassifier(threads=1, memo_items=0, artifact="encoder").load(),
+        "frozen encoder (opt-in)": EncoderClassifier(
+            args.models, threads=1, memo_items=0, artifact="encoder"
+        ).load(),
     }
     for entry in PREVIOUS:  # the previous release, screened as it shipped: the same budget, side by side
-        if entry in load_manifest(MODELS_DIR).get("models", {}):
+        if entry in load_manifest(args.models).get("models", {}):
             lanes[f"{entry} (previous release, screened)"] = EncoderClassifier(
-                threads=1, memo_items=0, artifact=entry
+                args.models, threads=1, memo_items=0, artifact=entry
             ).load()
+    if args.beside is not None:
+        beside = EncoderClassifier(args.beside, threads=1, memo_items=0, artifact="detector").load()
+        lanes[f"detector {beside.version} of {args.beside} (screened)"] = beside
     rollouts = [tool_item(tool_output(random.Random(i), 1000)) for i in range(args.texts)]
     times = measure(lanes, rollouts, args.repeat)
     floor = detector.screen[1] if detector.screen else None
