@@ -16,7 +16,6 @@ class and module constants only.
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import random
 import re
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .example import Example, seed_for, text_group
+from .python_constants import Unknown, assigned, evaluate
 from .wheels import Wheel, open_wheel
 from .yaml_data import loads
 
@@ -51,48 +51,6 @@ ATTACK_FAMILY = {
 # -- reading Python sources without running them ---------------------------------------
 
 
-class _Unknown(Exception):
-    pass
-
-
-def _eval(node: ast.AST, names: dict[str, Any]) -> Any:
-    """Constants, f-strings, containers, `+`, and names / `self.X` bound in `names`."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        return "".join(_eval(v, names) for v in node.values)
-    if isinstance(node, ast.FormattedValue):
-        if node.format_spec is not None:
-            raise _Unknown("format spec")
-        return str(_eval(node.value, names))
-    if isinstance(node, ast.Name) and node.id in names:
-        return names[node.id]
-    if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "self" and node.attr in names:
-        return names[node.attr]
-    if isinstance(node, ast.List | ast.Tuple):
-        return [_eval(e, names) for e in node.elts]
-    if isinstance(node, ast.Dict):
-        return {_eval(k, names): _eval(v, names) for k, v in zip(node.keys, node.values, strict=True) if k}
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _eval(node.left, names) + _eval(node.right, names)
-    raise _Unknown(type(node).__name__)
-
-
-def _assigned(body: list[ast.stmt], names: dict[str, Any]) -> dict[str, Any]:
-    """The evaluable `NAME = ...` / `NAME: T = ...` of a module or class body, in order."""
-    out = dict(names)
-    for stmt in body:
-        target, value = None, None
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            target, value = stmt.targets[0].id, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            target, value = stmt.target.id, stmt.value
-        if target:
-            with contextlib.suppress(_Unknown):  # e.g. ClassVar lists of calls: not needed
-                out[target] = _eval(value, out)
-    return out
-
-
 @dataclass(frozen=True)
 class Task:
     suite: str
@@ -107,8 +65,8 @@ def _tools_sentence(cls: ast.ClassDef, names: dict[str, Any]) -> str:
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "FunctionCall":
             kw = {k.arg: k.value for k in node.keywords}
             try:
-                calls.append((_eval(kw["function"], names), _eval(kw["placeholder_args"], names)))
-            except (_Unknown, KeyError):
+                calls.append((evaluate(kw["function"], names), evaluate(kw["placeholder_args"], names)))
+            except (Unknown, KeyError):
                 return ""
     out = ""
     for i, (function, args) in enumerate(calls):
@@ -124,11 +82,11 @@ def _tools_sentence(cls: ast.ClassDef, names: dict[str, Any]) -> str:
 def read_tasks(wheel: Wheel, suite: str, kind: str) -> list[Task]:
     """`kind` "injection" reads GOALs, "user" reads PROMPTs."""
     tree = ast.parse(wheel.text(f"{TASKS}{suite}/{kind}_tasks.py"))
-    module = _assigned(tree.body, {})
+    module = assigned(tree.body, {})
     attr = "GOAL" if kind == "injection" else "PROMPT"
     out = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-        names = _assigned(cls.body, module)
+        names = assigned(cls.body, module)
         if isinstance(names.get(attr), str) and attr in {getattr(t, "id", "") for s in cls.body
                                                          for t in getattr(s, "targets", [])}:  # fmt: skip
             tools = _tools_sentence(cls, names) if kind == "injection" else ""
@@ -161,10 +119,10 @@ def read_attacks(wheel: Wheel) -> tuple[list[Attack], str]:
         if not path.endswith(".py"):
             continue
         tree = ast.parse(wheel.text(path))
-        module = _assigned(tree.body, {})
+        module = assigned(tree.body, {})
         default_model = module.get("DEFAULT_MODEL_NAME", default_model)
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-            names = _assigned(cls.body, module)
+            names = assigned(cls.body, module)
             template = names.get("_JB_STRING") or names.get("_DOS_STRING")
             users = {v for k, v in names.items() if k == "user_name" and isinstance(v, str)}
             for node in ast.walk(cls):

@@ -38,9 +38,6 @@ from typing import Any
 from .agentdojo import (
     SUITES,
     TASKS,
-    _assigned,
-    _eval,
-    _Unknown,
     fill,
     read_attacks,
     read_environment,
@@ -49,6 +46,7 @@ from .agentdojo import (
     render,
     slots_in,
 )
+from .python_constants import Unknown, assigned, evaluate
 from .wheels import Wheel, open_wheel
 
 SEED = 2727
@@ -108,15 +106,15 @@ def _ground_truth(cls: ast.ClassDef, names: dict[str, Any]) -> list[Call]:
     method = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "ground_truth"), None)
     if method is None:
         return []
-    names = _assigned(method.body, names)  # its local constants (`msg = f"... {self._LINK}"`)
+    names = assigned(method.body, names)  # its local constants (`msg = f"... {self._LINK}"`)
     out = []
     for node in ast.walk(method):
         if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "FunctionCall"):
             continue
         kw = {k.arg: k.value for k in node.keywords}
         try:
-            function = _eval(kw["function"], names)
-        except (_Unknown, KeyError):
+            function = evaluate(kw["function"], names)
+        except (Unknown, KeyError):
             continue
         args = _dict_args(kw.get("args"), names)
         placeholders = _dict_args(kw.get("placeholder_args"), names)
@@ -133,8 +131,8 @@ def _dict_args(node: ast.AST | None, names: dict[str, Any]) -> dict[str, Any]:
         if k is None:
             continue
         try:
-            out[str(_eval(k, names))] = _eval(v, names)
-        except _Unknown:
+            out[str(evaluate(k, names))] = evaluate(v, names)
+        except Unknown:
             continue
     return out
 
@@ -142,10 +140,10 @@ def _dict_args(node: ast.AST | None, names: dict[str, Any]) -> dict[str, Any]:
 def read_calls(wheel: Wheel, suite: str, kind: str) -> dict[str, list[Call]]:
     """Task class name -> its ground-truth calls (`kind`: "user" or "injection")."""
     tree = ast.parse(wheel.text(f"{TASKS}{suite}/{kind}_tasks.py"))
-    module = _assigned(tree.body, {})
+    module = assigned(tree.body, {})
     out = {}
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-        out[cls.name] = _ground_truth(cls, _assigned(cls.body, module))
+        out[cls.name] = _ground_truth(cls, assigned(cls.body, module))
     return out
 
 
