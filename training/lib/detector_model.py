@@ -59,7 +59,7 @@ def e5_dir() -> Path:
 
 def base_dir(base: Base) -> Path:
     """The base as a transformers model folder (the fine-tuning keeps its first LAYERS layers)."""
-    return e5_dir() if base.key == "e5" else minilm_dir()
+    return {"minilm": minilm_dir, "e5": e5_dir}[base.key]()
 
 
 def tokenizer_path(base: Base) -> Path:

@@ -9,14 +9,14 @@ from training.corpus.python_constants import Unknown, assigned, evaluate
 SOURCE = """
 CANARY = "OK-7F"
 NAME: str = "agent"
-PAYLOADS = [{"prompt": "say '" + CANARY + "'", "lang": "en"}, {"prompt": f"hi {NAME}"}]
+PAYLOADS = [{"prompt": "say '" + CANARY + "'", "lang": "en"}, {"prompt": f"hi {NAME}" + "!" * 3}]
 CALLED = sorted(PAYLOADS)
 """
 
 
 def test_constants_concatenations_and_f_strings_over_earlier_names_are_evaluated():
     names = assigned(ast.parse(SOURCE).body, {})
-    assert names["PAYLOADS"] == [{"prompt": "say 'OK-7F'", "lang": "en"}, {"prompt": "hi agent"}]
+    assert names["PAYLOADS"] == [{"prompt": "say 'OK-7F'", "lang": "en"}, {"prompt": "hi agent!!!"}]
 
 
 def test_a_call_is_not_evaluated_and_its_name_stays_unbound():
