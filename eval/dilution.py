@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.tools.evaluate import wilson
-from eval.replay_eval import replay
+from eval.replay_eval import replay_conversations
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "dilution.md"
@@ -197,11 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
     args = parser.parse_args(argv)
     extra = ["--models-dir", str(args.models)] if args.models else []
-    src = args.out.with_name(args.out.stem + "-transcripts.jsonl")
-    src.parent.mkdir(parents=True, exist_ok=True)
     convs = build(args.n)
-    src.write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")
-    verdicts, _seconds = replay(src, args.out.with_name(args.out.stem + "-verdicts.json"), extra)
+    verdicts = replay_conversations(convs, args.out, extra)
     summary = summarise(verdicts, {c["id"]: c["labels"]["span"] for c in convs})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))

@@ -105,6 +105,18 @@ def replay(src: Path, out: Path, extra: list[str]) -> tuple[dict[str, list[dict[
     return {c["id"]: c["turns"] for c in verdicts}, seconds
 
 
+def replay_conversations(
+    convs: list[dict[str, Any]], out: Path, extra: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """`replay` of built conversations: they are written beside `out` as its transcripts
+    (`<stem>-transcripts.jsonl`), and the verdicts as `<stem>-verdicts.json`."""
+    src = out.with_name(out.stem + "-transcripts.jsonl")
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")
+    verdicts, _seconds = replay(src, out.with_name(out.stem + "-verdicts.json"), extra)
+    return verdicts
+
+
 def wilson(k: float, n: int) -> tuple[float, float]:
     if n == 0:
         return 0.0, 1.0
