@@ -20,7 +20,7 @@ def test_constants_concatenations_and_f_strings_over_earlier_names_are_evaluated
     assert names["PAYLOADS"] == [{"prompt": "say 'OK-7F'", "lang": "en"}, {"prompt": "hi agent!!!"}]
 
 
-def test_a_call_is_not_evaluated_and_its_name_stays_unbound():
+def test_calls_and_arithmetic_are_not_evaluated_and_their_names_stay_unbound():
     names = assigned(ast.parse(SOURCE).body, {})
     assert "CALLED" not in names
     assert "AMOUNT" not in names  # arithmetic is left alone: only a string times a count
