@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.tools.evaluate import wilson
+from eval.detection_eval import fmt_ci
 from eval.replay_eval import replay_conversations
 from eval.report import write_report
 
@@ -167,9 +168,8 @@ def report(s: dict[str, Any], extra: list[str]) -> list[str]:
         cells = s[key]
         inj, clean = cells["injected"], cells["clean"]
         lines.append(
-            f"| {key} | {inj['n']} | {100 * inj['flagged']:.1f}% [{100 * inj['ci'][0]:.1f}, "
-            f"{100 * inj['ci'][1]:.1f}] | {100 * clean['flagged']:.1f}% [{100 * clean['ci'][0]:.1f}, "
-            f"{100 * clean['ci'][1]:.1f}] |"
+            f"| {key} | {inj['n']} | {fmt_ci(inj['flagged'], *inj['ci'], pct=True)} "
+            f"| {fmt_ci(clean['flagged'], *clean['ci'], pct=True)} |"
         )
     return lines
 
