@@ -413,20 +413,17 @@ class EncoderClassifier:
             # hidden or encoded) adds windows of its own, without context.
             texts = normalize.views(text, self._views).texts() if self._views else [text]
             ids = model.tokenize(texts[0])
-            extra = [more for more in map(model.tokenize, texts[1:]) if more]
-            if not ids and not extra:
-                entries.append(None)
-                continue
             if known is not None:
-                entries.append((known, role))
+                entries.append((known, role) if ids or len(texts) > 1 else None)
             else:
                 lo = len(windows)
                 if ids:
                     windows.extend(model.windows(ids, context, self.max_item_windows))
                 own = len(windows) - lo if texts[0] == text else 0
-                for more in extra:
-                    windows.extend(model.windows(more, (), self.max_item_windows))
-                entries.append(_Pending(lo, len(windows), key, role, own, text))
+                for more in texts[1:]:
+                    windows.extend(model.view_windows(more, texts[0], self.max_item_windows))
+                pending = _Pending(lo, len(windows), key, role, own, text)
+                entries.append(pending if len(windows) > lo else None)
             if ids:
                 context = self._tail(ids)
         attached = []
@@ -454,13 +451,13 @@ class EncoderClassifier:
         if known is not None:
             return known, UNTRUSTED_ROLE
         texts = normalize.views(text, self._views).texts() if self._views else [text]
-        lo, own = len(windows), 0
-        for i, view in enumerate(texts):
-            ids = model.tokenize(view)
-            if ids:
-                windows.extend(model.windows(ids, (), self.max_item_windows))
-            if i == 0 and view == text:
-                own = len(windows) - lo  # the windows that read the file as it is: locatable
+        lo = len(windows)
+        ids = model.tokenize(texts[0])
+        if ids:
+            windows.extend(model.windows(ids, (), self.max_item_windows))
+        own = len(windows) - lo if texts[0] == text else 0  # the windows that read the file as it is
+        for more in texts[1:]:
+            windows.extend(model.view_windows(more, texts[0], self.max_item_windows))
         return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own, text) if len(windows) > lo else None
 
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:

@@ -159,6 +159,30 @@ class EncoderModel:
             out.append(self._window((), ids[start : start + content], start))
         return out
 
+    def view_windows(self, view: str, primary: str, max_windows: int | None) -> list[Window]:
+        """The windows of an extra view (classifiers/normalize.py: the text with what was hidden
+        or encoded spelled out) that read something the primary view does not.
+
+        A window whose characters all appear verbatim in `primary` is left out: the primary
+        view's windows read that text already, and an extra view mostly repeats its primary
+        (a few folded words in a long file). Each window kept is one `windows` gives, and
+        scores as it would among all of them (no statistic crosses windows); the first, with
+        the view's markers, is always new.
+        """
+        try:
+            encoding = self.tokenizer.encode_batch([view], add_special_tokens=False)[0]
+        except (TypeError, UnicodeEncodeError):  # lone surrogates, as `tokenize` repairs them
+            view = view.encode("utf-8", "replace").decode("utf-8")
+            encoding = self.tokenizer.encode_batch([view], add_special_tokens=False)[0]
+        offsets = encoding.offsets
+        if not offsets:
+            return []
+        return [
+            w
+            for w in self.windows(encoding.ids, (), max_windows)
+            if view[offsets[w.start][0] : offsets[w.content[1] - 1][1]] not in primary
+        ]
+
     def _window(self, context: Sequence[int], content: Sequence[int], start: int = 0) -> Window:
         ids = np.empty(len(context) + len(content) + 2, dtype=np.int64)
         ids[0], ids[-1] = self.cls_id, self.sep_id
@@ -206,12 +230,34 @@ class EncoderModel:
             if ids:
                 windows.extend(self.windows(ids, (), max_windows))
             spans.append((lo, len(windows)))
+        return self._item_maxima(windows, spans)
+
+    def _item_maxima(self, windows: list[Window], spans: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Per item, the max of its windows' [lo, hi) probabilities (zeros when it has none)."""
         probs = self.head_probabilities(self.embed(windows)) if windows else np.zeros((0, len(self.heads)))
-        out = np.zeros((len(texts), len(self.heads)))
+        out = np.zeros((len(spans), len(self.heads)))
         for row, (lo, hi) in enumerate(spans):
             if hi > lo:
                 out[row] = probs[lo:hi].max(axis=0)
         return out
+
+    def score_views(
+        self, views: Sequence[Sequence[str]], max_windows: int | None = MAX_ITEM_WINDOWS
+    ) -> np.ndarray:
+        """Item-level probabilities (items x heads) of standalone texts given as their
+        normaliser views (primary first): max over the primary's windows and the extra
+        views' `view_windows`, as the classifier serves them."""
+        windows: list[Window] = []
+        spans = []
+        for texts in views:
+            lo = len(windows)
+            ids = self.tokenize(texts[0]) if texts else []
+            if ids:
+                windows.extend(self.windows(ids, (), max_windows))
+            for extra in texts[1:]:
+                windows.extend(self.view_windows(extra, texts[0], max_windows))
+            spans.append((lo, len(windows)))
+        return self._item_maxima(windows, spans)
 
     def head_probabilities(self, embeddings: np.ndarray) -> np.ndarray:
         """Calibrated probability per window and head (windows x heads).

@@ -13,11 +13,13 @@ turns one item's text into what is scored:
               characters decoded back to ASCII, base64 / hex / URL-encoded segments
               decoded in place (bounded: MAX_SEGMENTS segments of at most
               MAX_SEGMENT_CHARS characters, DECODE_ROUNDS rounds for nested encodings),
-              leetspeak words folded, and marker tokens saying what was found
-              (HIDDEN_MARKER, DECODED_MARKER, LEET_MARKER). Invisible text and encoded
-              instructions are evidence in themselves; the markers let a model trained on
-              these views weigh that evidence, and a classifier scores the extra view too
-              (max over views), counting its tokens as work.
+              leetspeak words folded (never an e-mail address: "name@host.org"), and
+              marker tokens saying what was found (HIDDEN_MARKER, DECODED_MARKER,
+              LEET_MARKER). Invisible text and encoded instructions are evidence in
+              themselves; the markers let a model trained on these views weigh that
+              evidence, and a classifier scores the extra view too (max over views),
+              counting its tokens as work. The encoder classifiers read only the extra
+              view's windows that differ from the primary (`EncoderModel.view_windows`).
 
 Everything is a pure function of the one text: deterministic, no state across items, so
 delta mode and full mode see exactly the same views. Cost: a few microseconds for ASCII
@@ -52,7 +54,9 @@ __all__ = [
 
 # A model names the version of the views it was trained on and is served exactly those
 # (`views(text, version)`); VERSION is what new models train on. 2: decoded text may span
-# lines (1 left encoded text with line breaks encoded).
+# lines (1 left encoded text with line breaks encoded). Both leave e-mail addresses unfolded
+# (`_in_address`, a correction made after the shipped models were trained: folding them gave
+# a third of benign documents an extra view, and only lowered their scores' ceiling).
 VERSION = "2"
 VERSIONS = ("1", "2")
 MAX_SEGMENTS = 16  # encoded segments decoded per text
@@ -325,6 +329,13 @@ def _leet_word(word: str) -> str | None:
     return word.translate(_LEET).lower()
 
 
+def _in_address(text: str, start: int, end: int) -> bool:
+    """Whether the word text[start:end] has an "@" and a domain right after it ("name@host"
+    then ".org"): an e-mail address or a user@host, which changelogs, commit trailers and
+    package metadata are full of, not leetspeak."""
+    return "@" in text[start:end] and text[end : end + 1] == "." and text[end + 1 : end + 2].isalnum()
+
+
 def fold_leet(text: str) -> tuple[str, int]:
     """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many."""
     # One byte per character (non-ASCII as "?"), shaped so that a byte search finds every
@@ -353,6 +364,8 @@ def fold_leet(text: str) -> tuple[str, int]:
     for start, end in spans:
         if text[start - 1 : start] in _NOT_LEET_NEIGHBOURS or text[end : end + 1] in _NOT_LEET_NEIGHBOURS:
             continue  # part of an identifier, a number, a path or an encoded blob
+        if _in_address(text, start, end):
+            continue
         folded = _leet_word(text[start:end])
         if folded is not None:
             out += [text[last:start], folded]

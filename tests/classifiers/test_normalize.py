@@ -161,6 +161,18 @@ def test_versions_identifiers_and_numbers_are_not_leetspeak():
     assert views(text).extra is None
 
 
+def test_e_mail_addresses_are_not_leetspeak():
+    """Changelogs, commit trailers and package metadata name people by address: an "@" with
+    a domain after it spells no letter (a third of benign documents had an extra view)."""
+    text = (
+        "Signed-off-by: Timo Aaltonen <tjaalton@debian.org>\n"
+        "Co-authored-by: dependabot[bot] <49699333+dependabot[bot]@users.noreply.github.com>\n"
+        "Contact first.last@example.co.uk or root@localhost.localdomain."
+    )
+    assert views(text).extra is None
+    assert normalize.fold_leet("p@ssw0rd. ple@se @ll") == ("password. please all", 3)
+
+
 def test_views_are_deterministic_and_per_text():
     texts = [CONFUSED, "hi " + tags(ATTACK), base64.b64encode(ATTACK.encode()).decode(), "plain"]
     first = [views(t) for t in texts]

@@ -35,15 +35,7 @@ def score_rows(model, rows: list[dict[str, Any]]) -> np.ndarray:
     """Item probabilities per head through the serving path (max over views and windows)."""
     from deltaguard.classifiers import normalize
 
-    views = [normalize.views(served_text(r), NORMALIZE).texts() for r in rows]
-    flat = [v for vs in views for v in vs]
-    p = model.score_texts(flat)
-    out = np.zeros((len(rows), len(HEADS)))
-    k = 0
-    for i, vs in enumerate(views):
-        out[i] = p[k : k + len(vs)].max(axis=0)
-        k += len(vs)
-    return out
+    return model.score_views([normalize.views(served_text(r), NORMALIZE).texts() for r in rows])
 
 
 def cached_scores(path: Path, model, rows: list[dict[str, Any]]) -> np.ndarray:
