@@ -55,14 +55,19 @@ def category_scores(p: np.ndarray, rows: list[dict[str, Any]]) -> np.ndarray:
     return np.stack([np.where(indirect, p[:, 2], p[:, 0]), p[:, 1]], axis=1)
 
 
+def judges(row: dict[str, Any], h: int) -> bool:
+    """Whether head `h` judges the row when served: a tool output or document by the indirect
+    head alone (a jailbreak is a principal's act: classifiers/base.py PRINCIPAL_ONLY), a
+    principal's message by the direct and jailbreak heads."""
+    return (row["channel"] in INDIRECT_CHANNELS) == (HEADS[h] == "indirect_injection")
+
+
 def choose_thresholds(p: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, float]:
     """Per head: thresholds.most_sensitive_threshold within FP_BUDGETS over the benign
-    validation rows it judges."""
+    validation rows it judges when served (`judges`)."""
     out = {}
     for h, head in enumerate(HEADS):
-        judged = [
-            i for i, r in enumerate(rows) if r["label"] == "benign" and not math.isnan(head_targets(r)[h])
-        ]
+        judged = [i for i, r in enumerate(rows) if r["label"] == "benign" and judges(r, h)]
         benign = {}
         for s in FP_BUDGETS:
             idx = [i for i in judged if rows[i]["fp_set"] == s]

@@ -61,3 +61,20 @@ def test_rows_are_read_as_the_serving_path_reads_their_channel():
     assert served_text({"text": named, "channel": "user"}) == masked
     assert served_text({"text": named, "channel": "tool"}) == named
     assert served_text({"text": named, "channel": "document"}) == named
+
+
+def test_the_row_rule_counts_a_benign_row_only_against_the_heads_that_judge_it():
+    """A tool output that the jailbreak head would score high never sets that head's
+    threshold: served, untrusted text is judged by the indirect head alone."""
+    from training.lib.detector_rule import choose_thresholds
+    from training.lib.detector_spec import HEADS
+
+    def row(channel: str, fp_set: str, n: int) -> dict:
+        return {"label": "benign", "channel": channel, "fp_set": fp_set, "group": f"{channel}-{n}"}
+
+    rows = [row("user", "chat", n) for n in range(400)] + [row("tool", "tool", n) for n in range(400)]
+    p = np.full((len(rows), len(HEADS)), 0.1)
+    p[400:, 1] = 0.99  # every tool output: a jailbreak by its score
+    p[:400, 2] = 0.99  # every user message: an injection through tools by its score
+    t = choose_thresholds(p, rows)
+    assert t["jailbreak"] <= 0.1 + 1e-9 and t["indirect_injection"] <= 0.1 + 1e-9
