@@ -6,13 +6,11 @@ set serves items), and test recall and flag rates.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from training.lib.detector_rows import head_targets
 from training.lib.detector_spec import (
     CONVERSATION_BUDGET,
     FP_BUDGETS,
@@ -131,10 +129,11 @@ def conversation_rates(
 
 
 def test_metrics(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> dict[str, Any]:
-    """Recall per source and flag rate per benign set on the test split at the thresholds."""
+    """Recall per source and flag rate per benign set on the test split at the thresholds,
+    each row flagged as served: by any head that `judges` it."""
     flagged = np.zeros(len(rows), dtype=bool)
     for h, head in enumerate(HEADS):
-        judged = np.array([not math.isnan(head_targets(r)[h]) for r in rows], dtype=bool)
+        judged = np.array([judges(r, h) for r in rows], dtype=bool)
         flagged |= judged & (p[:, h] >= thresholds[head])
     out: dict[str, Any] = {"recall": {}, "flag_rate": {}}
     for key in sorted({(r["source"], r["label"]) for r in rows if r["label"] != "benign"}):
