@@ -56,7 +56,7 @@ __all__ = [
 # (`views(text, version)`); VERSION is what new models train on. 2: decoded text may span
 # lines (1 left encoded text with line breaks encoded). Both leave e-mail addresses unfolded
 # (`_in_address`, a correction made after the shipped models were trained: folding them gave
-# a third of benign documents an extra view, and only lowered their scores' ceiling).
+# 30% of the benign tool outputs and documents an extra view, and its leetspeak marker).
 VERSION = "2"
 VERSIONS = ("1", "2")
 MAX_SEGMENTS = 16  # encoded segments decoded per text
