@@ -410,7 +410,7 @@ class EncoderClassifier:
                 entries.append((known, role))  # with context on, the tail needs the ids anyway
                 continue
             # The primary view's ids make the context tail; an extra view (something was
-            # hidden or encoded) adds windows of its own, without context.
+            # hidden or encoded) adds the windows of its own that differ, without context.
             texts = normalize.views(text, self._views).texts() if self._views else [text]
             ids = model.tokenize(texts[0])
             if known is not None:
