@@ -39,6 +39,27 @@ OUT = Path(__file__).resolve().parent / "out" / "agent_traffic.md"
 ATTACK = frozenset({"prompt_injection", "jailbreak"})
 HARM = frozenset({"toxicity", "hate", "harassment", "sexual", "violence", "self_harm", "dangerous"})
 OTHER = frozenset({"pii", "secrets"})
+# `--vouch agent-files`: the naming conventions of files written to instruct agents
+# (training/lib/agent_files.py reads the same), as an operator who installed them would
+# vouch for them. Not a default anywhere: a repository's own AGENTS.md is how injections
+# reach coding agents.
+AGENT_FILE_GLOBS = (
+    "SKILL.md",
+    "AGENTS.md",
+    "CLAUDE.md",
+    "GEMINI.md",
+    "copilot-instructions.md",
+    ".cursorrules",
+    "*.instructions.md",
+    "*.prompt.md",
+    "*.agent.md",
+    "*.chatmode.md",
+    "*.mdc",
+    "agents/*.md",
+    "commands/*.md",
+    "rules/*.md",
+    "prompts/*.md",
+)
 
 
 def write_transcripts(split: str, path: Path, scale: float = 1.0) -> list[dict[str, Any]]:
@@ -168,6 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
     parser.add_argument("--classifiers", help="comma-separated classifier names (replay --classifiers)")
+    parser.add_argument(
+        "--vouch",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="a path the operator vouches for (replay --vouch, repeatable); --vouch agent-files: "
+        "the conventions of files written to instruct agents (AGENT_FILE_GLOBS)",
+    )
     args = parser.parse_args(argv)
     extra: list[str] = []  # replay's options
     shown: list[str] = []  # this command's, for the report
@@ -177,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.classifiers:
         extra += ["--classifiers", args.classifiers]
         shown += ["--classifiers", args.classifiers]
+    for glob in args.vouch:
+        shown += ["--vouch", glob]
+        for each in AGENT_FILE_GLOBS if glob == "agent-files" else (glob,):
+            extra += ["--vouch", each]
     work = args.out.parent
     src = work / f"agent_traffic-{args.split}.jsonl"
     convs = write_transcripts(args.split, src, args.scale)

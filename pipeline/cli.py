@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     sp.add_argument(
+        "--vouch",
+        action="append",
+        metavar="GLOB",
+        help="a path whose tool outputs the operator vouches for, judged as its own instructions "
+        "rather than as untrusted content (repeatable; none by default; classifiers/vouched.py)",
+    )
+    sp.add_argument(
         "--block-limit",
         type=int,
         metavar="N",
@@ -199,6 +206,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     flags = {field: getattr(args, dest) for dest, field in SERVE_FLAGS.items() if hasattr(args, dest)}
     if "monitor_classifiers" in flags:
         flags["monitor_classifiers"] = parse_names(flags["monitor_classifiers"])
+    if "vouch" in flags:
+        flags["vouch"] = tuple(flags["vouch"])
     if "block_limit" in flags:
         flags["block_limit"] = flags["block_limit"] or None
     if "policy_path" in flags:
@@ -225,6 +234,7 @@ SERVE_FLAGS = {
     "block_limit": "block_limit",
     "release_hold": "release_hold",
     "policy": "policy_path",
+    "vouch": "vouch",
     "flags": "flags_path",
     "billing": "billing_path",
     "billing_journal": "billing_journal_path",

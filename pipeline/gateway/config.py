@@ -12,6 +12,7 @@ from deltaguard import defaults
 from deltaguard.access import default_hosts
 from deltaguard.bounds import RequestLimits
 from deltaguard.classifiers.registry import DEFAULT_NAMES
+from deltaguard.classifiers.vouched import glob_pattern
 from deltaguard.errors import StateBackendError
 from deltaguard.journal import JournalCadence
 from deltaguard.lanes.pending_verdicts import VerdictWait
@@ -38,6 +39,13 @@ class GatewayConfig(BaseModel):
             parse_state_url(value)
         except StateBackendError as exc:
             raise ValueError(str(exc)) from exc
+        return value
+
+    @field_validator("vouch")
+    @classmethod
+    def _vouch_globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for glob in value:
+            glob_pattern(glob)  # a ValueError names the glob
         return value
 
     host: str = defaults.HOST
@@ -81,6 +89,9 @@ class GatewayConfig(BaseModel):
     classifiers: tuple[str, ...] = DEFAULT_NAMES
     # Classifiers run in the monitor lane (beside inference) instead of the gate lane.
     monitor_classifiers: tuple[str, ...] = ()
+    # Paths whose tool outputs the operator vouches for (classifiers/vouched.py): judged as
+    # the operator's own instructions. None by default.
+    vouch: tuple[str, ...] = ()
     # Classifiers that score the model's output while it streams (flags before the end).
     output_stream_classifiers: tuple[str, ...] = ("secrets", "pii", "harm")
     flags_path: str | None = None  # JSONL file for flag events (in memory when unset)

@@ -41,9 +41,10 @@ def _uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_l
 
 def scorer_for(config: GatewayConfig) -> Scorer:
     """The configured classifiers, plus any opt-in ones the monitor lane names (the encoder),
-    with the configured policy."""
+    with the configured policy and the paths the operator vouches for."""
     names = tuple(dict.fromkeys((*config.classifiers, *config.monitor_classifiers)))
-    return build_scorer(names, policy=load_policy(Path(config.policy_path)) if config.policy_path else None)
+    policy = load_policy(Path(config.policy_path)) if config.policy_path else None
+    return build_scorer(names, policy=policy, vouch=config.vouch)
 
 
 def serve(

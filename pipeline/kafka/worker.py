@@ -428,12 +428,18 @@ def build_worker_app(settings: KafkaSettings, scorer: Scorer) -> tuple[WorkerApp
     return app, worker
 
 
-def run_worker(settings: KafkaSettings, classifier_names: Sequence[str], loglevel: str = "info") -> int:
-    """Run one worker until SIGTERM/SIGINT (blocks; exits the process like faust does)."""
+def run_worker(
+    settings: KafkaSettings,
+    classifier_names: Sequence[str],
+    loglevel: str = "info",
+    vouch: Sequence[str] = (),
+) -> int:
+    """Run one worker until SIGTERM/SIGINT (blocks; exits the process like faust does).
+    `vouch`: the paths the gateway vouches for (serve --vouch), so both judge alike."""
     from deltaguard.kafka.topics import ensure_topics
     from deltaguard.state.loading import build_scorer
 
-    scorer = build_scorer(names=tuple(classifier_names))
+    scorer = build_scorer(names=tuple(classifier_names), vouch=vouch)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     if settings.create_topics:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers
+from deltaguard.classifiers.vouched import vouched
 from deltaguard.models import MODELS_DIR
 from deltaguard.state.policy import Policy
 from deltaguard.state.scoring import Scorer
@@ -16,10 +17,12 @@ def build_scorer(
     models_dir: Path = MODELS_DIR,
     policy: Policy | None = None,
     thresholds: Mapping[str, float] | None = None,
+    vouch: Sequence[str] = (),
 ) -> Scorer:
     """Load the classifiers (scores on the 0.5-threshold scale, see classifiers/scaled.py)
-    with the default policy, or `policy`; `thresholds` override it per category."""
+    with the default policy, or `policy`; `thresholds` override it per category. `vouch`:
+    globs of the paths whose tool outputs the operator vouches for (classifiers/vouched.py)."""
     policy = policy or Policy()
     if thresholds:
         policy = policy.with_thresholds(thresholds)
-    return Scorer(load_classifiers(names, models_dir), policy)
+    return Scorer(vouched(load_classifiers(names, models_dir), vouch), policy)

@@ -287,6 +287,14 @@ def add_replay_options(rp: argparse.ArgumentParser) -> None:
     rp.add_argument(
         "--diff", action="store_true", help="report the verdicts that differ from the recorded ones"
     )
+    rp.add_argument(
+        "--vouch",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="a path whose tool outputs the operator vouches for, judged as its own instructions "
+        "(repeatable; classifiers/vouched.py)",
+    )
 
 
 def replay_scorer(args: argparse.Namespace) -> Scorer:
@@ -302,6 +310,7 @@ def replay_scorer(args: argparse.Namespace) -> Scorer:
         getattr(args, "models_dir", None) or MODELS_DIR,
         policy=load_policy(policy_path) if policy_path else None,
         thresholds=dict(args.threshold),
+        vouch=getattr(args, "vouch", None) or (),
     )
 
 
