@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -87,13 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the detector and the encoder always run there)",
     )
     sp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
-    sp.add_argument(
-        "--vouch",
-        action="append",
-        metavar="GLOB",
-        help="a path whose tool outputs the operator vouches for, judged as its own instructions "
-        "rather than as untrusted content (repeatable; none by default; classifiers/vouched.py)",
-    )
+    _add_vouch(sp)
     sp.add_argument(
         "--block-limit",
         type=int,
@@ -162,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--out", type=Path, default=Path("eval/out/eval"), help="report, curves and policy.json")
     ep.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     ep.add_argument("--classifiers", type=parse_names, default=DEFAULT_NAMES)
+    _add_vouch(ep, default=[])
     ep.add_argument("--no-plots", action="store_true", help="JSON, markdown and the policy file only")
 
     cp = sub.add_parser(
@@ -175,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     cp.add_argument("--classifiers", type=parse_names, default=DEFAULT_NAMES)
+    _add_vouch(cp, default=[])
     cp.add_argument("--no-plots", action="store_true", help="JSON, markdown and the policy file only")
 
     vp = sub.add_parser("review", help="a local web page to review recorded flags and mark false positives")
@@ -182,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--host", default=defaults.HOST, help="a loopback address (the page binds nothing else)")
     vp.add_argument("--port", type=int, default=8401)
     vp.add_argument("--export", type=Path, metavar="FILE", help="write the reviewed recordings here and exit")
+    _add_vouch(vp, default=[])
     vp.add_argument("--log-level", default="info")
 
     from deltaguard.kafka.command import add_worker_parser
@@ -191,6 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(sub)
     return parser
+
+
+def _add_vouch(parser: argparse.ArgumentParser, **default: Any) -> None:
+    """`--vouch GLOB`, repeatable: the serve flag, and the same for the commands that rescore
+    what it served (`default=[]` where the parser has no default of its own)."""
+    parser.add_argument(
+        "--vouch",
+        action="append",
+        metavar="GLOB",
+        help="a path whose tool outputs the operator vouches for, judged as its own instructions "
+        "rather than as untrusted content (repeatable; none by default; classifiers/vouched.py)",
+        **default,
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -324,7 +335,8 @@ def _eval_scorer(args: argparse.Namespace) -> Any:
     from deltaguard.state.loading import build_scorer
     from deltaguard.state.policy import load_policy
 
-    return build_scorer(args.classifiers, policy=load_policy(args.policy) if args.policy else None)
+    policy = load_policy(args.policy) if args.policy else None
+    return build_scorer(args.classifiers, policy=policy, vouch=args.vouch)
 
 
 def _eval_outputs(result: Any, args: argparse.Namespace, scorer: Any, what: str) -> int:
@@ -387,7 +399,8 @@ def cmd_review(args: argparse.Namespace) -> int:
         return 0
     check_loopback(args.host)
     print(f"review page: http://{args.host}:{args.port}/review", file=sys.stderr)
-    serve_review(args.store, args.host, args.port, api_keys_from_env(), build_scorer, args.log_level)
+    scorer = functools.partial(build_scorer, vouch=args.vouch)  # loaded when a replay asks
+    serve_review(args.store, args.host, args.port, api_keys_from_env(), scorer, args.log_level)
     return 0
 
 
