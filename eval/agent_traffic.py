@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.tools.evaluate import wilson
-from eval.replay_eval import replay
+from eval.replay_eval import models_option, replay
 from eval.report import write_report
 from training.lib.agent_files import agent_documents
 from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     extra: list[str] = []  # replay's options
     shown: list[str] = []  # this command's, for the report
     if args.models:
-        extra += ["--models-dir", str(args.models)]
+        extra += models_option(args.models)
         shown += ["--models", str(args.models)]
     if args.classifiers:
         extra += ["--classifiers", args.classifiers]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.tools.evaluate import wilson
-from eval.replay_eval import replay_conversations
+from eval.replay_eval import models_option, replay_conversations, tool_read
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "dilution.md"
@@ -65,18 +65,7 @@ def insert(text: str, sentence: str, rng: random.Random) -> tuple[str, int]:
 
 def conversation(cid: str, output: str, span: tuple[int, int] | None = None) -> dict[str, Any]:
     """The agent reads one file; `span`: where the injected sentence is in it."""
-    call = {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{}"}
-    return {
-        "id": cid,
-        "labels": {"span": list(span) if span else None},
-        "turns": [
-            {"input": [{"role": "user", "content": TASK}], "output": [call]},
-            {
-                "input": [{"type": "function_call_output", "call_id": "call_1", "output": output}],
-                "output": [{"role": "assistant", "content": "Done."}],
-            },
-        ],
-    }
+    return {**tool_read(cid, TASK, "read_file", output), "labels": {"span": list(span) if span else None}}
 
 
 def build(n: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -196,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
     args = parser.parse_args(argv)
-    extra = ["--models-dir", str(args.models)] if args.models else []
+    extra = models_option(args.models)
     convs = build(args.n)
     verdicts = replay_conversations(convs, args.out, extra)
     summary = summarise(verdicts, {c["id"]: c["labels"]["span"] for c in convs})

@@ -27,7 +27,7 @@ from typing import Any
 
 from deltaguard.tools.evaluate import wilson
 from eval.detection_eval import fmt_ci
-from eval.replay_eval import replay_conversations
+from eval.replay_eval import models_option, replay_conversations, tool_read
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "latent_injection.md"
@@ -38,6 +38,7 @@ SNIPPETS = 5  # paragraphs per fact-snippet document, as the probes' DEFAULT_PAR
 PER_KIND = 60
 ATTACK = frozenset({"prompt_injection", "jailbreak"})
 DEFAULT_TASK = "Summarize the following document."
+TOOL = "read_document"
 
 
 @dataclass(frozen=True)
@@ -102,20 +103,6 @@ def documents(
     return out
 
 
-def conversation(cid: str, task: str, output: str) -> dict[str, Any]:
-    call = {"type": "function_call", "call_id": "call_1", "name": "read_document", "arguments": "{}"}
-    return {
-        "id": cid,
-        "turns": [
-            {"input": [{"role": "user", "content": task}], "output": [call]},
-            {
-                "input": [{"type": "function_call_output", "call_id": "call_1", "output": output}],
-                "output": [{"role": "assistant", "content": "Done."}],
-            },
-        ],
-    }
-
-
 def build(per_kind: int, cache: Path | None = None) -> list[dict[str, Any]]:
     from training.corpus.wheels import open_wheel
 
@@ -130,8 +117,8 @@ def build(per_kind: int, cache: Path | None = None) -> list[dict[str, Any]]:
         for i, (task, injected, clean) in enumerate(
             documents(kind, classes[kind.probe], payload_list, per_kind, f"latent:{name}")
         ):
-            convs.append(conversation(f"{name}:{i}:injected", task, injected))
-            convs.append(conversation(f"{name}:{i}:clean", task, clean))
+            convs.append(tool_read(f"{name}:{i}:injected", task, TOOL, injected))
+            convs.append(tool_read(f"{name}:{i}:clean", task, TOOL, clean))
     return convs
 
 
@@ -180,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
     args = parser.parse_args(argv)
-    extra = ["--models-dir", str(args.models)] if args.models else []
+    extra = models_option(args.models)
     convs = build(args.per_kind)
     verdicts = replay_conversations(convs, args.out, extra)
     summary = summarise(verdicts)

@@ -57,22 +57,31 @@ TASKS = {
 }
 
 
-def conversation(i: int, row: dict[str, Any]) -> dict[str, Any]:
-    """One test row as an agent conversation (see the module docstring)."""
-    cid = f"row-{i}"
-    reply = [{"role": "assistant", "content": "Done."}]
-    if row["channel"] not in TASKS:
-        return {"id": cid, "turns": [{"input": [{"role": "user", "content": row["text"]}], "output": reply}]}
-    task, tool = TASKS[row["channel"]]
+REPLY = [{"role": "assistant", "content": "Done."}]
+
+
+def tool_read(cid: str, task: str, tool: str, text: str) -> dict[str, Any]:
+    """A conversation in which the agent reads `text` through `tool`: the user's task and the
+    model's call, then `text` as the next turn's `function_call_output` (the agent loop's
+    next request) and the model's answer."""
     call = {"type": "function_call", "call_id": "call_1", "name": tool, "arguments": "{}"}
-    output = {"type": "function_call_output", "call_id": "call_1", "output": row["text"]}
+    output = {"type": "function_call_output", "call_id": "call_1", "output": text}
     return {
         "id": cid,
         "turns": [
             {"input": [{"role": "user", "content": task}], "output": [call]},
-            {"input": [output], "output": reply},
+            {"input": [output], "output": REPLY},
         ],
     }
+
+
+def conversation(i: int, row: dict[str, Any]) -> dict[str, Any]:
+    """One test row as an agent conversation (see the module docstring)."""
+    cid = f"row-{i}"
+    if row["channel"] not in TASKS:
+        return {"id": cid, "turns": [{"input": [{"role": "user", "content": row["text"]}], "output": REPLY}]}
+    task, tool = TASKS[row["channel"]]
+    return tool_read(cid, task, tool, row["text"])
 
 
 def through_tools(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,6 +112,11 @@ def replay(src: Path, out: Path, extra: list[str]) -> tuple[dict[str, list[dict[
     seconds = time.perf_counter() - t0
     verdicts = json.loads(out.read_text(encoding="utf-8"))["conversations"]
     return {c["id"]: c["turns"] for c in verdicts}, seconds
+
+
+def models_option(models: Path | None) -> list[str]:
+    """`replay`'s option for an evaluation's `--models DIR` (none for the shipped models)."""
+    return ["--models-dir", str(models)] if models else []
 
 
 def replay_conversations(
