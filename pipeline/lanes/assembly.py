@@ -81,7 +81,9 @@ class TrackerTable:
             if self.factory is ConversationStore:
                 # One namespace per lane and tenant, in the process and in the backend.
                 namespace = f"{lane}/{quote(tenant, safe='')}"
-                store = ConversationStore(self.limits, backend=self.backend, namespace=namespace)
+                store = ConversationStore(
+                    self.limits, backend=self.backend, namespace=namespace, scorer_tag=scorer.tag
+                )
             else:
                 store = self.factory(self.limits)
             tracker = self.trackers[(lane, tenant)] = ConversationTracker(scorer, store)

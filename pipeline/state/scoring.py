@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -208,6 +209,12 @@ class Scorer:
     @property
     def versions(self) -> dict[str, str]:
         return {c.name: c.version for c in self.classifiers}
+
+    @property
+    def tag(self) -> str:
+        """A short digest of `versions`: what a stored snapshot's states were made by."""
+        text = json.dumps(sorted(self.versions.items()), separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
     def without_memo(self) -> Scorer:
         """The same loaded classifiers and policy, none of them remembering item results

@@ -299,7 +299,12 @@ def _snapshot_from_json(text: str) -> Snapshot:
 
 class ConversationStore:
     """Bounded response records and snapshots of one lane and tenant (module docstring),
-    in the process and, given a backend, in it under `namespace`."""
+    in the process and, given a backend, in it under `namespace`.
+
+    Snapshots are kept under `scorer_tag` too (`Scorer.tag`, the classifiers' versions):
+    a process whose models changed never resumes the states another version made (a
+    restart after an upgrade, a replica not yet upgraded); it refolds the recorded history,
+    which no version owns, so its verdicts are still those of a full rescore."""
 
     def __init__(
         self,
@@ -308,11 +313,13 @@ class ConversationStore:
         *,
         backend: StateBackend | None = None,
         namespace: str = "gate/default",
+        scorer_tag: str = "",
     ) -> None:
         self.limits = limits = limits or StoreLimits()
         self.clock = clock
         self.backend = backend
         self.namespace = namespace
+        self.scorer_tag = scorer_tag
         common: dict[str, Any] = {
             "ttl_s": limits.ttl_s,
             "backend": backend,
@@ -333,7 +340,7 @@ class ConversationStore:
             **common,
         )
         self.snapshots: StateMap[bytes, Snapshot] = StateMap(
-            f"{namespace}/s",
+            f"{namespace}/s/{scorer_tag}" if scorer_tag else f"{namespace}/s",
             max_entries=limits.max_snapshots,
             max_bytes=limits.max_bytes,
             encode=_snapshot_json,

@@ -49,8 +49,12 @@ class ConversationTracker:
     """
 
     def __init__(self, scorer: Scorer, store: ConversationStore | None = None) -> None:
+        if store is not None and store.scorer_tag not in ("", scorer.tag):
+            raise ValueError(
+                f"the store keeps snapshots of scorer {store.scorer_tag}, not of this one ({scorer.tag})"
+            )
         self.scorer = scorer
-        self.store = store or ConversationStore()
+        self.store = store or ConversationStore(scorer_tag=scorer.tag)
         self._lock = threading.Lock()
 
     def _snapshot_at(self, rec: ResponseRecord | None) -> tuple[Snapshot, Fold | None]:

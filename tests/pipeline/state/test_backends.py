@@ -3,6 +3,7 @@ tenants, expiry, the lock-out; Redis is a real redis-server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -60,8 +61,11 @@ def durable_url(request, tmp_path):
 
 
 def tracker(backend, namespace="gate/default", **limits):
-    store = ConversationStore(StoreLimits(**limits), backend=backend, namespace=namespace)
-    return ConversationTracker(Scorer([ItemCounter()]), store)
+    scorer = Scorer([ItemCounter()])
+    store = ConversationStore(
+        StoreLimits(**limits), backend=backend, namespace=namespace, scorer_tag=scorer.tag
+    )
+    return ConversationTracker(scorer, store)
 
 
 def test_continuations_forks_and_notes_keep_their_shape(state_url):
@@ -104,6 +108,47 @@ def test_a_new_process_continues_from_the_backend(durable_url):
     second.close()
 
 
+class Doubler(ItemCounter):
+    """The counter's next version: two per item, so a resumed state shows which made it."""
+
+    version = "test-2"
+
+    def update(self, state, items):
+        upd = super().update(state, items)
+        return dataclasses.replace(upd, state={**upd.state, "n": state["n"] + 2 * len(items)})
+
+
+def test_a_process_with_other_models_refolds_the_history_it_resumes(durable_url):
+    """An upgrade restarts onto the old process's backend: the records carry over, the
+    states the old models made do not, and the verdict is the new models' full rescore."""
+    first = open_backend(durable_url)
+    tracker(first).score_turn("r1", [user("BOOM"), user("b")])
+    first.close()
+
+    second = open_backend(durable_url)
+    store = ConversationStore(StoreLimits(), backend=second, scorer_tag=Scorer([Doubler()]).tag)
+    upgraded = ConversationTracker(Scorer([Doubler()]), store)
+    turn = upgraded.score_turn("r2", [user("c")], "r1")
+    assert turn.fold.after.states["counter"]["n"] == 6  # 2 x 3 items, not 2 + 2 x 1
+    assert upgraded.scorer.classifiers[0].items_seen == 3 and store.stats.rebuilds == 1
+    assert turn.fold.after.scores["secrets"] == 1.0
+    second.close()
+
+    # The old version, still running on another replica, keeps its own snapshots.
+    third = open_backend(durable_url)
+    old = tracker(third)
+    assert old.score_turn("r3", [user("d")], "r1").fold.after.states["counter"]["n"] == 3
+    assert old.scorer.classifiers[0].items_seen == 1
+    third.close()
+
+
+def test_a_store_refuses_a_scorer_it_does_not_keep_snapshots_for():
+    store = ConversationStore(scorer_tag=Scorer([ItemCounter()]).tag)
+    with pytest.raises(ValueError, match="snapshots of scorer"):
+        ConversationTracker(Scorer([Doubler()]), store)
+    assert Scorer([ItemCounter()]).tag != Scorer([Doubler()]).tag
+
+
 def test_tenants_and_lanes_are_namespaces(state_url):
     backend = open_backend(state_url)
     alpha, beta = tracker(backend, "gate/alpha"), tracker(backend, "gate/beta")
@@ -134,7 +179,7 @@ def test_records_are_json_in_the_backend(tmp_path):
     text = backend.get("gate/default/r/r1")
     obj = json.loads(text)
     assert obj["items"][0]["text"] == "hi" and obj["notes"] == {"digest": {"$bytes": "01"}}
-    snapshot = backend.get("gate/default/s/" + t.record("r1").chain.hex())
+    snapshot = backend.get(f"gate/default/s/{t.scorer.tag}/" + t.record("r1").chain.hex())
     assert json.loads(snapshot)["states"]["counter"]["n"] == 1
 
 
