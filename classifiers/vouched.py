@@ -23,6 +23,7 @@ in delta mode and in full mode.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import hashlib
@@ -63,6 +64,30 @@ def glob_pattern(glob: str) -> re.Pattern[str]:
             out.append(re.escape(body[i]))
             i += 1
     return re.compile("(?:.*/)?" + "".join(out))
+
+
+def add_vouch_option(parser: argparse.ArgumentParser, **default: Any) -> None:
+    """`--vouch GLOB`, repeatable, a malformed glob refused as the command line is read: serve's
+    flag, and the same on the commands that judge what it served (replay, eval, calibrate,
+    review, worker); `default=[]` where the parser has no default of its own."""
+    parser.add_argument(
+        "--vouch",
+        action="append",
+        type=_glob_argument,
+        metavar="GLOB",
+        help="a path whose tool outputs the operator vouches for, judged as its own instructions "
+        "rather than as untrusted content (repeatable; none by default; give each command the "
+        "gateway's; classifiers/vouched.py)",
+        **default,
+    )
+
+
+def _glob_argument(glob: str) -> str:
+    try:
+        glob_pattern(glob)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return glob
 
 
 class VouchedPaths:

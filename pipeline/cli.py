@@ -34,6 +34,7 @@ def _comma_list(text: str) -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     from deltaguard.classifiers.registry import DEFAULT_NAMES, parse_names
+    from deltaguard.classifiers.vouched import add_vouch_option
 
     parser = argparse.ArgumentParser(prog="deltaguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the detector and the encoder always run there)",
     )
     sp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
-    _add_vouch(sp)
+    add_vouch_option(sp)
     sp.add_argument(
         "--block-limit",
         type=int,
@@ -157,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--out", type=Path, default=Path("eval/out/eval"), help="report, curves and policy.json")
     ep.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     ep.add_argument("--classifiers", type=parse_names, default=DEFAULT_NAMES)
-    _add_vouch(ep, default=[])
+    add_vouch_option(ep, default=[])
     ep.add_argument("--no-plots", action="store_true", help="JSON, markdown and the policy file only")
 
     cp = sub.add_parser(
@@ -171,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("--policy", type=Path, metavar="FILE", help=POLICY_HELP)
     cp.add_argument("--classifiers", type=parse_names, default=DEFAULT_NAMES)
-    _add_vouch(cp, default=[])
+    add_vouch_option(cp, default=[])
     cp.add_argument("--no-plots", action="store_true", help="JSON, markdown and the policy file only")
 
     vp = sub.add_parser("review", help="a local web page to review recorded flags and mark false positives")
@@ -179,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--host", default=defaults.HOST, help="a loopback address (the page binds nothing else)")
     vp.add_argument("--port", type=int, default=8401)
     vp.add_argument("--export", type=Path, metavar="FILE", help="write the reviewed recordings here and exit")
-    _add_vouch(vp, default=[])
+    add_vouch_option(vp, default=[])
     vp.add_argument("--log-level", default="info")
 
     from deltaguard.kafka.command import add_worker_parser
@@ -189,19 +190,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(sub)
     return parser
-
-
-def _add_vouch(parser: argparse.ArgumentParser, **default: Any) -> None:
-    """`--vouch GLOB`, repeatable: the serve flag, and the same for the commands that rescore
-    what it served (`default=[]` where the parser has no default of its own)."""
-    parser.add_argument(
-        "--vouch",
-        action="append",
-        metavar="GLOB",
-        help="a path whose tool outputs the operator vouches for, judged as its own instructions "
-        "rather than as untrusted content (repeatable; none by default; classifiers/vouched.py)",
-        **default,
-    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from deltaguard.kafka.settings import KafkaSettings
 def add_worker_parser(sub: Any) -> None:
     """Add the `worker` subcommand to the CLI's subparsers."""
     from deltaguard.classifiers.registry import parse_names
+    from deltaguard.classifiers.vouched import add_vouch_option
 
     wk = sub.add_parser("worker", help="run a monitor-lane worker on Kafka (faust-streaming)")
     wk.add_argument("--broker", help="kafka://HOST:PORT (overrides --config)")
@@ -30,14 +31,7 @@ def add_worker_parser(sub: Any) -> None:
         help="the gateway's TOML file (serve --config: broker, kafka_config, classifiers), "
         "or a JSON file of KafkaSettings fields",
     )
-    wk.add_argument(
-        "--vouch",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="a path whose tool outputs the operator vouches for, as serve --vouch (repeatable; give "
-        "the gateway's)",
-    )
+    add_vouch_option(wk, default=[])
     wk.add_argument("--data-dir", type=Path, help="faust data directory (default: a temporary one)")
     wk.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"
@@ -58,7 +52,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from deltaguard.classifiers.registry import DEFAULT_NAMES
-    from deltaguard.classifiers.vouched import glob_pattern
 
     try:
         settings = worker_settings(args)
@@ -69,11 +62,5 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from deltaguard.kafka.worker import run_worker
     except ModuleNotFoundError as exc:
         print(f"deltaguard worker: {exc.name} is missing: pip install 'deltaguard[kafka]'", file=sys.stderr)
-        return 2
-    try:
-        for glob in args.vouch:
-            glob_pattern(glob)
-    except ValueError as exc:
-        print(f"deltaguard worker: {exc}", file=sys.stderr)
         return 2
     return run_worker(settings, args.classifiers or DEFAULT_NAMES, loglevel=args.loglevel, vouch=args.vouch)

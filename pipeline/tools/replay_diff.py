@@ -272,6 +272,7 @@ def replay_store(
 def add_replay_options(rp: argparse.ArgumentParser) -> None:
     """`replay`'s options for recorded transcripts, other models and diffs."""
     from deltaguard.classifiers.registry import parse_names
+    from deltaguard.classifiers.vouched import add_vouch_option
 
     rp.add_argument("--from-store", type=Path, metavar="PATH", help="replay the recordings of this store")
     rp.add_argument("--conversation", metavar="ID", help="only this conversation (with --from-store)")
@@ -287,14 +288,7 @@ def add_replay_options(rp: argparse.ArgumentParser) -> None:
     rp.add_argument(
         "--diff", action="store_true", help="report the verdicts that differ from the recorded ones"
     )
-    rp.add_argument(
-        "--vouch",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="a path whose tool outputs the operator vouches for, judged as its own instructions "
-        "(repeatable; classifiers/vouched.py)",
-    )
+    add_vouch_option(rp, default=[])
 
 
 def replay_scorer(args: argparse.Namespace) -> Scorer:

@@ -78,6 +78,18 @@ def test_a_malformed_glob_is_refused_by_name(glob):
         glob_pattern(glob)
 
 
+def test_every_command_refuses_a_malformed_glob_as_it_reads_its_command_line(capsys):
+    from deltaguard.cli import build_parser
+
+    for command in (["serve"], ["worker"], ["replay", "t.jsonl"], ["eval", "d"], ["review"]):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*command, "--vouch", ".agents/*.md", "--vouch", " SKILL.md"])
+        assert exited.value.code == 2
+        assert "argument --vouch: a vouched path must be a non-empty glob" in capsys.readouterr().err
+    args = build_parser().parse_args(["worker", "--vouch", ".agents/*.md", "--vouch", "**/SKILL.md"])
+    assert args.vouch == [".agents/*.md", "**/SKILL.md"]
+
+
 def test_a_call_names_a_path_in_its_arguments_or_a_shell_command():
     paths = VouchedPaths([SKILLS])
     assert paths.names(parse_item(call("c1", path=".claude/skills/r/SKILL.md")))
