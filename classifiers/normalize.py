@@ -35,6 +35,7 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote_plus
 
 import numpy as np
@@ -56,7 +57,9 @@ __all__ = [
 # (`views(text, version)`); VERSION is what new models train on. 2: decoded text may span
 # lines (1 left encoded text with line breaks encoded). Both leave e-mail addresses unfolded
 # (`_in_address`, a correction made after the shipped models were trained: folding them gave
-# 30% of the benign tool outputs and documents an extra view, and its leetspeak marker).
+# 30% of the benign tool outputs and documents an extra view, and its leetspeak marker), and
+# fold a word with one run of leet characters only when it spells a word (`_spells_word`, the
+# same kind of correction, for decorators, $variables and library names).
 VERSION = "2"
 VERSIONS = ("1", "2")
 MAX_SEGMENTS = 16  # encoded segments decoded per text
@@ -119,6 +122,8 @@ _URL = re.compile(r"(?:[\w.~+-]*%[0-9A-Fa-f]{2}){3,}[\w.~+-]*")
 _LEET_CHARS = "013457@$"
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
 _HEXLIKE = re.compile(r"[0-9a-fA-F]+")
+_LEET_L = str.maketrans({"0": "o", "1": "l", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
+_LEET_RUN = re.compile(r"[013457@$]+")
 _NOT_LEET_NEIGHBOURS = frozenset("_26789/+=-\\")
 MAX_LEET_CHARS = 24
 
@@ -176,8 +181,10 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 def warm() -> None:
-    """Build the per-code-point tables now (about a second, once per process)."""
+    """Build the per-code-point tables and read the word list now (about a second, once
+    per process)."""
     _tables()
+    _words()
 
 
 def _points(text: str) -> np.ndarray:
@@ -336,6 +343,28 @@ def _in_address(text: str, start: int, end: int) -> bool:
     return "@" in text[start:end] and text[end : end + 1] == "." and text[end + 1 : end + 2].isalnum()
 
 
+@functools.cache
+def _words() -> frozenset[str]:
+    """The whole lowercase words of the detector's tokenizer vocabulary (words.txt)."""
+    return frozenset(Path(__file__).with_name("words.txt").read_text().split())
+
+
+def _spells_word(folded: str, word: str) -> bool:
+    """Whether `folded` (`word` spelled out) is a word, reading its 1s as i or as l
+    ("wou1d"); the fold itself keeps i, as the models were trained."""
+    words = _words()
+    return folded in words or ("1" in word and word.translate(_LEET_L).lower() in words)
+
+
+def _one_substitution(word: str) -> bool:
+    """Whether the word's leet characters are one run ("pr0mpt", "@property", "10th"), not
+    several ("1gn0r3"). One run is what identifiers, decorators, variables and numbers with
+    a unit have, so such a fold must spell a word to count (a correction made after the
+    shipped models were trained, like `_in_address`: 12% of real coding-agent tool outputs
+    had an extra view and its leetspeak marker for them)."""
+    return len(_LEET_RUN.findall(word)) == 1
+
+
 def fold_leet(text: str) -> tuple[str, int]:
     """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many."""
     # One byte per character (non-ASCII as "?"), shaped so that a byte search finds every
@@ -366,7 +395,10 @@ def fold_leet(text: str) -> tuple[str, int]:
             continue  # part of an identifier, a number, a path or an encoded blob
         if _in_address(text, start, end):
             continue
-        folded = _leet_word(text[start:end])
+        word = text[start:end]
+        folded = _leet_word(word)
+        if folded is not None and _one_substitution(word) and not _spells_word(folded, word):
+            continue  # spells no word: a decorator, a $variable, html5lib, 3rd, 10px
         if folded is not None:
             out += [text[last:start], folded]
             last = end

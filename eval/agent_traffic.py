@@ -62,13 +62,19 @@ AGENT_FILE_GLOBS = (
 )
 
 
-def write_transcripts(split: str, path: Path, scale: float = 1.0) -> list[dict[str, Any]]:
+def conversations(split: str, scale: float = 1.0) -> list[dict[str, Any]]:
+    """The benign conversations of every agent kind built from `split`'s sources, `scale`
+    times as many of each kind as the report has."""
     from training.lib.agent_traffic import COUNTS
 
     docs = [d for d in all_documents() if d.split == split]
     agent_docs = [d for d in agent_documents() if d.split == split]
     counts = {k: max(1, int(n * scale)) for k, n in COUNTS.items()}
-    convs = list(build_conversations(docs, held_back_chats(split), counts, seed=0, agent_docs=agent_docs))
+    return list(build_conversations(docs, held_back_chats(split), counts, seed=0, agent_docs=agent_docs))
+
+
+def write_transcripts(split: str, path: Path, scale: float = 1.0) -> list[dict[str, Any]]:
+    convs = conversations(split, scale)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for c in convs:

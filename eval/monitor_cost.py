@@ -11,7 +11,10 @@ machine load, on one onnxruntime thread with the item memo off (every text is ne
   outputs, runbooks, READMEs, security articles; training/lib/detection_data.py), where the
   screen clears less;
 - injections through tools from the same split, which the screen should never clear: the
-  cost of suspicious text.
+  cost of suspicious text;
+- tool outputs of the real benign agent traffic (eval/agent_traffic.py's test-split
+  conversations: repository files, issues, logs, diffs, web pages, policies, mail), text
+  that no one here wrote, as agents read it.
 
 The previous release's detector (the `detector-v2` manifest entry) is measured beside it;
 `--models DIR` measures another models folder's, and `--beside DIR` adds DIR's detector
@@ -68,6 +71,21 @@ def corpus_items(benign: bool, n: int) -> list[Item]:
     ]
     random.Random(7).shuffle(rows)
     return [tool_item(r["text"]) for r in rows[:n]]
+
+
+def agent_traffic_items(n: int) -> list[Item]:
+    """Tool outputs of the real benign agent conversations of the test split, a fixed sample."""
+    from eval.agent_traffic import conversations
+
+    outputs = [
+        item["output"]
+        for conv in conversations("test", scale=0.25)
+        for turn in conv["turns"]
+        for item in turn["input"]
+        if item.get("type") == "function_call_output" and isinstance(item.get("output"), str)
+    ]
+    random.Random(7).shuffle(outputs)
+    return [tool_item(text) for text in outputs[:n]]
 
 
 def measure(lanes: dict[str, Classifier], items: list[Item], repeat: int) -> dict[str, list[float]]:
@@ -137,13 +155,23 @@ def main(argv: list[str] | None = None) -> int:
     lines.append("")
     lines.append(f"The screen cleared {cleared(detector, rollouts):.0%} of them.")
     del lanes["frozen encoder (opt-in)"]  # ~4x the detector: the rollouts say enough
-    for title, benign in (("Benign tool outputs and documents", True), ("Injections through tools", False)):
-        items = corpus_items(benign, args.corpus_texts)
+    sets = (
+        (
+            "Benign tool outputs and documents, detection corpus test split",
+            corpus_items(True, args.corpus_texts),
+        ),
+        ("Injections through tools, detection corpus test split", corpus_items(False, args.corpus_texts)),
+        (
+            "Real benign agent tool outputs, eval/agent_traffic.py's test split",
+            agent_traffic_items(args.corpus_texts),
+        ),
+    )
+    for title, items in sets:
         tokens = sum(i.tokens for i in items)
         by = measure(lanes, items, args.repeat)
         lines += [
             "",
-            f"## {title}, detection corpus test split ({len(items)}, {tokens / len(items):.0f} tokens "
+            f"## {title} ({len(items)}, {tokens / len(items):.0f} tokens "
             f"on average; the screen cleared {cleared(detector, items):.0%})",
             "",
             "| classifier | CPU ms per 1,000 tokens | within budget |",
