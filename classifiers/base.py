@@ -42,6 +42,7 @@ __all__ = [
     "Scores",
     "State",
     "Update",
+    "Wrapper",
     "count_tokens",
     "running_max",
     "zero_scores",
@@ -113,6 +114,26 @@ class Classifier(Protocol):
     def initial_state(self) -> State: ...
 
     def update(self, state: State, items: Sequence[Item]) -> Update: ...
+
+
+class Wrapper:
+    """Base of a classifier that wraps another (`inner`): it is the inner one as far as the
+    pipeline can tell (name, version, categories, lane, state bound) until it says otherwise,
+    and passes `initial_state` and `update` through."""
+
+    def __init__(self, inner: Classifier) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.version = inner.version
+        self.categories = inner.categories
+        self.lane = inner.lane
+        self.max_state_bytes = inner.max_state_bytes
+
+    def initial_state(self) -> State:
+        return self.inner.initial_state()
+
+    def update(self, state: State, items: Sequence[Item]) -> Update:
+        return self.inner.update(state, items)
 
 
 def running_max(previous: Mapping[str, float], item_scores: Sequence[Mapping[str, float]]) -> Scores:

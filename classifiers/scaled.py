@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from deltaguard.classifiers.base import Classifier, Finding, Scores, State, Update
+from deltaguard.classifiers.base import Classifier, Finding, Scores, State, Update, Wrapper
 from deltaguard.items import Item
 
 
@@ -42,25 +42,17 @@ def rescale(score: np.ndarray | float, source: float, target: float) -> np.ndarr
     return np.where(half < 0.5, 2.0 * half * target, target + 2.0 * (half - 0.5) * (1.0 - target))
 
 
-class ThresholdScaled:
+class ThresholdScaled(Wrapper):
     """Wraps a classifier; everything but its scores passes through unchanged."""
 
     def __init__(self, inner: Classifier, thresholds: Mapping[str, float]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.thresholds = dict(thresholds)
-        self.name = inner.name
-        self.version = inner.version
-        self.categories = inner.categories
-        self.lane = inner.lane
-        self.max_state_bytes = inner.max_state_bytes
 
     def _scaled(self, scores: Mapping[str, float]) -> Scores:
         return {
             cat: scale(v, self.thresholds[cat]) if cat in self.thresholds else v for cat, v in scores.items()
         }
-
-    def initial_state(self) -> State:
-        return self.inner.initial_state()
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
         upd = self.inner.update(state, items)

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from deltaguard.classifiers.base import Classifier, State, Update
+from deltaguard.classifiers.base import Classifier, State, Update, Wrapper
 from deltaguard.items import Item
 
 OPERATOR_ROLE = "developer"  # how a vouched output is judged
@@ -160,18 +160,16 @@ def _is_output(item: Item) -> bool:
     return item.kind.endswith("_call_output") and isinstance(item.raw.get("call_id"), str)
 
 
-class Vouched:
+class Vouched(Wrapper):
     """Wraps a classifier: the outputs of vouched calls reach it as developer messages."""
 
     def __init__(self, inner: Classifier, paths: VouchedPaths) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.paths = paths
-        self.name = inner.name
         # Its own version: a snapshot folded with other globs, or none, is not this one's
-        # (the Kafka monitor and the recordings compare versions before resuming).
+        # (the Kafka monitor, the gateway's stored snapshots and the recordings compare
+        # versions before resuming).
         self.version = f"{inner.version}+vouched-{_digest(paths.globs)}"
-        self.categories = inner.categories
-        self.lane = inner.lane
         self.max_state_bytes = inner.max_state_bytes + MAX_CALLS * 20 + 32  # keys, quoted
         # What the scorer looks for on a classifier passes through: shared batched calls
         # (the encoders) and the item memo full mode turns off (state/scoring.py unmemoised).

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from deltaguard.classifiers.base import Classifier, State, Update
+from deltaguard.classifiers.base import Classifier, State, Update, Wrapper
 from deltaguard.errors import TranscriptError
 from deltaguard.items import Item
 from deltaguard.state.scoring import Scorer, TurnVerdict, unmemoised
@@ -83,7 +83,7 @@ CLOCKS: dict[str, Clock] = {
 }
 
 
-class TimedClassifier:
+class TimedClassifier(Wrapper):
     """A classifier whose `update` times itself with the bench's clock.
 
     The pipeline's own per-classifier timings are wall-clock; wrapping lets delta, full
@@ -91,17 +91,9 @@ class TimedClassifier:
     """
 
     def __init__(self, inner: Classifier, clock: Clock) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.clock = clock
-        self.name = inner.name
-        self.version = inner.version
-        self.categories = inner.categories
-        self.lane = inner.lane
-        self.max_state_bytes = inner.max_state_bytes
         self.last_ms = 0.0
-
-    def initial_state(self) -> State:
-        return self.inner.initial_state()
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
         t0 = self.clock()
