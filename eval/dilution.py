@@ -153,11 +153,11 @@ def summarise(
     return out
 
 
-def report(s: dict[str, Any], extra: list[str]) -> list[str]:
+def report(s: dict[str, Any], shown: list[str]) -> list[str]:
     lines = [
         "# Injections hidden in long benign text",
         "",
-        f"`python -m eval.dilution{' ' + ' '.join(extra) if extra else ''}`: {s['n']} test-split injections, "
+        f"`python -m eval.dilution{' ' + ' '.join(shown) if shown else ''}`: {s['n']} test-split injections, "
         f"flagged alone: {100 * s['alone']:.1f}%.",
         "",
         "| carrier | recall | recall / recall alone | of those caught alone, still caught "
@@ -191,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(verdicts, {c["id"]: c["labels"]["span"] for c in convs})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    write_report(args.out, report(summary, extra))
+    # The command as typed: the report says how to rerun it, not how replay was called.
+    shown = list(sys.argv[1:] if argv is None else argv)
+    write_report(args.out, report(summary, shown))
     return 0
 
 

