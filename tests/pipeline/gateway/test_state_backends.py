@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from deltaguard.classifiers.base import Update
 from deltaguard.gateway.config import GatewayConfig
 from deltaguard.items import count_tokens
 from deltaguard.state.backends import open_backend
@@ -113,6 +114,44 @@ def test_another_gateway_on_the_same_store_finds_everything(scorer, kind, tmp_pa
         seen = exercise(base)
     with gateway_thread(config(url), scorer) as (base, _):
         check_found(base, seen)
+
+
+class Tally(ItemCounter):
+    """Flags `secrets` once it has counted 6: `step` per item, a step that changes with the
+    version (what an upgrade does to a classifier's state)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__("tally")
+        self.step = step
+        self.version = f"tally-{step}"
+
+    def update(self, state, items):
+        upd = super().update(state, items)
+        n = state["n"] + self.step * len(items)
+        scores = {"secrets": 1.0 if n >= 6 else 0.0}
+        return Update(
+            state={"n": n, "max": scores}, item_scores=[scores] * len(items), scores=scores, tokens=upd.tokens
+        )
+
+
+def test_an_upgraded_gateway_refolds_the_history_it_continues_from_the_store(tmp_path):
+    """The gateway restarted with other models on the same sqlite store continues every
+    conversation, with its own models' verdict over the whole history, never the old
+    models' states: 3 items counted 2 each reach 6 (a block), where resuming the old
+    count (1 each) would give 4."""
+    url = f"sqlite://{tmp_path}/state.db"
+    with gateway_thread(config(url), Scorer([Tally(1)])) as (base, _):
+        client, _ = clients(base)
+        first = client.responses.create(model="sim", input="what is in the repo?")  # 2 items
+    with gateway_thread(config(url), Scorer([Tally(2)])) as (base, _):
+        client, _ = clients(base)
+        with pytest.raises(openai.BadRequestError) as blocked:
+            client.responses.create(model="sim", input="and the tests?", previous_response_id=first.id)
+        assert blocked.value.body["code"] == "safety_blocked"
+    with gateway_thread(config(url), Scorer([Tally(1)])) as (base, _):  # the old version still
+        client, _ = clients(base)
+        again = client.responses.create(model="sim", input="and the docs?", previous_response_id=first.id)
+        assert again.status == "completed"
 
 
 def test_tenants_stay_apart_on_a_shared_store(scorer, redis_url):
