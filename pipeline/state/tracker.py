@@ -54,7 +54,7 @@ class ConversationTracker:
                 f"the store keeps snapshots of scorer {store.scorer_tag}, not of this one ({scorer.tag})"
             )
         self.scorer = scorer
-        self.store = store or ConversationStore(scorer_tag=scorer.tag)
+        self.store = store if store is not None else ConversationStore(scorer_tag=scorer.tag)
         self._lock = threading.Lock()
 
     def _snapshot_at(self, rec: ResponseRecord | None) -> tuple[Snapshot, Fold | None]:
