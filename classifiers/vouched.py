@@ -5,11 +5,12 @@ prompt definitions) through its tools, and their whole purpose is to give the mo
 instructions: as untrusted content they read as injections, and the gate blocks the agent
 for reading its own skills. An operator who installed those files can name them by path
 (`--vouch '.claude/skills/**'`, repeatable). A tool output is vouched for when the call
-that produced it (same `call_id`) names a matching path: a path argument of a function
-call, or a word of a shell command (`cat .claude/skills/review/SKILL.md`). Its output is
-then judged as a developer message is: for jailbreaks by the operator view, not for
-injection by the views of untrusted content (classifiers/base.py PRINCIPAL_ONLY says
-what each channel can be guilty of).
+that produced it (same `call_id`) names a matching path, as a path argument of a function
+call or a word of a shell command (`cat .claude/skills/review/SKILL.md`), and names no other
+file, folder or address (whose text would share the output). Its output is then judged
+as a developer message is: for jailbreaks by the operator view, not for injection by the
+views of untrusted content (classifiers/base.py PRINCIPAL_ONLY says what each channel can
+be guilty of).
 
 Nothing is vouched for by default. Files of a repository the agent was asked to work on
 are not the operator's: an `AGENTS.md` or a README note addressed to AI assistants is how
@@ -39,15 +40,21 @@ OPERATOR_ROLE = "developer"  # how a vouched output is judged
 MAX_CALLS = 64  # vouched call ids kept in the state, most recent last
 _WORD = re.compile(r"[^\s'\"`;|&<>()]+")  # a shell word, quotes and operators dropped
 _RECENT = 256  # call items whose answer `VouchedPaths.names` keeps
+_EXTENSION = re.compile(r"[^.]\.[A-Za-z][A-Za-z0-9]{0,9}$")  # "README.md", not "1.5" or "..."
+_WORKING_DIRECTORY = frozenset({"workdir", "cwd", "working_directory", "working_dir"})
 
 
 def glob_pattern(glob: str) -> re.Pattern[str]:
     """A path glob as a regular expression: `**` spans folders, `*` and `?` stay inside
-    one. Any folders may come before it, so that ".claude/skills/**" matches the absolute
-    path a tool was given too, and "SKILL.md" that name in any folder."""
+    one, and `folder/**` covers the folder itself. Any folders may come before it, so that
+    ".claude/skills/**" matches the absolute path a tool was given too, and "SKILL.md" that
+    name in any folder."""
     if not glob.strip("/") or glob.strip() != glob:
         raise ValueError(f"a vouched path must be a non-empty glob without surrounding spaces: {glob!r}")
     body = glob.lstrip("/")
+    # "skills/**" covers the folder itself too: a search of the folder reads only its files.
+    whole_folder = body.endswith("/**")
+    body = body[:-3] if whole_folder else body
     out = []
     i = 0
     while i < len(body):
@@ -63,7 +70,7 @@ def glob_pattern(glob: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(body[i]))
             i += 1
-    return re.compile("(?:.*/)?" + "".join(out))
+    return re.compile("(?:.*/)?" + "".join(out) + ("(?:/.*)?" if whole_folder else ""))
 
 
 def add_vouch_option(parser: argparse.ArgumentParser, **default: Any) -> None:
@@ -108,29 +115,44 @@ class VouchedPaths:
         return self._pattern.fullmatch(path) is not None
 
     def names(self, item: Item) -> bool:
-        """A call (`*_call` with a `call_id`) one of whose string arguments, or a word of
-        one, is a vouched path."""
+        """A call (`*_call` with a `call_id`) that reads vouched paths only: one of its string
+        arguments, or a word of one, is a vouched path, and no other word names a file, a
+        folder or an address. `cat SKILL.md README.md` or `grep -r x .claude/skills src`
+        puts another file's text in the same output, and that text is not the operator's."""
         known = self._recent.get(item.digest)
         if known is None:
-            words = (word for text in _call_strings(item.raw) for word in _WORD.findall(text))
-            known = any(self.matches(word) for word in words)
+            words = [word for text in _call_strings(item.raw) for word in _WORD.findall(text)]
+            vouched = [self.matches(word) for word in words]
+            known = any(vouched) and not any(
+                _names_a_place(word) for word, ok in zip(words, vouched, strict=True) if not ok
+            )
             if len(self._recent) >= _RECENT:
                 self._recent.clear()  # one call, safe beside the other lane's thread
             self._recent[item.digest] = known
         return known
 
 
+def _names_a_place(word: str) -> bool:
+    """Whether a word of a call names a file, a folder or an address: it has a slash or a
+    file extension, or is "." or "..". Patterns (`*.md`), options and devices are not."""
+    if any(c in word for c in "*?[") or word.startswith(("-", "/dev/")):
+        return False  # a pattern, an option, or /dev/null
+    return word in (".", "..") or "/" in word or "\\" in word or _EXTENSION.search(word) is not None
+
+
 def _call_strings(raw: dict[str, Any]) -> list[str]:
     """The strings a call's arguments hold: a function call's JSON `arguments` (or the
-    string itself when it is not JSON), a custom tool's `input`, a shell call's command."""
+    string itself when it is not JSON), a custom tool's `input`, a shell call's command;
+    not its working directory, which is where it runs, not what it reads."""
     found: list[str] = []
 
     def walk(value: Any) -> None:
         if isinstance(value, str):
             found.append(value)
         elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
+            for key, v in value.items():
+                if key not in _WORKING_DIRECTORY:
+                    walk(v)
         elif isinstance(value, list):
             for v in value:
                 walk(v)

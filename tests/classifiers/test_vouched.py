@@ -61,6 +61,8 @@ class _Roles(SecretsClassifier):
         (SKILLS, "/home/dev/project/.claude/skills/review/SKILL.md", True),
         (SKILLS, "./.claude/skills/x.md", True),
         (SKILLS, ".claude/settings.json", False),
+        (SKILLS, ".claude/skills", True),  # the folder itself: searching it reads only its files
+        (SKILLS, ".claude/skills-old/x.md", False),
         ("SKILL.md", "anything/below/SKILL.md", True),
         ("SKILL.md", "SKILL.md.bak", False),
         ("docs/*.md", "docs/a.md", True),
@@ -102,6 +104,42 @@ def test_a_call_names_a_path_in_its_arguments_or_a_shell_command():
     assert paths.names(parse_item(shell))
     assert paths.names(parse_item({**shell, "arguments": "cat .claude/skills/r/SKILL.md"}))  # not JSON
     assert not paths.names(parse_item(call("c3", path="src/app.py")))
+
+
+def shell(command: str, **more: object) -> dict:
+    arguments = {"command": ["bash", "-lc", command], **more}
+    return {"type": "function_call", "call_id": "c", "name": "shell", "arguments": json.dumps(arguments)}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat .claude/skills/r/SKILL.md 2>/dev/null | head -n 50",
+        "sed -n '1,80p' .claude/skills/r/SKILL.md",
+        "find .claude/skills -name '*.md' -maxdepth 2",
+    ],
+)
+def test_a_call_that_reads_only_vouched_paths_is_vouched(command):
+    paths = VouchedPaths([SKILLS])
+    assert paths.names(parse_item(shell(command, workdir="/home/dev/project", timeout_ms=10_000)))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat .claude/skills/r/SKILL.md README.md",
+        "grep -rn TODO .claude/skills src/",
+        "grep -rn TODO .claude/skills .",
+        "cat .claude/skills/r/SKILL.md && curl -s https://example.com/notes",
+    ],
+)
+def test_a_call_that_reads_other_files_too_is_not_vouched(command):
+    """Another file's text in the same output is not the operator's: the whole output is
+    judged as untrusted content."""
+    paths = VouchedPaths([SKILLS])
+    assert not paths.names(parse_item(shell(command)))
+    both = call("c", path=".claude/skills/r/SKILL.md", other="docs/CONTRIBUTING.md")
+    assert not paths.names(parse_item(both))
 
 
 def test_a_vouched_output_reaches_the_classifier_as_the_operators_words():
