@@ -145,6 +145,11 @@ _WORD_EDGE = re.compile(rb"[ 2]")  # where a word of that shape ends
 # identifiers and paths mostly do not; 1 for the other characters of base64 / hex / URL
 # escapes; 0 for the rest.
 _ENCODED_SHAPE = _shape_table({_LETTERS + b"/=_-": b"\x01", b"0123456789+%\\": b"\x02"}, b"\x00")
+# The same classes as patterns: a regular expression scans a short text faster than numpy
+# sets up (a line, a piece of a tool output), numpy a long one.
+_ENCODED_RUN = re.compile(rf"[A-Za-z0-9/=_+%\\-]{{{MIN_SEGMENT_CHARS},}}")
+_ENCODED_STRONG = re.compile(r"[0-9+%\\]")
+_SHORT_TEXT = 1024  # characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +284,14 @@ _DECODERS = ((_URL, _decode_url), (_HEX, _decode_hex), (_B64, _decode_b64))
 
 def _long_runs(text: str) -> list[str]:
     """Runs of MIN_SEGMENT_CHARS+ characters that could be encoded (every pattern needs one)."""
+    return _long_runs_scanned(text) if len(text) < _SHORT_TEXT else _long_runs_shaped(text)
+
+
+def _long_runs_scanned(text: str) -> list[str]:
+    return sorted({m.group(0) for m in _ENCODED_RUN.finditer(text) if _ENCODED_STRONG.search(m.group(0))})
+
+
+def _long_runs_shaped(text: str) -> list[str]:
     shape = np.frombuffer(text.encode("ascii", "replace").translate(_ENCODED_SHAPE), dtype=np.uint8)
     inside = np.concatenate([[False], shape != 0, [False]])
     edges = np.flatnonzero(inside[1:] != inside[:-1])

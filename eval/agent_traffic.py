@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -71,6 +72,20 @@ def conversations(split: str, scale: float = 1.0) -> list[dict[str, Any]]:
     agent_docs = [d for d in agent_documents() if d.split == split]
     counts = {k: max(1, int(n * scale)) for k, n in COUNTS.items()}
     return list(build_conversations(docs, held_back_chats(split), counts, seed=0, agent_docs=agent_docs))
+
+
+def tool_outputs(split: str, n: int, scale: float = 0.25) -> list[str]:
+    """`n` tool outputs of `split`'s conversations (`scale` times the report's), a fixed
+    sample: what the benchmarks time as real agent traffic."""
+    outputs = [
+        item["output"]
+        for conv in conversations(split, scale)
+        for turn in conv["turns"]
+        for item in turn["input"]
+        if item.get("type") == "function_call_output" and isinstance(item.get("output"), str)
+    ]
+    random.Random(7).shuffle(outputs)
+    return outputs[:n]
 
 
 def write_transcripts(split: str, path: Path, scale: float = 1.0) -> list[dict[str, Any]]:

@@ -11,7 +11,10 @@ whole; in reading 2, as the default serves lexical-v6 now, short ones too). The
 by the action check when the model acts, never by the request) fold the same items in the
 same loop, reported apart, with what the default gate cost per item when it folded the
 sketch too. CPU time of this thread (`time.thread_time`), p50 and p95 per classifier and
-for the lane. Writes eval/out/gate_cost.md.
+for the lane. Then the default gate alone on tool outputs of the real benign agent
+conversations (eval/agent_traffic.py's test split, `--real` of them, of every length), as CPU
+ms per 1,000 tokens over them all: text no one here wrote, as agents read it. Writes
+eval/out/gate_cost.md.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from deltaguard.classifiers.base import Classifier
 from deltaguard.classifiers.lexical import SCORED_ROLES, LexicalClassifier
 from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers, model_thresholds
 from deltaguard.classifiers.scaled import ThresholdScaled
+from deltaguard.items import Item
 from deltaguard.parsing import parse_item
 from deltaguard.tools.rollouts import tool_output
 from eval.detection_eval import entry_of
@@ -39,6 +43,8 @@ TEXTS = 300
 TOKENS = 1000  # per tool output (`--tokens`: short outputs cost more per token)
 REPEAT = 3
 BESIDE = "sketch, beside inference"
+REAL = 300  # real agent tool outputs
+BUDGET_MS = 1.0  # per 1,000-token delta
 
 
 def gate_on(default: list[Classifier], artifact_file: str, reading: int | None = None) -> list[Classifier]:
@@ -50,15 +56,13 @@ def gate_on(default: list[Classifier], artifact_file: str, reading: int | None =
     return [ThresholdScaled(view, model_thresholds(entry)) if c.name == "lexical" else c for c in default]
 
 
+def tool_item(text: str) -> Item:
+    return parse_item({"type": "function_call_output", "call_id": "c", "output": text})
+
+
 def measure(
-    gates: dict[str, list[Classifier]], texts: int, repeat: int, tokens: int = TOKENS
+    gates: dict[str, list[Classifier]], items: list[Item], repeat: int
 ) -> dict[str, dict[str, list[float]]]:
-    items = [
-        parse_item(
-            {"type": "function_call_output", "call_id": "c", "output": tool_output(random.Random(i), tokens)}
-        )
-        for i in range(texts)
-    ]
     times: dict[str, dict[str, list[float]]] = {
         g: {c.name: [] for c in cs} | {"lane": []} for g, cs in gates.items()
     }
@@ -80,11 +84,44 @@ def measure(
     return times
 
 
+def real_traffic(default: list[Classifier], n: int, repeat: int) -> list[str]:
+    """The default gate on real agent tool outputs, which come in every length: CPU per
+    1,000 tokens over them all, per output of 500-2,000 tokens, and a least-squares split
+    of each output's cost into a fixed part and a part per 1,000 tokens."""
+    from eval.agent_traffic import tool_outputs
+
+    items = [tool_item(text) for text in tool_outputs("test", n)]
+    lane = measure({"default": default}, items, repeat)["default"]
+    tokens = np.array([i.tokens for i in items] * repeat, dtype=float)
+    names = [*(c.name for c in default), "lane"]
+    per = {name: sum(lane[name]) / tokens.sum() * 1000 for name in names}
+    ms = np.array(lane["lane"])
+    mid = (tokens >= 500) & (tokens <= 2000)
+    fixed, per_token = np.linalg.lstsq(np.stack([np.ones_like(tokens), tokens], axis=1), ms, rcond=None)[0]
+    return [
+        "",
+        f"## Real agent tool outputs ({len(items)} of eval/agent_traffic.py's test split, "
+        f"{tokens.mean():.0f} tokens on average, x {repeat})",
+        "",
+        f"The default gate, CPU ms per 1,000 tokens over them all (budget {BUDGET_MS:g} ms per "
+        "1,000-token delta):",
+        "",
+        "| " + " | ".join(names) + " |",
+        "|" + "---|" * len(names),
+        "| " + " | ".join(f"{per[name]:.3f}" for name in names) + " |",
+        "",
+        f"Outputs of 500-2,000 tokens ({int(mid.sum()) // repeat}): lane p50 "
+        f"{statistics.median(ms[mid] / tokens[mid] * 1000):.3f} ms per 1,000 tokens. Fitted over all: "
+        f"{fixed:.3f} ms per output plus {per_token * 1000:.3f} ms per 1,000 tokens.",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=TEXTS)
     parser.add_argument("--repeat", type=int, default=REPEAT)
     parser.add_argument("--tokens", type=int, default=TOKENS, help="tokens per tool output")
+    parser.add_argument("--real", type=int, default=REAL, help="real agent tool outputs timed")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     loaded = load_classifiers(DEFAULT_NAMES)
@@ -100,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         "lexical view on lexical-v2": gate_on(default, "lexical-v2.npz"),
         BESIDE: beside,
     }
-    times = measure(gates, args.texts, args.repeat, args.tokens)
+    rollouts = [tool_item(tool_output(random.Random(i), args.tokens)) for i in range(args.texts)]
+    times = measure(gates, rollouts, args.repeat)
     names = [*(c.name for c in default), "lane"]
     lines = [
         f"# Gate-lane CPU per {args.tokens:,}-token tool output",
@@ -126,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|" + "---|" * (len(beside) + 1),
         f"| {BESIDE} | " + " | ".join(_cell(times[BESIDE][c.name]) for c in beside) + f" | {_cell(before)} |",
     ]
+    lines += real_traffic(default, args.real, args.repeat)
     write_report(args.out, lines)
     return 0
 

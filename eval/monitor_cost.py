@@ -75,17 +75,9 @@ def corpus_items(benign: bool, n: int) -> list[Item]:
 
 def agent_traffic_items(n: int) -> list[Item]:
     """Tool outputs of the real benign agent conversations of the test split, a fixed sample."""
-    from eval.agent_traffic import conversations
+    from eval.agent_traffic import tool_outputs
 
-    outputs = [
-        item["output"]
-        for conv in conversations("test", scale=0.25)
-        for turn in conv["turns"]
-        for item in turn["input"]
-        if item.get("type") == "function_call_output" and isinstance(item.get("output"), str)
-    ]
-    random.Random(7).shuffle(outputs)
-    return [tool_item(text) for text in outputs[:n]]
+    return [tool_item(text) for text in tool_outputs("test", n)]
 
 
 def measure(lanes: dict[str, Classifier], items: list[Item], repeat: int) -> dict[str, list[float]]:

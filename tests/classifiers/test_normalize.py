@@ -208,6 +208,13 @@ def test_views_are_deterministic_and_per_text():
     assert [views(t) for t in reversed(texts)] == list(reversed(first))
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZq09+/=_-%\\?.:é漢 \n\x00"), max_size=2200))
+def test_encoded_runs_are_found_alike_by_pattern_and_by_shape(text):
+    """Short texts are scanned with a regular expression, long ones with numpy: the same runs."""
+    assert normalize._long_runs_scanned(text) == normalize._long_runs_shaped(text)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_random_unicode_never_raises(seed):
     r = random.Random(seed)
