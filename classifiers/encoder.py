@@ -452,13 +452,10 @@ class EncoderClassifier:
             return known, UNTRUSTED_ROLE
         texts = normalize.views(text, self._views).texts() if self._views else [text]
         lo = len(windows)
-        ids = model.tokenize(texts[0])
-        if ids:
-            windows.extend(model.windows(ids, (), self.max_item_windows))
-        own = len(windows) - lo if texts[0] == text else 0  # the windows that read the file as it is
-        for more in texts[1:]:
-            windows.extend(model.view_windows(more, texts[0], self.max_item_windows))
-        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own, text) if len(windows) > lo else None
+        found, primary = model.standalone_windows(texts, self.max_item_windows)
+        windows.extend(found)
+        own = primary if texts[0] == text else 0  # the windows that read the file as it is
+        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own, text) if found else None
 
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
         """The text's result if the screen clears it: zeros, and the screen's own tokens."""

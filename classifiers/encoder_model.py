@@ -137,16 +137,19 @@ class EncoderModel:
         Through the batch call, which lets go of the GIL while Rust tokenizes (`encode`
         holds it throughout: a 0.8 MB text froze every other thread, the gateway's event
         loop included, for half a second); the ids are `encode`'s."""
+        return self._encoding(text, offsets=False)[0].ids
+
+    def _encoding(self, text: str, offsets: bool) -> tuple[Any, str]:
+        """The tokenizer's encoding of `text` (with `offsets`, its character offsets too:
+        encode_batch_fast, tokenizers 0.21, skips them), and the text it encoded."""
+        fast = getattr(self.tokenizer, "encode_batch_fast", None)
+        batch = self.tokenizer.encode_batch if offsets or fast is None else fast
         try:
-            return self._encode(text)
+            return batch([text], add_special_tokens=False)[0], text
         except (TypeError, UnicodeEncodeError):
             # Lone surrogates cannot cross into Rust: replace them, as a UTF-8 decoder would.
-            return self._encode(text.encode("utf-8", "replace").decode("utf-8"))
-
-    def _encode(self, text: str) -> list[int]:
-        # encode_batch_fast (tokenizers 0.21) skips the character offsets nothing here reads.
-        batch = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
-        return batch([text], add_special_tokens=False)[0].ids
+            text = text.encode("utf-8", "replace").decode("utf-8")
+            return batch([text], add_special_tokens=False)[0], text
 
     def windows(self, ids: Sequence[int], context: Sequence[int], max_windows: int | None) -> list[Window]:
         """The windows of one item's content ids; `context` is used when the item fits in one."""
@@ -169,11 +172,7 @@ class EncoderModel:
         scores as it would among all of them (no statistic crosses windows); the first, with
         the view's markers, is always new.
         """
-        try:
-            encoding = self.tokenizer.encode_batch([view], add_special_tokens=False)[0]
-        except (TypeError, UnicodeEncodeError):  # lone surrogates, as `tokenize` repairs them
-            view = view.encode("utf-8", "replace").decode("utf-8")
-            encoding = self.tokenizer.encode_batch([view], add_special_tokens=False)[0]
+        encoding, view = self._encoding(view, offsets=True)
         offsets = encoding.offsets
         if not offsets:
             return []
@@ -222,15 +221,7 @@ class EncoderModel:
 
     def score_texts(self, texts: Sequence[str], max_windows: int | None = MAX_ITEM_WINDOWS) -> np.ndarray:
         """Item-level probabilities (texts x heads) of standalone texts: max over windows."""
-        windows: list[Window] = []
-        spans = []
-        for text in texts:
-            lo = len(windows)
-            ids = self.tokenize(text)
-            if ids:
-                windows.extend(self.windows(ids, (), max_windows))
-            spans.append((lo, len(windows)))
-        return self._item_maxima(windows, spans)
+        return self.score_views([[text] for text in texts], max_windows)
 
     def _item_maxima(self, windows: list[Window], spans: Sequence[tuple[int, int]]) -> np.ndarray:
         """Per item, the max of its windows' [lo, hi) probabilities (zeros when it has none)."""
@@ -251,13 +242,20 @@ class EncoderModel:
         spans = []
         for texts in views:
             lo = len(windows)
-            ids = self.tokenize(texts[0]) if texts else []
-            if ids:
-                windows.extend(self.windows(ids, (), max_windows))
-            for extra in texts[1:]:
-                windows.extend(self.view_windows(extra, texts[0], max_windows))
+            windows.extend(self.standalone_windows(texts, max_windows)[0])
             spans.append((lo, len(windows)))
         return self._item_maxima(windows, spans)
+
+    def standalone_windows(self, views: Sequence[str], max_windows: int | None) -> tuple[list[Window], int]:
+        """The windows of a text read alone (no context), given as its normaliser views
+        (primary first): the primary's and the extra views' `view_windows`; and how many of
+        them are the primary's."""
+        ids = self.tokenize(views[0]) if views else []
+        out = self.windows(ids, (), max_windows) if ids else []
+        primary = len(out)
+        for extra in views[1:]:
+            out.extend(self.view_windows(extra, views[0], max_windows))
+        return out, primary
 
     def head_probabilities(self, embeddings: np.ndarray) -> np.ndarray:
         """Calibrated probability per window and head (windows x heads).

@@ -33,9 +33,9 @@ from deltaguard.classifiers.lexical import SCORED_ROLES, LexicalClassifier
 from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers, model_thresholds
 from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.items import Item
-from deltaguard.parsing import parse_item
 from deltaguard.tools.rollouts import tool_output
 from eval.detection_eval import entry_of
+from eval.monitor_cost import tool_item
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "gate_cost.md"
@@ -54,10 +54,6 @@ def gate_on(default: list[Classifier], artifact_file: str, reading: int | None =
     roles = SCORED_ROLES - {"user"}  # as in the default set: conversation judges user messages
     view = LexicalClassifier(roles=roles, artifact=entry, reading=reading).load()
     return [ThresholdScaled(view, model_thresholds(entry)) if c.name == "lexical" else c for c in default]
-
-
-def tool_item(text: str) -> Item:
-    return parse_item({"type": "function_call_output", "call_id": "c", "output": text})
 
 
 def measure(
