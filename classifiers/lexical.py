@@ -26,8 +26,6 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from deltaguard.artifacts import verified_path
 from deltaguard.classifiers.base import (
     PRINCIPAL_ONLY,
@@ -44,7 +42,7 @@ from deltaguard.classifiers.lexical_model import (
     LexicalModel,
     Span,
 )
-from deltaguard.classifiers.scaled import rescale
+from deltaguard.classifiers.scaled import rescale_one
 from deltaguard.classifiers.segments import READINGS
 from deltaguard.errors import LexicalNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
@@ -97,6 +95,8 @@ class LexicalClassifier:
         self._reading = reading
         self._model: LexicalModel | None = None
         self._entry: dict[str, Any] | None = None
+        self._thresholds: dict[str, float] = {}
+        self._untrusted_thresholds: dict[str, float] = {}
 
     def load(self) -> LexicalClassifier:
         """Read and hash-check the artifact; raises ModelArtifactError if it is not usable."""
@@ -107,7 +107,7 @@ class LexicalClassifier:
             raise ModelArtifactError(
                 f"lexical artifact {path} has heads {model.heads}, expected {self.categories}"
             )
-        self._model, self._entry = model, entry
+        self._serve(model, entry)
         return self
 
     def share(self, loaded: LexicalClassifier | None) -> LexicalClassifier:
@@ -116,8 +116,15 @@ class LexicalClassifier:
         if loaded is None:
             return self.load()
         self._reading_of(loaded._entry or {})
-        self._model, self._entry = loaded._require_model(), loaded._entry
+        self._serve(loaded._require_model(), loaded._entry or {})
         return self
+
+    def _serve(self, model: LexicalModel, entry: dict[str, Any]) -> None:
+        self._model, self._entry = model, entry
+        # Read once here, not per update: the gate lane pays for every microsecond.
+        self._thresholds = {head: float(t) for head, t in entry["thresholds"].items()}
+        own = entry.get("untrusted_thresholds") or {}
+        self._untrusted_thresholds = {head: float(t) for head, t in own.items()}
 
     @property
     def version(self) -> str:
@@ -146,7 +153,7 @@ class LexicalClassifier:
         """Per-head decision thresholds chosen on validation (see models/README.md)."""
         if self._entry is None:
             raise AttributeError("LexicalClassifier.thresholds come from the manifest: call load() first")
-        return {head: float(t) for head, t in self._entry["thresholds"].items()}
+        return dict(self._thresholds)
 
     def _require_model(self) -> LexicalModel:
         if self._model is None:
@@ -168,41 +175,46 @@ class LexicalClassifier:
             return zero_scores(self.categories), 0
         if untrusted:
             rows, extra, _where = model.score_located([text], self.reading)
-            rows = self._as_untrusted(rows)
+            row = self._as_untrusted(rows.tolist()[0])
         else:
             rows, extra = model.score_views([text])
-        return {head: float(p) for head, p in zip(self.categories, rows[0], strict=True)}, extra[0]
+            row = rows.tolist()[0]
+        return dict(zip(self.categories, row, strict=True)), extra[0]
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
         model = self._require_model()
         item_scores = [zero_scores(self.categories) for _ in items]
-        scored = [i for i, item in enumerate(items) if item.scored and self._reads(item)]
-        tokens = sum(items[i].tokens for i in scored)  # counted once, when the item was parsed
-        with_text = [i for i in scored if items[i].text.strip()]
-        texts = [items[i].text for i in with_text]
+        tokens = 0
+        trusted: list[tuple[int, str]] = []  # (item, text)
+        untrusted: list[tuple[int, str, str]] = []  # (item, text, kind of finding)
+        for i, item in enumerate(items):
+            if item.scored and self._reads(item):
+                tokens += item.tokens  # counted once, when the item was parsed
+                if item.text.strip():
+                    if item.role == UNTRUSTED:
+                        untrusted.append((i, item.text, self.name))
+                    else:
+                        trusted.append((i, item.text))
         # Files attached to a message are untrusted content whoever attached them: judged
         # with tool outputs, by the view that judges those.
-        attached = (
-            [i for i, item in enumerate(items) if item.attachments.strip()] if UNTRUSTED in self.roles else []
-        )
-        texts += [items[i].attachments for i in attached]
-        tokens += sum(count_tokens(items[i].attachments) for i in attached)
-        owners = [*with_text, *attached]
-        untrusted = [k for k, i in enumerate(owners) if k >= len(with_text) or items[i].role == UNTRUSTED]
-        trusted = sorted(set(range(len(owners))) - set(untrusted))
+        if UNTRUSTED in self.roles:
+            for i, item in enumerate(items):
+                if item.attachments.strip():
+                    untrusted.append((i, item.attachments, f"{self.name}/attachment"))
+                    tokens += count_tokens(item.attachments)
         findings: list[Finding] = []
         if trusted:  # one featurisation pass per kind of channel
-            rows, extra = model.score_views([texts[k] for k in trusted])
+            owners, texts = zip(*trusted, strict=True)
+            rows, extra = model.score_views(texts)
             tokens += sum(extra)  # the normaliser's extra views are work too
-            self._merge(item_scores, [owners[k] for k in trusted], rows)
+            self._merge(item_scores, owners, rows.tolist())
         if untrusted:
-            chosen = [texts[k] for k in untrusted]
-            rows, extra, where = model.score_located(chosen, self.reading)
-            rows = self._as_untrusted(rows)
+            owners, texts, kinds = zip(*untrusted, strict=True)
+            located, extra, where = model.score_located(texts, self.reading)
+            untrusted_rows = [self._as_untrusted(row) for row in located.tolist()]
             tokens += sum(extra)
-            self._merge(item_scores, [owners[k] for k in untrusted], rows)
-            kinds = [self.name if k < len(with_text) else f"{self.name}/attachment" for k in untrusted]
-            findings = self._findings([owners[k] for k in untrusted], kinds, chosen, rows, where)
+            self._merge(item_scores, owners, untrusted_rows)
+            findings = self._findings(owners, kinds, texts, untrusted_rows, where)
         previous = state.get("max") or zero_scores(self.categories)
         scores = running_max(previous, item_scores)
         state = {"max": dict(scores)}
@@ -211,43 +223,43 @@ class LexicalClassifier:
     def _reads(self, item: Item) -> bool:
         return item.role in self.roles and len(item.text) >= self.min_chars.get(item.role, 0)
 
-    def _as_untrusted(self, rows: np.ndarray) -> np.ndarray:
+    def _as_untrusted(self, row: list[float]) -> list[float]:
         """Untrusted text's scores: zero for what only a principal can be guilty of
         (base.PRINCIPAL_ONLY), the rest expressed on the category thresholds' scale: an
         artifact with `untrusted_thresholds` (lexical-v5 and later) judges tool outputs,
         which it also reads piece by piece, at thresholds of their own, chosen per
         conversation."""
-        own = (self._entry or {}).get("untrusted_thresholds") or {}
-        out = rows.copy()
-        for h, head in enumerate(self.categories):
-            if head in PRINCIPAL_ONLY:
-                out[:, h] = 0.0
-            elif head in own:
-                out[:, h] = rescale(rows[:, h], float(own[head]), self.thresholds[head])
-        return out
+        own = self._untrusted_thresholds
+        return [
+            0.0
+            if head in PRINCIPAL_ONLY
+            else rescale_one(p, own[head], self._thresholds[head])
+            if head in own
+            else p
+            for head, p in zip(self.categories, row, strict=True)
+        ]
 
-    def _merge(self, item_scores: list[Scores], owners: Sequence[int], rows: np.ndarray) -> None:
+    def _merge(self, item_scores: list[Scores], owners: Sequence[int], rows: Sequence[list[float]]) -> None:
         """Each row into its item's scores (an item and its attached files take the max)."""
         for i, row in zip(owners, rows, strict=True):
             own = item_scores[i]
-            pairs = zip(self.categories, row, strict=True)
-            item_scores[i] = {head: max(own[head], float(p)) for head, p in pairs}
+            item_scores[i] = {head: max(own[head], p) for head, p in zip(self.categories, row, strict=True)}
 
     def _findings(
         self,
         owners: Sequence[int],
         kinds: Sequence[str],
         texts: Sequence[str],
-        rows: np.ndarray,
+        rows: Sequence[list[float]],
         where: Sequence[Sequence[Span | None]],
     ) -> list[Finding]:
         """Where a piece of untrusted text is over its head's threshold: the piece's range
         (in the item's text, or in its attached files' text for kind ".../attachment")."""
-        thresholds = self.thresholds
+        thresholds = self._thresholds
         out = []
         for i, kind, text, row, spans in zip(owners, kinds, texts, rows, where, strict=True):
             for head, p, span in zip(self.categories, row, spans, strict=True):
                 if span is not None and p >= thresholds[head]:
                     start, end = span
-                    out.append(Finding(head, kind, i, text[start:end][:60], start, end, float(p)))
+                    out.append(Finding(head, kind, i, text[start:end][:60], start, end, p))
         return out

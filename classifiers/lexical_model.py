@@ -43,7 +43,6 @@ import json
 import re
 import zipfile
 from collections.abc import Mapping, Sequence
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +86,9 @@ _EXPECTED_CONFIG = {
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    # Clipping only avoids an overflow warning: at |z| = 500 the result is 0 or 1 anyway.
-    return 1.0 / (1.0 + np.exp(-np.clip(z, -500.0, 500.0)))
+    # The floor only avoids an overflow warning: at z = -500 the result is 0 anyway (a ufunc,
+    # not np.clip, whose Python wrappers cost more than the arithmetic on a few rows).
+    return 1.0 / (1.0 + np.exp(-np.maximum(z, -500.0)))
 
 
 def chunk_text(text: str) -> list[str]:
@@ -319,30 +319,47 @@ class LexicalModel:
         """Positive-class probability per head for the whole text, as sklearn gives it."""
         return _sigmoid(self._logits([text])[0])
 
-    def _chunk_scores(self, texts: Sequence[str]) -> np.ndarray:
-        """Per text and head, the max probability over the text's chunks (`chunk_text`)."""
-        chunks = [chunk_text(text) for text in texts]
-        if len(chunks) == 1:
-            return _sigmoid(self._logits(chunks[0])).max(axis=0, keepdims=True)
-        firsts = np.cumsum([0] + [len(c) for c in chunks[:-1]])
-        proba = _sigmoid(self._logits(list(chain.from_iterable(chunks))))
-        return np.maximum.reduceat(proba, firsts, axis=0)
+    def _views(self, texts: Sequence[str]) -> tuple[list[Sequence[str]], list[int]]:
+        """Per text, its views; and the tokens of its extra view (work beyond the item's own
+        tokens, 0 if none). Without a normaliser the one view is the raw text."""
+        if self.normalizer is None:
+            return [(text,) for text in texts], [0] * len(texts)
+        found = [normalize.views(text, self.normalizer) for text in texts]
+        return [v.texts() for v in found], [0 if v.extra is None else count_tokens(v.extra) for v in found]
+
+    def _piece_views(self, piece: str, owner_extra: int) -> Sequence[str]:
+        """A piece's views. The pieces of a text with nothing hidden or encoded have nothing
+        hidden or encoded either: their primary view alone is read, and an ASCII piece is
+        its own (the normaliser returns such text unchanged), which spares most pieces the
+        normaliser."""
+        if self.normalizer is None or (owner_extra == 0 and piece.isascii()):
+            return (piece,)
+        if owner_extra == 0:
+            return (normalize.primary(piece),)
+        return normalize.views(piece, self.normalizer).texts()
+
+    def _max_over_views(self, every: Sequence[Sequence[str]]) -> np.ndarray:
+        """Per entry of `every` (one text's views) and head, the max probability over its
+        views' chunks: all of them in one pass of the kernels."""
+        chunks: list[str] = []
+        counts = []
+        for views in every:
+            before = len(chunks)
+            for view in views:
+                chunks += chunk_text(view)
+            counts.append(len(chunks) - before)
+        proba = _sigmoid(self._logits(chunks))
+        if len(chunks) == len(counts):
+            return proba
+        return np.maximum.reduceat(proba, np.cumsum([0, *counts[:-1]]), axis=0)
 
     def score_views(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         """Per text and head, the max probability over its views and their chunks; and per
-        text, the tokens of its extra view (work beyond the item's own tokens, 0 if none).
-        Without a normaliser the one view is the raw text."""
+        text, the tokens of its extra view (`_views`)."""
         if not texts:
             return np.zeros((0, len(self.heads))), []
-        if self.normalizer is None:
-            return self._chunk_scores(texts), [0] * len(texts)
-        every = [normalize.views(text, self.normalizer) for text in texts]
-        flat = [view for v in every for view in v.texts()]
-        extra = [0 if v.extra is None else count_tokens(v.extra) for v in every]
-        if len(flat) == len(texts):
-            return self._chunk_scores(flat), extra
-        firsts = np.cumsum([0] + [len(v.texts()) for v in every[:-1]])
-        return np.maximum.reduceat(self._chunk_scores(flat), firsts, axis=0), extra
+        every, extra = self._views(texts)
+        return self._max_over_views(every), extra
 
     def score_located(
         self, texts: Sequence[str], reading: int = 1
@@ -353,28 +370,20 @@ class LexicalModel:
         max over views, chunks and pieces; per text, the extra tokens of its normalised view
         (as `score_views`); per text and head, the piece holding the max, or None when the
         text read whole holds it."""
-        scores, extra = self.score_views(texts)
         where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]
+        if not texts:
+            return np.zeros((0, len(self.heads))), [], where
+        every, extra = self._views(texts)
         spans = [segments.pieces(t, reading) if self.by_piece else [] for t in texts]
-        flat = [text[a:b] for text, found in zip(texts, spans, strict=True) for a, b in found]
-        if not flat:
-            return scores, extra, where
         # A piece is shorter than a chunk: read whole. Its tokens are the text's own, read
         # again: not counted twice (`tokens_scored` counts the delta, docs/contract.md).
-        # Pieces of ASCII text with nothing hidden or encoded are their own views (the
-        # normaliser returns such text unchanged), so they skip it: most tool outputs.
-        plain = [
-            self.normalizer is None or (text.isascii() and more == 0)
+        pieces = [
+            self._piece_views(text[a:b], more)
             for text, more, found in zip(texts, extra, spans, strict=True)
-            for _ in found
+            for a, b in found
         ]
-        p = np.zeros((len(flat), len(self.heads)))
-        fast = [i for i, is_plain in enumerate(plain) if is_plain]
-        slow = [i for i, is_plain in enumerate(plain) if not is_plain]
-        if fast:
-            p[fast] = _sigmoid(self._logits([flat[i] for i in fast]))
-        if slow:
-            p[slow] = self.score_views([flat[i] for i in slow])[0]
+        p = self._max_over_views(every + pieces)
+        scores, p = p[: len(texts)], p[len(texts) :]
         lo = 0
         for i, found in enumerate(spans):
             if not found:

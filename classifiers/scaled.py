@@ -42,6 +42,13 @@ def rescale(score: np.ndarray | float, source: float, target: float) -> np.ndarr
     return np.where(half < 0.5, 2.0 * half * target, target + 2.0 * (half - 0.5) * (1.0 - target))
 
 
+def rescale_one(score: float, source: float, target: float) -> float:
+    """`rescale` of one score in plain floats: the same arithmetic, so the same bits,
+    without the cost of numpy calls on a one-element array (the gate lane's case)."""
+    half = scale(score, source)
+    return 2.0 * half * target if half < 0.5 else target + 2.0 * (half - 0.5) * (1.0 - target)
+
+
 class ThresholdScaled(Wrapper):
     """Wraps a classifier; everything but its scores passes through unchanged."""
 

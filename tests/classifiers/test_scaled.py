@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deltaguard.classifiers.scaled import ThresholdScaled, scale
+from deltaguard.classifiers.scaled import ThresholdScaled, rescale, rescale_one, scale
 from deltaguard.parsing import parse_item
 from tests.support.toy import ItemCounter
 
@@ -16,6 +17,11 @@ def test_scale_is_monotonic_and_maps_the_threshold_to_half(a, b, t):
     assert scale(lo, t) <= scale(hi, t)
     assert 0.0 <= scale(a, t) <= 1.0
     assert abs(scale(t, t) - 0.5) < 1e-12 and scale(0.0, t) == 0.0 and abs(scale(1.0, t) - 1.0) < 1e-12
+
+
+@given(s=unit, source=st.sampled_from([0.0, 1.0]) | st.floats(0.001, 0.999), target=st.floats(0.01, 0.99))
+def test_rescale_one_gives_the_bits_of_rescale(s, source, target):
+    assert rescale_one(s, source, target) == rescale(np.array([s]), source, target)[0]
 
 
 def test_wrapper_scales_scores_and_passes_state_through():
