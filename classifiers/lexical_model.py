@@ -91,6 +91,18 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.maximum(z, -500.0)))
 
 
+def _chunked(every: Sequence[Sequence[str]]) -> tuple[list[str], list[int]]:
+    """The chunks of each entry's views (one text's), in order, and how many per entry."""
+    chunks: list[str] = []
+    counts = []
+    for views in every:
+        before = len(chunks)
+        for view in views:
+            chunks += chunk_text(view)
+        counts.append(len(chunks) - before)
+    return chunks, counts
+
+
 def chunk_text(text: str) -> list[str]:
     """The pieces of `text` that are scored: one, or overlapping CHUNK_CHARS windows."""
     if len(text) <= CHUNK_CHARS:
@@ -293,10 +305,17 @@ class LexicalModel:
         The texts are lowercased and encoded once, each as the code points of " " + text
         + " ": the spaces stand for the padding sklearn's char_wb adds. Each text is a
         segment of the kernels' input and is scored as if it were alone."""
-        padded = [f" {text.lower()} " for text in texts]
-        points = np.frombuffer("".join(padded).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        joined = f" {'  '.join(texts)} "
+        if joined.isascii():  # lowercasing keeps every length: one call for all the texts
+            padded: Sequence[str] = texts
+            joined = joined.lower()
+        else:  # a few characters lowercase to two ("İ"): each text is lowercased alone
+            padded = [text.lower() for text in texts]
+            joined = f" {'  '.join(padded)} "
+        points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype="<u4")
         bounds = np.zeros(len(padded) + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, padded), dtype=np.int64, count=len(padded)), out=bounds[1:])
+        bounds[1:] += 2 * np.arange(1, len(padded) + 1)  # the padding
         out = np.zeros((len(texts), len(self.heads)))
         kernels.word_logits(
             points, bounds, self._is_word, self._tokens.table, self._tokens.shift, self._token_chars,
@@ -338,16 +357,9 @@ class LexicalModel:
             return (normalize.primary(piece),)
         return normalize.views(piece, self.normalizer).texts()
 
-    def _max_over_views(self, every: Sequence[Sequence[str]]) -> np.ndarray:
-        """Per entry of `every` (one text's views) and head, the max probability over its
-        views' chunks: all of them in one pass of the kernels."""
-        chunks: list[str] = []
-        counts = []
-        for views in every:
-            before = len(chunks)
-            for view in views:
-                chunks += chunk_text(view)
-            counts.append(len(chunks) - before)
+    def _max_of_chunks(self, chunks: list[str], counts: Sequence[int]) -> np.ndarray:
+        """Per group of `counts` consecutive chunks (one text's views, `_chunked`) and head,
+        the max probability: all of them in one pass of the kernels."""
         proba = _sigmoid(self._logits(chunks))
         if len(chunks) == len(counts):
             return proba
@@ -359,7 +371,7 @@ class LexicalModel:
         if not texts:
             return np.zeros((0, len(self.heads))), []
         every, extra = self._views(texts)
-        return self._max_over_views(every), extra
+        return self._max_of_chunks(*_chunked(every)), extra
 
     def score_located(
         self, texts: Sequence[str], reading: int = 1
@@ -375,14 +387,22 @@ class LexicalModel:
             return np.zeros((0, len(self.heads))), [], where
         every, extra = self._views(texts)
         spans = [segments.pieces(t, reading) if self.by_piece else [] for t in texts]
-        # A piece is shorter than a chunk: read whole. Its tokens are the text's own, read
-        # again: not counted twice (`tokens_scored` counts the delta, docs/contract.md).
-        pieces = [
-            self._piece_views(text[a:b], more)
-            for text, more, found in zip(texts, extra, spans, strict=True)
-            for a, b in found
-        ]
-        p = self._max_over_views(every + pieces)
+        chunks, counts = _chunked(every)
+        for text, more, found in zip(texts, extra, spans, strict=True):
+            # A piece is shorter than a chunk: read whole. Its tokens are the text's own, read
+            # again: not counted twice (`tokens_scored` counts the delta, docs/contract.md).
+            if self.normalizer is None or (more == 0 and text.isascii()):
+                # Every piece is its own view (`_piece_views`): most tool outputs, whose
+                # thousands of lines cost no call each.
+                sliced = [text[a:b] for a, b in found]
+                if all(len(piece) <= CHUNK_CHARS for piece in sliced):
+                    chunks += sliced
+                    counts += [1] * len(sliced)
+                    continue
+            more_chunks, more_counts = _chunked([self._piece_views(text[a:b], more) for a, b in found])
+            chunks += more_chunks
+            counts += more_counts
+        p = self._max_of_chunks(chunks, counts)
         scores, p = p[: len(texts)], p[len(texts) :]
         lo = 0
         for i, found in enumerate(spans):

@@ -300,8 +300,8 @@ def _long_runs_shaped(text: str) -> list[str]:
     if not long.any():
         return []
     starts, ends = starts[long], ends[long]
-    strong = np.concatenate([[0], np.cumsum(shape == 2)])
-    keep = strong[ends] > strong[starts]
+    strong = np.flatnonzero(shape == 2)  # a run keeps a strong character when one lies in it
+    keep = strong.searchsorted(ends) > strong.searchsorted(starts)
     return sorted({text[a:b] for a, b in zip(starts[keep].tolist(), ends[keep].tolist(), strict=True)})
 
 
