@@ -347,10 +347,10 @@ class LexicalModel:
         return [v.texts() for v in found], [0 if v.extra is None else count_tokens(v.extra) for v in found]
 
     def _piece_views(self, piece: str, owner_extra: int) -> Sequence[str]:
-        """A piece's views. The pieces of a text with nothing hidden or encoded have nothing
-        hidden or encoded either: their primary view alone is read, and an ASCII piece is
-        its own (the normaliser returns such text unchanged), which spares most pieces the
-        normaliser."""
+        """A piece's views. The pieces of a text in which the normaliser found nothing hidden
+        or encoded are read as having nothing either: their primary view alone, and an
+        ASCII piece is its own (the normaliser returns such text unchanged), which spares
+        most pieces the normaliser."""
         if self.normalizer is None or (owner_extra == 0 and piece.isascii()):
             return (piece,)
         if owner_extra == 0:
@@ -389,16 +389,15 @@ class LexicalModel:
         spans = [segments.pieces(t, reading) if self.by_piece else [] for t in texts]
         chunks, counts = _chunked(every)
         for text, more, found in zip(texts, extra, spans, strict=True):
-            # A piece is shorter than a chunk: read whole. Its tokens are the text's own, read
-            # again: not counted twice (`tokens_scored` counts the delta, docs/contract.md).
+            # A piece (at most segments.PIECE_CHARS) is shorter than a chunk: read whole. Its
+            # tokens are the text's own, read again: not counted twice (`tokens_scored` counts
+            # the delta, docs/contract.md).
             if self.normalizer is None or (more == 0 and text.isascii()):
-                # Every piece is its own view (`_piece_views`): most tool outputs, whose
-                # thousands of lines cost no call each.
-                sliced = [text[a:b] for a, b in found]
-                if all(len(piece) <= CHUNK_CHARS for piece in sliced):
-                    chunks += sliced
-                    counts += [1] * len(sliced)
-                    continue
+                # Every piece is its own view (`_piece_views`) and one chunk: most tool
+                # outputs, whose thousands of lines then cost no call each.
+                chunks += [text[a:b] for a, b in found]
+                counts += [1] * len(found)
+                continue
             more_chunks, more_counts = _chunked([self._piece_views(text[a:b], more) for a, b in found])
             chunks += more_chunks
             counts += more_counts
