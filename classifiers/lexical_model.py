@@ -351,7 +351,7 @@ class LexicalModel:
         or encoded are read as having nothing either: their primary view alone, and an
         ASCII piece is its own (the normaliser returns such text unchanged), which spares
         most pieces the normaliser."""
-        if self.normalizer is None or (owner_extra == 0 and piece.isascii()):
+        if self.normalizer is None or (owner_extra == 0 and normalize.plain(piece)):
             return (piece,)
         if owner_extra == 0:
             return (normalize.primary(piece),)
@@ -392,7 +392,7 @@ class LexicalModel:
             # A piece (at most segments.PIECE_CHARS) is shorter than a chunk: read whole. Its
             # tokens are the text's own, read again: not counted twice (`tokens_scored` counts
             # the delta, docs/contract.md).
-            if self.normalizer is None or (more == 0 and text.isascii()):
+            if self.normalizer is None or (more == 0 and normalize.plain(text)):
                 # Every piece is its own view (`_piece_views`) and one chunk: most tool
                 # outputs, whose thousands of lines then cost no call each.
                 chunks += [text[a:b] for a, b in found]

@@ -5,10 +5,13 @@ look-alike letters from other scripts, invisible characters inside words, ASCII 
 into Unicode tag characters, base64 / hex / URL-encoded sentences, leetspeak. `views`
 turns one item's text into what is scored:
 
-    primary   NFKC, invisible characters (zero-width, bidi controls, variation
-              selectors, tag characters) removed, confusables folded to Latin in Latin
-              text and in mixed-script words, combining marks over Latin letters dropped.
-              Plain ASCII text is returned unchanged (the fast path: most tool outputs).
+    primary   terminal escape sequences (colours, cursor moves: formatting a terminal
+              never shows) removed, so that "Ig\x1b[0mnore" reads "Ignore" (the text of
+              a title or a link's target stays); NFKC,
+              invisible characters (zero-width, bidi controls, variation selectors, tag
+              characters) removed, confusables folded to Latin in Latin text and in
+              mixed-script words, combining marks over Latin letters dropped. Plain ASCII
+              text (`plain`) is returned unchanged (the fast path: most tool outputs).
     extra     only when something was hidden or encoded: the primary view with tag
               characters decoded back to ASCII, base64 / hex / URL-encoded segments
               decoded in place (bounded: MAX_SEGMENTS segments of at most
@@ -48,6 +51,7 @@ __all__ = [
     "VERSIONS",
     "Views",
     "fold_leet",
+    "plain",
     "primary",
     "views",
     "warm",
@@ -102,6 +106,19 @@ _MIN_ZW_IN_WORDS = 2  # one stray zero-width space is copy-paste noise
 
 # Look-alikes of Latin letters in Cyrillic, Greek, Armenian and a few symbols that NFKC
 # leaves alone (fullwidth and mathematical letters NFKC folds itself).
+# ECMA-48 escape sequences. A control sequence (ESC [ or the C1 byte, parameters,
+# intermediates, a final byte: colours, cursor moves) holds no text and is removed, as is
+# any other escape (ESC 7, ESC ( B, a lone ESC). A string's opening and closing escapes
+# (OSC ESC ], DCS ESC P, PM, APC, SOS, ST ESC \) become spaces and its text stays: a title
+# or a link's target is text the model reads, so the classifiers read it too.
+_ESCAPE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|\x1b[ -/]*([0-~])?")
+_STRING_ESCAPES = frozenset("]P^_X\\")
+
+
+def _unescaped(text: str) -> str:
+    return _ESCAPE.sub(lambda m: " " if m.group(1) and m.group(1) in _STRING_ESCAPES else "", text)
+
+
 _CONFUSABLE_MAP = {
     **dict(zip("аВсеԁһіјӏКМНорԛѕТԝхуАСЕНІЈОРЅХУЬ", "aBcedhijlKMHopqsTwxyACEHIJOPSXYb", strict=True)),
     **dict(zip("αβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧϲϳ", "aBeikvoptuxABEZHIKMNOPTYXcj", strict=True)),
@@ -218,8 +235,18 @@ def _drop_marks(text: str) -> str:
     return unicodedata.normalize("NFC", _text(points[~on_latin]))
 
 
+def plain(text: str) -> bool:
+    """Whether `text` is its own primary view at no cost: ASCII without escape sequences."""
+    return text.isascii() and "\x1b" not in text
+
+
 def primary(text: str) -> str:
-    """The primary view (see the module docstring); ASCII text is returned as is."""
+    """The primary view (see the module docstring); `plain` text is returned as is."""
+    if "\x1b" in text or "\x9b" in text:
+        # Escape sequences split words where a terminal shows none: removed first, so
+        # that the word is read whole (a correction made after the shipped models were
+        # trained; none of their training or validation text holds an escape).
+        text = _unescaped(text)
     if text.isascii():
         return text
     flags_of, fold = _tables()
