@@ -78,7 +78,8 @@ LEET_MARKER = "dg_leet_text"
 
 # Characters nothing renders: soft hyphen, combining grapheme joiner, zero-width and
 # joiners, bidi controls, word joiners and invisible operators, Hangul fillers, variation
-# selectors, musical format controls, tag characters.
+# selectors, interlinear annotation, format controls of Egyptian hieroglyphs and of
+# shorthand, musical format controls, tag characters.
 _INVISIBLE_RANGES = (
     (0x00AD, 0x00AD),
     (0x034F, 0x034F),
@@ -93,11 +94,13 @@ _INVISIBLE_RANGES = (
     (0xFE00, 0xFE0F),
     (0xFEFF, 0xFEFF),
     (0xFFA0, 0xFFA0),
+    (0xFFF9, 0xFFFB),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
     (0x1D173, 0x1D17A),
     (0xE0000, 0xE007F),
     (0xE0100, 0xE01EF),
 )
-_INVISIBLE = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _INVISIBLE_RANGES) + "]+")
 _TAGS = re.compile("[\U000e0020-\U000e007e]+")
 _ZW_IN_WORD = re.compile("(?<=[A-Za-z])[\u200b-\u200d\u2060\ufeff\u00ad]+(?=[A-Za-z])")
 _VARIATION_RUN = re.compile("[\U000e0100-\U000e01ef]{4,}")

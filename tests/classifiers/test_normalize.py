@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import unicodedata
 import urllib.parse
 
 import pytest
@@ -67,6 +68,14 @@ def test_control_characters_are_removed_but_line_breaks_and_tabs_kept():
     kept = "a\tb\nc\r\nd\x0be\x0cf"
     assert primary(kept) is kept and normalize.plain(kept)
     assert not normalize.plain("a\x00b") and primary("a\x00b") == "ab"
+
+
+def test_every_format_character_that_renders_nothing_is_removed():
+    # The ones left are signs written before a number (Arabic, Syriac, Kaithi): they show.
+    shown = {*range(0x0600, 0x0606), 0x06DD, 0x070F, 0x0890, 0x0891, 0x08E2, 0x110BD, 0x110CD}
+    for point in range(0x110000):
+        if unicodedata.category(chr(point)) == "Cf" and point not in shown:
+            assert primary(f"Ig{chr(point)}nore") == "Ignore", hex(point)
 
 
 def test_zero_width_characters_are_removed_and_counted_as_hidden():
