@@ -126,11 +126,16 @@ def _unescaped(text: str) -> str:
     return _ESCAPE.sub(lambda m: " " if m.group(1) and m.group(1) in _STRING_ESCAPES else "", text)
 
 
+# Latin small capitals (phonetic letters) read as the capitals they look like, and NFKC
+# leaves them: "ɪɢɴᴏʀᴇ ᴀʟʟ" is Latin text, folded like any other look-alike.
+_SMALL_CAPITALS = dict(zip("ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡʏᴢ", "abcdefghijklmnopqrstuvwyz", strict=True))
+
 _CONFUSABLE_MAP = {
     **dict(zip("аВсеԁһіјӏКМНорԛѕТԝхуАСЕНІЈОРЅХУЬ", "aBcedhijlKMHopqsTwxyACEHIJOPSXYb", strict=True)),
     **dict(zip("αβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧϲϳ", "aBeikvoptuxABEZHIKMNOPTYXcj", strict=True)),
     **dict(zip("ցհոսօ", "ghnuo", strict=True)),
     **dict(zip("ıȷɡℓ∕‐‑‒–—‘’“”", "ijgl/-----''\"\"", strict=True)),
+    **_SMALL_CAPITALS,
 }
 _CONFUSABLES = str.maketrans(_CONFUSABLE_MAP)
 _MIXED_WORD = re.compile(r"\w*[A-Za-z]\w*")
@@ -203,6 +208,7 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
         flags[run.start() : run.end()] |= _F_LETTER
     flags[[i for i in range(0x300, 0x20000) if unicodedata.combining(chr(i))]] |= _F_MARK
     flags[np.frombuffer(_LETTERS, dtype=np.uint8)] |= _F_LATIN
+    flags[[ord(c) for c in _SMALL_CAPITALS]] |= _F_LATIN
     fold = np.arange(0x110000, dtype="<u4")
     fold[[ord(c) for c in _CONFUSABLE_MAP]] = [ord(c) for c in _CONFUSABLE_MAP.values()]
     flags.flags.writeable = fold.flags.writeable = False
