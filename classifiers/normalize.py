@@ -13,10 +13,13 @@ turns one item's text into what is scored:
               mixed-script words, combining marks over Latin letters dropped. Plain ASCII
               text (`plain`) is returned unchanged (the fast path: most tool outputs).
     extra     only when something was hidden or encoded: the primary view with tag
-              characters decoded back to ASCII, base64 / hex / URL-encoded segments
+              characters decoded back to ASCII, letters written as numeric character
+              references ("&#73;") decoded, base64 / hex / URL-encoded segments
               decoded in place (bounded: MAX_SEGMENTS segments of at most
               MAX_SEGMENT_CHARS characters, DECODE_ROUNDS rounds for nested encodings),
-              leetspeak words folded (never an e-mail address: "name@host.org"), and
+              leetspeak words folded (never an e-mail address: "name@host.org"),
+              disguised spellings written plainly ("**Ignore** **all** **previous**",
+              "I g n o r e"), and
               marker tokens saying what was found (HIDDEN_MARKER, DECODED_MARKER,
               LEET_MARKER). Invisible text and encoded instructions are evidence in
               themselves; the markers let a model trained on these views weigh that
@@ -179,6 +182,14 @@ _ENCODED_SHAPE = _shape_table({_LETTERS + b"/=_-": b"\x01", b"0123456789+%\\": b
 _ENCODED_RUN = re.compile(rf"[A-Za-z0-9/=_+%\\-]{{{MIN_SEGMENT_CHARS},}}")
 _ENCODED_STRONG = re.compile(r"[0-9+%\\]")
 _SHORT_TEXT = 1024  # characters
+_CHAR_REF = re.compile(r"&#(?:([0-9]{1,7})|[xX]([0-9a-fA-F]{1,6}));?")
+MIN_CHAR_REFS = 3  # letters or digits written as references: a disguise, not markup
+# Disguised spellings (`_respelled`): a run of words each wrapped in the same emphasis
+# mark (not "__", which wraps C and Python names), and a word of single letters joined by
+# one space or one dot.
+_WRAPPED_RUN = re.compile(r"(?<![\w*~])(\*{1,3}|_|~~)[^\W\d_]+\1(?:[ \t]+\1[^\W\d_]+\1)+(?![\w*~])")
+_RESPELL_SHAPE = _shape_table({_LETTERS: b"a", b" \t": b" ", b".": b".", b"*_~": b"*"}, b"x")
+_SPELLED = re.compile(r"(?<![\w.])[^\W\d_]([ .])(?:[^\W\d_]\1){3,}[^\W\d_](?!\w)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +200,7 @@ class Views:
     extra: str | None
     hidden: int  # invisible characters that hid text (tag payloads, zero-width in words)
     decoded: int  # encoded segments decoded
-    leet: int  # words folded from leetspeak
+    leet: int  # words spelled out: folded from leetspeak, or a disguised spelling undone
 
     def texts(self) -> list[str]:
         """The views to score, primary first."""
@@ -469,6 +480,53 @@ def fold_leet(text: str) -> tuple[str, int]:
     return "".join(out), found
 
 
+def _char_refs(text: str) -> tuple[str, int]:
+    """Numeric character references ("&#73;", "&#x67;") written as their characters, when at
+    least MIN_CHAR_REFS of them stand for letters or digits, and 1 (an encoded segment); the
+    text and 0 otherwise. A page escapes markup and punctuation, never a letter: letters so
+    written are a disguise (no real agent tool output or corpus text has three)."""
+    if "&#" not in text:
+        return text, 0
+
+    def character(m: re.Match[str]) -> str:
+        code = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
+        return chr(code) if 0 < code < 0x110000 and not 0xD800 <= code < 0xE000 else m.group(0)
+
+    spelled = sum(1 for m in _CHAR_REF.finditer(text) if len(c := character(m)) == 1 and c.isalnum())
+    if spelled < MIN_CHAR_REFS:
+        return text, 0
+    return _CHAR_REF.sub(character, text), 1
+
+
+def _respelled(text: str) -> tuple[str, int]:
+    """Disguised spellings written plainly, and how many: words wrapped one by one in
+    emphasis marks, two or more in a row ("**Ignore** **all** **previous**"; not inline
+    code, which is how docs list names: "`json` `yaml` `toml`"), and words
+    spelled letter by letter ("I g n o r e", "i.g.n.o.r.e"), five letters or more. Both
+    cut a text classifier's n-grams and leave the model upstream reading the words; no
+    formatting looks like this (of 3,919 real agent tool outputs, none has a wrapped run
+    and one a spelled word)."""
+    # A byte-level look first: the patterns start with lookbehinds, which the regular
+    # expression engine tries at every character (4x the normaliser's cost on real text).
+    shape = text.encode("ascii", "replace").translate(_RESPELL_SHAPE)
+    wrapped = b"* *" in shape
+    spelled = b"a a a a a" in shape or b"a.a.a.a.a" in shape
+    if not (wrapped or spelled):
+        return text, 0
+    found = 0
+
+    def plainly(m: re.Match[str]) -> str:
+        nonlocal found
+        found += 1
+        return m.group(0).replace(m.group(1), "")
+
+    if wrapped:
+        text = _WRAPPED_RUN.sub(plainly, text)
+    if spelled:
+        text = _SPELLED.sub(plainly, text)
+    return text, found
+
+
 def _hidden(text: str) -> tuple[str, int]:
     """Tag-character payloads decoded to ASCII, and a count of smuggling-grade hiding."""
     zero_width = len(_ZW_IN_WORD.findall(text))
@@ -494,15 +552,19 @@ def views(text: str, version: str = VERSION) -> Views:
         revealed, hidden = _hidden(text)
         if hidden:
             extra = primary(revealed)
+    extra, decoded = _char_refs(extra)
+    if decoded:
+        extra = primary(extra)
     budget = [MAX_SEGMENTS]
-    decoded = 0
     for _ in range(DECODE_ROUNDS):
         extra, n = _decode_segments(extra, budget, lines)
         decoded += n
         if not n:
             break
         extra = primary(extra)
+    extra, respelled = _respelled(extra)
     extra, leet = fold_leet(extra)
+    leet += respelled
     if not (hidden or decoded or leet):
         return Views(first, None, 0, 0, 0)
     markers = [m for m, n in ((HIDDEN_MARKER, hidden), (DECODED_MARKER, decoded), (LEET_MARKER, leet)) if n]

@@ -1,0 +1,122 @@
+"""Injections in disguise: `python -m eval.obfuscation`.
+
+An attacker who cannot get an instruction past the classifiers as written can write it so
+that the model upstream still reads it and a text classifier does not: codes or control
+characters inside words, look-alike letters, each word wrapped in markdown, letters spaced
+out. This probe takes the test split's injections that the pipeline flags as written (as
+tool outputs: the lexical view or the detector), disguises each one every way below, and
+reports the share still flagged by the lexical view, the detector (behind its screen) and
+the pipeline (either). The same disguises of benign test-split texts of the same length
+say whether a disguise alone raises an alarm. Every disguise is a deterministic function
+of the text. Writes eval/out/obfuscation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from deltaguard.classifiers.registry import load_classifiers
+from deltaguard.items import Item
+from deltaguard.models import MODELS_DIR
+from deltaguard.parsing import parse_item
+from eval.coding_probe import flags
+from eval.report import write_report
+
+OUT = Path(__file__).resolve().parent / "out" / "obfuscation.md"
+TEXTS = 100
+MIN_CHARS, MAX_CHARS = 40, 300
+
+_CYRILLIC = str.maketrans("aceiopxyACEHIKMOPTXY", "асеіорхуАСЕНІКМОРТХУ")
+_SMALL_CAPITALS = str.maketrans("abcdefghijklmnopqrstuvwyz", "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡʏᴢ")
+
+
+def _each_word(change: Callable[[str], str], shortest: int = 4) -> Callable[[str], str]:
+    """`change` applied to every word of `shortest` characters or more."""
+    return lambda text: " ".join(change(w) if len(w) >= shortest else w for w in text.split(" "))
+
+
+def _inside(mark: str) -> Callable[[str], str]:
+    """`mark` after a word's second character."""
+    return _each_word(lambda w: w[:2] + mark + w[2:])
+
+
+DISGUISES: dict[str, Callable[[str], str]] = {
+    "as written": lambda text: text,
+    "escape codes inside words": _inside("\x1b[0m"),
+    "control characters inside words": _inside("\x00"),
+    "zero-width spaces inside words": _inside("\u200b"),
+    "Cyrillic look-alikes": lambda text: text.translate(_CYRILLIC),
+    "small capitals": lambda text: text.lower().translate(_SMALL_CAPITALS),
+    "each word in bold": _each_word(lambda w: f"**{w}**"),
+    "each word in italics": _each_word(lambda w: f"_{w}_"),
+    "each word as inline code": _each_word(lambda w: f"`{w}`"),
+    "letters spaced out": lambda text: "  ".join(" ".join(w) for w in text.split(" ")),
+    "letters dotted": lambda text: " ".join(".".join(w) for w in text.split(" ")),
+    "a hyphen inside words": _inside("-"),
+    "an emoji inside words": _inside("\U0001f642"),
+    "letters as HTML character references": lambda text: "".join(
+        f"&#{ord(c)};" if c.isalpha() else c for c in text
+    ),
+    "reversed": lambda text: text[::-1],
+}
+
+
+def corpus_texts(label: str, n: int) -> list[str]:
+    """Test-split texts of the detection corpus with `label`, ASCII, MIN_CHARS-MAX_CHARS
+    characters long, a fixed shuffle."""
+    from training.lib.detector_rows import load_rows
+
+    texts = [
+        r["text"]
+        for r in load_rows()
+        if r["split"] == "test" and r["label"] == label and MIN_CHARS <= len(r["text"]) <= MAX_CHARS
+    ]
+    texts = sorted({t for t in texts if t.isascii()})
+    random.Random(5).shuffle(texts)
+    return texts[: n * 20]
+
+
+def tool_outputs(texts: list[str]) -> list[Item]:
+    return [parse_item({"type": "function_call_output", "call_id": "c", "output": t}) for t in texts]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, default=TEXTS, help="injections (and benign texts) disguised")
+    parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    loaded = {c.name: c for c in load_classifiers(models_dir=args.models_dir)}
+    classifiers = {name: loaded[name] for name in ("lexical", "detector")}
+    candidates = corpus_texts("injection", args.texts)
+    caught = flags(classifiers, tool_outputs(candidates))["pipeline"]
+    injections = [t for t, hit in zip(candidates, caught, strict=True) if hit][: args.texts]
+    benign = corpus_texts("benign", args.texts)[: args.texts]
+    lines = [
+        "# Injections in disguise",
+        "",
+        f"`python -m eval.obfuscation` (models: `{args.models_dir}`): {len(injections)} test-split "
+        f"injections of {MIN_CHARS}-{MAX_CHARS} characters that the pipeline flags as written, and "
+        f"{len(benign)} benign test-split texts of the same length, each disguised as below and scored "
+        "as a tool output; share flagged for prompt_injection by the gate's lexical view, the detector "
+        "(behind its screen) and the pipeline (either).",
+        "",
+        "| disguise | injections: lexical | detector | pipeline | benign: pipeline |",
+        "|---|---|---|---|---|",
+    ]
+    for name, disguise in DISGUISES.items():
+        found = flags(classifiers, tool_outputs([disguise(t) for t in injections]))
+        alarms = flags(classifiers, tool_outputs([disguise(t) for t in benign]))["pipeline"]
+        shares = [sum(found[c]) / len(injections) for c in ("lexical", "detector", "pipeline")]
+        rates = " | ".join(f"{share:.0%}" for share in shares)
+        lines.append(f"| {name} | {rates} | {sum(alarms) / len(benign):.0%} |")
+    write_report(args.out, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
