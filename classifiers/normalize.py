@@ -110,8 +110,6 @@ _VARIATION_RUN = re.compile("[\U000e0100-\U000e01ef]{4,}")
 _MIN_TAG_PAYLOAD = 8  # emoji subdivision flags use 4-6 tag characters legitimately
 _MIN_ZW_IN_WORDS = 2  # one stray zero-width space is copy-paste noise
 
-# Look-alikes of Latin letters in Cyrillic, Greek, Armenian and a few symbols that NFKC
-# leaves alone (fullwidth and mathematical letters NFKC folds itself).
 # ECMA-48 escape sequences. A control sequence (ESC [ or the C1 byte, parameters,
 # intermediates, a final byte: colours, cursor moves) holds no text and is removed, as is
 # any other escape (ESC 7, ESC ( B, a lone ESC). A string's opening and closing escapes
@@ -133,12 +131,14 @@ def _unescaped(text: str) -> str:
 # leaves them: "ɪɢɴᴏʀᴇ ᴀʟʟ" is Latin text, folded like any other look-alike.
 _SMALL_CAPITALS = dict(zip("ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡʏᴢ", "abcdefghijklmnopqrstuvwyz", strict=True))
 
+# Look-alikes of Latin letters in Cyrillic, Greek, Armenian and a few symbols that NFKC
+# leaves alone (fullwidth and mathematical letters NFKC folds itself).
 _CONFUSABLE_MAP = {
     **dict(zip("аВсеԁһіјӏКМНорԛѕТԝхуАСЕНІЈОРЅХУЬ", "aBcedhijlKMHopqsTwxyACEHIJOPSXYb", strict=True)),
     **dict(zip("αβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧϲϳ", "aBeikvoptuxABEZHIKMNOPTYXcj", strict=True)),
     **dict(zip("ցհոսօ", "ghnuo", strict=True)),
     **dict(zip("ıȷɡℓ∕‐‑‒–—‘’“”", "ijgl/-----''\"\"", strict=True)),
-    **_SMALL_CAPITALS,
+    **_SMALL_CAPITALS,  # and the small capitals
 }
 _CONFUSABLES = str.maketrans(_CONFUSABLE_MAP)
 _MIXED_WORD = re.compile(r"\w*[A-Za-z]\w*")
@@ -507,7 +507,8 @@ def _respelled(text: str) -> tuple[str, int]:
     formatting looks like this (of 3,919 real agent tool outputs, none has a wrapped run
     and one a spelled word)."""
     # A byte-level look first: the patterns start with lookbehinds, which the regular
-    # expression engine tries at every character (4x the normaliser's cost on real text).
+    # expression engine tries at every character (on 300 real tool outputs, 37 ms without
+    # this look and 5 with it).
     shape = text.encode("ascii", "replace").translate(_RESPELL_SHAPE)
     wrapped = b"* *" in shape
     spelled = b"a a a a a" in shape or b"a.a.a.a.a" in shape
