@@ -348,8 +348,8 @@ class LexicalModel:
 
     def _piece_views(self, piece: str, owner_extra: int) -> Sequence[str]:
         """A piece's views. The pieces of a text in which the normaliser found nothing hidden
-        or encoded are read as having nothing either: their primary view alone, and an
-        ASCII piece is its own (the normaliser returns such text unchanged), which spares
+        or encoded are read as having nothing either: their primary view alone, and a
+        `normalize.plain` piece (ASCII without control characters) is its own, which spares
         most pieces the normaliser."""
         if self.normalizer is None or (owner_extra == 0 and normalize.plain(piece)):
             return (piece,)
