@@ -189,7 +189,8 @@ MIN_CHAR_REFS = 3  # letters or digits written as references: a disguise, not ma
 # one space or one dot.
 _WRAPPED_RUN = re.compile(r"(?<![\w*~])(\*{1,3}|_|~~)[^\W\d_]+\1(?:[ \t]+\1[^\W\d_]+\1)+(?![\w*~])")
 _RESPELL_SHAPE = _shape_table({_LETTERS: b"a", b" \t": b" ", b".": b".", b"*_~": b"*"}, b"x")
-_SPELLED = re.compile(r"(?<![\w.])[^\W\d_]([ .])(?:[^\W\d_]\1){3,}[^\W\d_](?!\w)")
+_SPACED = re.compile(r"(?<![\w.])[^\W\d_]( )(?:[^\W\d_]\1){3,}[^\W\d_](?!\w)")  # five letters or more
+_DOTTED = re.compile(r"(?<![\w.])[^\W\d_](\.)(?:[^\W\d_]\1){2,}[^\W\d_](?!\w)")  # four ("U.S.A." is three)
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,7 +503,7 @@ def _respelled(text: str) -> tuple[str, int]:
     """Disguised spellings written plainly, and how many: words wrapped one by one in
     emphasis marks, two or more in a row ("**Ignore** **all** **previous**"; not inline
     code, which is how docs list names: "`json` `yaml` `toml`"), and words
-    spelled letter by letter ("I g n o r e", "i.g.n.o.r.e"), five letters or more. Both
+    spelled letter by letter ("I g n o r e", five letters or more; "r.u.l.e", four). Both
     cut a text classifier's n-grams and leave the model upstream reading the words; no
     formatting looks like this (of 3,919 real agent tool outputs, none has a wrapped run
     and one a spelled word)."""
@@ -511,8 +512,9 @@ def _respelled(text: str) -> tuple[str, int]:
     # this look and 5 with it).
     shape = text.encode("ascii", "replace").translate(_RESPELL_SHAPE)
     wrapped = b"* *" in shape
-    spelled = b"a a a a a" in shape or b"a.a.a.a.a" in shape
-    if not (wrapped or spelled):
+    spaced = b"a a a a a" in shape
+    dotted = b"a.a.a.a" in shape
+    if not (wrapped or spaced or dotted):
         return text, 0
     found = 0
 
@@ -523,8 +525,10 @@ def _respelled(text: str) -> tuple[str, int]:
 
     if wrapped:
         text = _WRAPPED_RUN.sub(plainly, text)
-    if spelled:
-        text = _SPELLED.sub(plainly, text)
+    if spaced:
+        text = _SPACED.sub(plainly, text)
+    if dotted:
+        text = _DOTTED.sub(plainly, text)
     return text, found
 
 
