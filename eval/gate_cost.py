@@ -35,7 +35,7 @@ from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.items import Item
 from deltaguard.tools.rollouts import tool_output
 from eval.detection_eval import entry_of
-from eval.monitor_cost import tool_item
+from eval.monitor_cost import agent_traffic_items, tool_item
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "gate_cost.md"
@@ -84,9 +84,7 @@ def real_traffic(default: list[Classifier], n: int, repeat: int) -> list[str]:
     """The default gate on real agent tool outputs, which come in every length: CPU per
     1,000 tokens over them all, per output of 500-2,000 tokens, and a least-squares split
     of each output's cost into a fixed part and a part per 1,000 tokens."""
-    from eval.agent_traffic import tool_outputs
-
-    items = [tool_item(text) for text in tool_outputs("test", n)]
+    items = agent_traffic_items(n)
     lane = measure({"default": default}, items, repeat)["default"]
     tokens = np.array([i.tokens for i in items] * repeat, dtype=float)
     names = [*(c.name for c in default), "lane"]

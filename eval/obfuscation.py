@@ -20,10 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deltaguard.classifiers.registry import load_classifiers
-from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
-from deltaguard.parsing import parse_item
 from eval.coding_probe import flags
+from eval.monitor_cost import tool_item
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "obfuscation.md"
@@ -80,10 +79,6 @@ def corpus_texts(label: str, n: int) -> list[str]:
     return texts[: n * 20]
 
 
-def tool_outputs(texts: list[str]) -> list[Item]:
-    return [parse_item({"type": "function_call_output", "call_id": "c", "output": t}) for t in texts]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=TEXTS, help="injections (and benign texts) disguised")
@@ -93,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     loaded = {c.name: c for c in load_classifiers(models_dir=args.models_dir)}
     classifiers = {name: loaded[name] for name in ("lexical", "detector")}
     candidates = corpus_texts("injection", args.texts)
-    caught = flags(classifiers, tool_outputs(candidates))["pipeline"]
+    caught = flags(classifiers, [tool_item(t) for t in candidates])["pipeline"]
     injections = [t for t, hit in zip(candidates, caught, strict=True) if hit][: args.texts]
     benign = corpus_texts("benign", args.texts)[: args.texts]
     lines = [
@@ -109,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|",
     ]
     for name, disguise in DISGUISES.items():
-        found = flags(classifiers, tool_outputs([disguise(t) for t in injections]))
-        alarms = flags(classifiers, tool_outputs([disguise(t) for t in benign]))["pipeline"]
+        found = flags(classifiers, [tool_item(disguise(t)) for t in injections])
+        alarms = flags(classifiers, [tool_item(disguise(t)) for t in benign])["pipeline"]
         shares = [sum(found[c]) / len(injections) for c in ("lexical", "detector", "pipeline")]
         rates = " | ".join(f"{share:.0%}" for share in shares)
         lines.append(f"| {name} | {rates} | {sum(alarms) / len(benign):.0%} |")
