@@ -346,16 +346,14 @@ class LexicalModel:
         found = [normalize.views(text, self.normalizer) for text in texts]
         return [v.texts() for v in found], [0 if v.extra is None else count_tokens(v.extra) for v in found]
 
-    def _piece_views(self, piece: str, owner_extra: int) -> Sequence[str]:
-        """A piece's views. The pieces of a text in which the normaliser found nothing hidden
-        or encoded are read as having nothing either: their primary view alone, and a
-        `normalize.plain` piece (ASCII without control characters) is its own, which spares
-        most pieces the normaliser."""
-        if self.normalizer is None or (owner_extra == 0 and normalize.plain(piece)):
-            return (piece,)
+    def _pieces_views(self, pieces: list[str], owner_extra: int) -> list[Sequence[str]]:
+        """The views of a text's pieces. The pieces of a text in which the normaliser found
+        nothing hidden or encoded are read as having nothing either: their primary views
+        alone (one pass for them all: `normalize.primary_many`), which spares them most of
+        the normaliser."""
         if owner_extra == 0:
-            return (normalize.primary(piece),)
-        return normalize.views(piece, self.normalizer).texts()
+            return [(view,) for view in normalize.primary_many(pieces)]
+        return [normalize.views(piece, self.normalizer).texts() for piece in pieces]
 
     def _max_of_chunks(self, chunks: list[str], counts: Sequence[int]) -> np.ndarray:
         """Per group of `counts` consecutive chunks (one text's views, `_chunked`) and head,
@@ -393,12 +391,12 @@ class LexicalModel:
             # tokens are the text's own, read again: not counted twice (`tokens_scored` counts
             # the delta, docs/contract.md).
             if self.normalizer is None or (more == 0 and normalize.plain(text)):
-                # Every piece is its own view (`_piece_views`) and one chunk: most tool
+                # Every piece is its own view (`_pieces_views`) and one chunk: most tool
                 # outputs, whose thousands of lines then cost no call each.
                 chunks += [text[a:b] for a, b in found]
                 counts += [1] * len(found)
                 continue
-            more_chunks, more_counts = _chunked([self._piece_views(text[a:b], more) for a, b in found])
+            more_chunks, more_counts = _chunked(self._pieces_views([text[a:b] for a, b in found], more))
             chunks += more_chunks
             counts += more_counts
         p = self._max_of_chunks(chunks, counts)

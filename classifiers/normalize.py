@@ -40,6 +40,7 @@ import binascii
 import functools
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote_plus
@@ -274,6 +275,10 @@ def _visible(text: str) -> str:
     return _CONTROLS.sub("", _unescaped(text)) if _CONTROLS.search(text) else text
 
 
+def _folded_word(m: re.Match[str]) -> str:
+    return m.group(0).translate(_CONFUSABLES)
+
+
 def primary(text: str) -> str:
     """The primary view (see the module docstring); `plain` text is returned as is."""
     if plain(text):
@@ -295,9 +300,57 @@ def primary(text: str) -> str:
     if seen & (_F_INVISIBLE | _F_CONFUSABLE):
         out = _text(points)
     if seen & _F_CONFUSABLE and not latin:  # other scripts: only words that mix in Latin letters
-        out = _MIXED_WORD.sub(lambda m: m.group(0).translate(_CONFUSABLES), out)
+        out = _MIXED_WORD.sub(_folded_word, out)
     if latin and not out.isascii():
         out = _drop_marks(out)
+    return out
+
+
+def primary_many(texts: Sequence[str]) -> list[str]:
+    """`[primary(t) for t in texts]`, with the per-code-point checks of all the non-ASCII
+    texts made in one pass: the lines of a non-ASCII tool output, which one call each
+    would spend most of their time setting up."""
+    out = list(texts)
+    todo: list[tuple[int, str]] = []  # (index, NFKC of the visible text)
+    for i, text in enumerate(texts):
+        if plain(text):
+            continue
+        text = _visible(text)
+        if text.isascii():
+            out[i] = text
+        else:
+            todo.append((i, unicodedata.normalize("NFKC", text)))
+    if not todo:
+        return out
+    flags_of, _ = _tables()
+    lengths = np.fromiter((len(n) for _, n in todo), dtype=np.int64, count=len(todo))
+    if lengths.min() == 0:  # reduceat cannot hold an empty segment: one by one
+        return [primary(t) for t in texts]
+    starts = np.cumsum(lengths) - lengths
+    flags = flags_of.take(_points("".join(n for _, n in todo)))
+    seen = np.bitwise_or.reduceat(flags, starts).tolist()
+    latin = np.add.reduceat((flags & _F_LATIN) != 0, starts, dtype=np.int64)
+    letters = np.add.reduceat((flags & _F_LETTER) != 0, starts, dtype=np.int64)
+    is_latin = (2 * latin >= letters).tolist()
+    marked = []
+    for (i, normal), found, on_latin in zip(todo, seen, is_latin, strict=True):
+        if found & _F_INVISIBLE or (found & _F_CONFUSABLE and on_latin):
+            out[i] = primary(texts[i])  # rare: the whole path
+        elif found & _F_CONFUSABLE:  # other scripts: only words that mix in Latin letters
+            out[i] = _MIXED_WORD.sub(_folded_word, normal)
+        else:
+            out[i] = normal
+            if on_latin and not normal.isascii():
+                marked.append(i)
+    # `_drop_marks` returns a text without combining marks as it is: look for them at once.
+    decomposed = [unicodedata.normalize("NFD", out[i]) for i in marked]
+    if marked:
+        lengths = np.fromiter(map(len, decomposed), dtype=np.int64, count=len(marked))
+        starts = np.cumsum(lengths) - lengths
+        marks = np.bitwise_or.reduceat(flags_of.take(_points("".join(decomposed))), starts) & _F_MARK
+        for i, mark in zip(marked, marks.tolist(), strict=True):
+            if mark:
+                out[i] = _drop_marks(out[i])
     return out
 
 

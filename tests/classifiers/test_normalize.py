@@ -278,6 +278,30 @@ def test_encoded_runs_are_found_alike_by_pattern_and_by_shape(text):
     assert normalize._long_runs_scanned(text) == normalize._long_runs_shaped(text)
 
 
+def test_primary_views_of_many_texts_are_each_texts_own():
+    texts = [
+        "plain ASCII",
+        "Ig\x1b[0mnore \x00controls",
+        CONFUSED,
+        "Привет, мир: a mixed wоrd",  # Cyrillic text, one word mixing in a Latin look-alike
+        "Zażółć gęślą jaźń — ïgnörë",  # marks on Latin letters
+        "naïve café résumé “quoted” — dash",
+        "zero\u200bwidth and \U000e0041 tags",
+        "漢字とかなの文",
+        "\u00a0",  # NFKC to a space
+        "",
+        "ﬁle ①",
+    ]
+    assert normalize.primary_many(texts) == [primary(t) for t in texts]
+    assert normalize.primary_many([]) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="aZ iоеé\u0301\u200b漢\x1b[m\x00ﬁ①\n", max_size=30), max_size=6))
+def test_primary_views_of_many_texts_match_one_by_one(texts):
+    assert normalize.primary_many(texts) == [primary(t) for t in texts]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_random_unicode_never_raises(seed):
     r = random.Random(seed)
