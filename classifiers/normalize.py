@@ -301,9 +301,16 @@ def primary(text: str) -> str:
         out = _text(points)
     if seen & _F_CONFUSABLE and not latin:  # other scripts: only words that mix in Latin letters
         out = _MIXED_WORD.sub(_folded_word, out)
-    if latin and not out.isascii():
+    if latin and not out.isascii() and _may_have_marks(out, seen):
         out = _drop_marks(out)
     return out
+
+
+def _may_have_marks(text: str, seen: int) -> bool:
+    """Whether `text` (whose characters' flags OR to `seen`) may hold a combining mark once
+    decomposed: one of its own, or one a character decomposes into. Text of dashes, quotes
+    and other scripts' letters has neither, and `_drop_marks` would return it as it is."""
+    return bool(seen & _F_MARK) or not unicodedata.is_normalized("NFD", text)
 
 
 def primary_many(texts: Sequence[str]) -> list[str]:
@@ -340,7 +347,7 @@ def primary_many(texts: Sequence[str]) -> list[str]:
             out[i] = _MIXED_WORD.sub(_folded_word, normal)
         else:
             out[i] = normal
-            if on_latin and not normal.isascii():
+            if on_latin and not normal.isascii() and _may_have_marks(normal, found):
                 marked.append(i)
     # `_drop_marks` returns a text without combining marks as it is: look for them at once.
     decomposed = [unicodedata.normalize("NFD", out[i]) for i in marked]
