@@ -211,7 +211,8 @@ def garbage_frame(rng: random.Random) -> str | bytes:
 
 
 def test_garbage_frames_never_drop_the_socket_or_corrupt_its_conversation(scorer):
-    """300 generated garbage frames between the turns of one conversation."""
+    """300 generated garbage frames between the turns of one conversation, which opens with
+    a long message: a turn that refolded the history would score all of it again."""
     rng = random.Random(5)
     samples = [garbage_frame(rng) for _ in range(300)]
     with gateway_thread(GatewayConfig(port=0, sim_tokens_per_s=100_000, sim_reply_tokens=4), scorer) as (
@@ -228,9 +229,10 @@ def test_garbage_frames_never_drop_the_socket_or_corrupt_its_conversation(scorer
                         if event.type in ("response.completed", "error", "response.failed"):
                             return event
 
-                await conn.send({"type": "response.create", "model": "m", "input": "turn zero"})
+                opening = " ".join(f"Line {i} of the build log reports nothing unusual." for i in range(300))
+                await conn.send({"type": "response.create", "model": "m", "input": opening})
                 prev = (await until_done()).response
-                scored = []
+                scored = [prev.safety["tokens_scored"]]
                 for i, frame in enumerate(samples):
                     await conn.send_raw(frame)
                     await until_done()  # an error, or a response to a valid-by-chance frame
@@ -249,8 +251,11 @@ def test_garbage_frames_never_drop_the_socket_or_corrupt_its_conversation(scorer
                         scored.append(prev.safety["tokens_scored"])
                 return scored
 
-        scored = asyncio.run(run())
-        assert len(scored) == 6 and max(scored) < 10  # each turn scored only its own few tokens
+        opening, *scored = asyncio.run(run())
+        # Each turn scores its own few tokens, the rules' tails of what came before, and the
+        # previous answer when the post-inference lane has not scored it yet: a small share
+        # of the opening message, which a refold would score again.
+        assert len(scored) == 6 and max(scored) < opening / 5, (opening, scored)
 
 
 @pytest.mark.parametrize("compression", [False, True])
