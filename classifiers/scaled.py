@@ -29,24 +29,18 @@ def scale(score: float, threshold: float) -> float:
     return 0.5 + 0.5 * (score - threshold) / (1.0 - threshold) if threshold < 1 else 1.0
 
 
-def rescale(score: np.ndarray | float, source: float, target: float) -> np.ndarray:
-    """Scores judged at threshold `source` expressed on a scale whose threshold is `target`
-    (monotonic; `source` maps to `target`, 0 to 0 and 1 to 1), elementwise: how a model with
-    a threshold per channel reports one category score. `scale` to 0.5, then back out of it
-    at `target`."""
-    s = np.asarray(score, dtype=np.float64)
-    if not 0.0 < source < 1.0:
-        half = np.vectorize(scale, otypes=[np.float64])(s, source)
-    else:
-        half = np.where(s < source, 0.5 * s / source, 0.5 + 0.5 * (s - source) / (1.0 - source))
-    return np.where(half < 0.5, 2.0 * half * target, target + 2.0 * (half - 0.5) * (1.0 - target))
-
-
 def rescale_one(score: float, source: float, target: float) -> float:
-    """`rescale` of one score in plain floats: the same arithmetic, so the same bits,
-    without the cost of numpy calls on a one-element array (the gate lane's case)."""
+    """A score judged at threshold `source` expressed on a scale whose threshold is `target`
+    (monotonic; `source` maps to `target`, 0 to 0 and 1 to 1): how a model with a threshold
+    per channel reports one category score. `scale` to 0.5, then back out of it at
+    `target`. Plain floats: the gate lane rescales a few scores per item."""
     half = scale(score, source)
     return 2.0 * half * target if half < 0.5 else target + 2.0 * (half - 0.5) * (1.0 - target)
+
+
+def rescale(score: np.ndarray | float, source: float, target: float) -> np.ndarray:
+    """`rescale_one` elementwise (the training recipes' score arrays)."""
+    return np.vectorize(rescale_one, otypes=[np.float64])(score, source, target)
 
 
 class ThresholdScaled(Wrapper):

@@ -19,9 +19,24 @@ def test_scale_is_monotonic_and_maps_the_threshold_to_half(a, b, t):
     assert abs(scale(t, t) - 0.5) < 1e-12 and scale(0.0, t) == 0.0 and abs(scale(1.0, t) - 1.0) < 1e-12
 
 
-@given(s=unit, source=st.sampled_from([0.0, 1.0]) | st.floats(0.001, 0.999), target=st.floats(0.01, 0.99))
-def test_rescale_one_gives_the_bits_of_rescale(s, source, target):
-    assert rescale_one(s, source, target) == rescale(np.array([s]), source, target)[0]
+@given(
+    a=unit,
+    b=unit,
+    source=st.sampled_from([0.0, 1.0]) | st.floats(0.001, 0.999),
+    target=st.floats(0.01, 0.99),
+)
+def test_rescale_maps_the_source_threshold_to_the_target_monotonically(a, b, source, target):
+    lo, hi = sorted((a, b))
+    assert rescale_one(lo, source, target) <= rescale_one(hi, source, target)
+    assert abs(rescale_one(1.0, source, target) - 1.0) < 1e-12
+    if source > 0.0:  # a threshold of 0 flags everything: 0 is at it
+        assert rescale_one(0.0, source, target) == 0.0
+    if 0.0 < source < 1.0:
+        assert abs(rescale_one(source, source, target) - target) < 1e-12
+    assert rescale(np.array([a, b]), source, target).tolist() == [
+        rescale_one(a, source, target),
+        rescale_one(b, source, target),
+    ]
 
 
 def test_wrapper_scales_scores_and_passes_state_through():
