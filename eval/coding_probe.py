@@ -11,7 +11,10 @@ classifiers, in three sets that move away from the training rows:
   actions and benign notes that are not in the training lists (NEW_PHRASES);
 - **new carriers, new phrasing**: carriers that are not in training (a Makefile, a SQL
   migration, a fetched HTML page, Rust and Go source, a notebook, a CHANGELOG, an
-  .env.example), with NEW_PHRASES.
+  .env.example), with NEW_PHRASES;
+- **no carrier**: the notes alone (the training phrase lists' and NEW_PHRASES'), as whole
+  tool outputs, so that a miss inside a file can be told from a miss of the instruction
+  itself.
 
 For each: the share of injected texts flagged (prompt_injection) and of clean carriers and
 benign-note twins flagged, by the gate's lexical view, the detector (behind its screen) and
@@ -33,7 +36,7 @@ from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from eval.report import write_report
-from training.lib.coding_agent import CARRIERS, Carrier, Phrases, triple
+from training.lib.coding_agent import CARRIERS, TRAINING, Carrier, Phrases, notes, triple
 
 OUT = Path(__file__).resolve().parent / "out" / "coding_probe.md"
 PER_CARRIER = 20
@@ -192,6 +195,12 @@ def texts(carriers: dict[str, Carrier], phrases: Phrases | None, label: str) -> 
     return out
 
 
+def alone(phrases: Phrases, n: int, label: str) -> dict[str, list[str]]:
+    """`n` injections and benign notes as they would fill a carrier's slot, without it."""
+    drawn = [notes(f"probe:{label}:alone:{i}", phrases) for i in range(n)]
+    return {"injected": [a for a, _, _ in drawn], "benign note": [b for _, b, _ in drawn]}
+
+
 def flags(classifiers: dict[str, Classifier], items: list[Item]) -> dict[str, list[bool]]:
     out = {}
     for name, clf in classifiers.items():
@@ -212,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         "seen carriers, seen phrasing": texts(CARRIERS, None, "seen"),
         "seen carriers, new phrasing": texts(CARRIERS, NEW_PHRASES, "new"),
         "new carriers, new phrasing": texts(NEW_CARRIERS, NEW_PHRASES, "new"),
+        "no carrier, seen phrasing": alone(TRAINING, PER_CARRIER * len(NEW_CARRIERS), "seen"),
+        "no carrier, new phrasing": alone(NEW_PHRASES, PER_CARRIER * len(NEW_CARRIERS), "new"),
     }
     lines = [
         "# Injections aimed at coding agents, and their benign twins",

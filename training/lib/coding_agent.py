@@ -318,15 +318,20 @@ def fill_values(rng: random.Random) -> dict[str, str]:
     return {"domain": rng.choice(DOMAINS), "file": rng.choice(FILES), "person": rng.choice(PEOPLE)}
 
 
-def triple(make: Carrier, seed: str, phrases: Phrases = TRAINING) -> tuple[str, str, str, str]:
-    """(clean, injected, benign-note twin, the injection's family) of one carrier filling.
-
-    The carrier's filler draws come from one seed and the note's from another, so the
-    three texts are the same carrier with only the slot different."""
+def notes(seed: str, phrases: Phrases = TRAINING) -> tuple[str, str, str]:
+    """(injection, benign note, the injection's family) drawn for one carrier filling."""
     rng = random.Random(f"{seed}:note")
     fill = fill_values(rng)
     family = rng.choice(sorted(phrases.actions))
-    attack, note = phrases.injection(rng, family, fill), phrases.benign_note(rng, fill)
+    return phrases.injection(rng, family, fill), phrases.benign_note(rng, fill), family
+
+
+def triple(make: Carrier, seed: str, phrases: Phrases = TRAINING) -> tuple[str, str, str, str]:
+    """(clean, injected, benign-note twin, the injection's family) of one carrier filling.
+
+    The carrier's filler draws come from one seed and the note's from another (`notes`),
+    so the three texts are the same carrier with only the slot different."""
+    attack, note, family = notes(seed, phrases)
     return (
         make(random.Random(seed), None),
         make(random.Random(seed), attack),
