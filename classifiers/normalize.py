@@ -247,14 +247,10 @@ def _is_latin(flags: np.ndarray) -> bool:
     return 2 * int(np.count_nonzero(flags & _F_LATIN)) >= int(np.count_nonzero(flags & _F_LETTER))
 
 
-def _drop_marks(text: str) -> str:
-    """Combining marks stacked on Latin letters ("ïgnörë", zalgo text) are dropped."""
-    flags_of, _ = _tables()
-    points = _points(unicodedata.normalize("NFD", text))
-    flags = flags_of.take(points)
+def _marks_dropped(points: np.ndarray, flags: np.ndarray) -> str:
+    """Decomposed text (its code points and their flags) with the combining marks stacked
+    on Latin letters ("ïgnörë", zalgo text) dropped, recomposed."""
     mark = (flags & _F_MARK) != 0
-    if not mark.any():
-        return text
     position = np.arange(len(points))
     base = np.maximum.accumulate(np.where(mark, 0, position))  # the character each mark sits on
     on_latin = mark & ((flags.take(base) & _F_LATIN) != 0)
@@ -281,84 +277,74 @@ def _folded_word(m: re.Match[str]) -> str:
 
 def primary(text: str) -> str:
     """The primary view (see the module docstring); `plain` text is returned as is."""
-    if plain(text):
-        return text
-    text = _visible(text)
-    if text.isascii():
-        return text
-    flags_of, fold = _tables()
-    out = unicodedata.normalize("NFKC", text)
-    points = _points(out)
-    flags = flags_of.take(points)
-    seen = int(np.bitwise_or.reduce(flags)) if flags.size else 0
-    if seen & _F_INVISIBLE:
-        keep = (flags & _F_INVISIBLE) == 0
-        points, flags = points[keep], flags[keep]
-    latin = _is_latin(flags)
-    if seen & _F_CONFUSABLE and latin:  # Latin text: every look-alike is a disguise
-        points = fold.take(points)
-    if seen & (_F_INVISIBLE | _F_CONFUSABLE):
-        out = _text(points)
-    if seen & _F_CONFUSABLE and not latin:  # other scripts: only words that mix in Latin letters
-        out = _MIXED_WORD.sub(_folded_word, out)
-    if latin and not out.isascii() and _may_have_marks(out, seen):
-        out = _drop_marks(out)
-    return out
-
-
-def _may_have_marks(text: str, seen: int) -> bool:
-    """Whether `text` (whose characters' flags OR to `seen`) may hold a combining mark once
-    decomposed: one of its own, or one a character decomposes into. Text of dashes, quotes
-    and other scripts' letters has neither, and `_drop_marks` would return it as it is."""
-    return bool(seen & _F_MARK) or not unicodedata.is_normalized("NFD", text)
+    return text if plain(text) else primary_many((text,))[0]
 
 
 def primary_many(texts: Sequence[str]) -> list[str]:
-    """`[primary(t) for t in texts]`, with the per-code-point checks of all the non-ASCII
-    texts made in one pass: the lines of a non-ASCII tool output, which one call each
-    would spend most of their time setting up."""
+    """The primary view of each text. The per-code-point checks of all the non-ASCII texts
+    are made in one pass: the lines of a non-ASCII tool output, which one call each would
+    spend most of their time setting up."""
     out = list(texts)
     todo: list[tuple[int, str]] = []  # (index, NFKC of the visible text)
     for i, text in enumerate(texts):
         if plain(text):
             continue
         text = _visible(text)
-        if text.isascii():
-            out[i] = text
+        normal = text if text.isascii() else unicodedata.normalize("NFKC", text)
+        if normal.isascii():  # nothing to fold, hide or mark: its own view
+            out[i] = normal
         else:
-            todo.append((i, unicodedata.normalize("NFKC", text)))
+            todo.append((i, normal))
     if not todo:
         return out
-    flags_of, _ = _tables()
-    lengths = np.fromiter((len(n) for _, n in todo), dtype=np.int64, count=len(todo))
-    if lengths.min() == 0:  # reduceat cannot hold an empty segment: one by one
-        return [primary(t) for t in texts]
-    starts = np.cumsum(lengths) - lengths
-    flags = flags_of.take(_points("".join(n for _, n in todo)))
-    seen = np.bitwise_or.reduceat(flags, starts).tolist()
-    latin = np.add.reduceat((flags & _F_LATIN) != 0, starts, dtype=np.int64)
-    letters = np.add.reduceat((flags & _F_LETTER) != 0, starts, dtype=np.int64)
-    is_latin = (2 * latin >= letters).tolist()
+    flags_of, fold = _tables()
+    normals = [normal for _, normal in todo]
+    points = _points("".join(normals))
+    flags = flags_of.take(points)
+    bounds = np.cumsum([0, *map(len, normals)])  # every segment holds a non-ASCII character
+    seen = np.bitwise_or.reduceat(flags, bounds[:-1]).tolist()
+    latin = np.add.reduceat((flags & _F_LATIN) != 0, bounds[:-1], dtype=np.int64)
+    letters = np.add.reduceat((flags & _F_LETTER) != 0, bounds[:-1], dtype=np.int64)
     marked = []
-    for (i, normal), found, on_latin in zip(todo, seen, is_latin, strict=True):
-        if found & _F_INVISIBLE or (found & _F_CONFUSABLE and on_latin):
-            out[i] = primary(texts[i])  # rare: the whole path
-        elif found & _F_CONFUSABLE:  # other scripts: only words that mix in Latin letters
-            out[i] = _MIXED_WORD.sub(_folded_word, normal)
-        else:
-            out[i] = normal
-            if on_latin and not normal.isascii() and _may_have_marks(normal, found):
-                marked.append(i)
-    # `_drop_marks` returns a text without combining marks as it is: look for them at once.
-    decomposed = [unicodedata.normalize("NFD", out[i]) for i in marked]
+    for k, ((i, text), found, on_latin) in enumerate(
+        zip(todo, seen, (2 * latin >= letters).tolist(), strict=True)
+    ):
+        if found & (_F_INVISIBLE | _F_CONFUSABLE):
+            a, b = bounds[k], bounds[k + 1]
+            text, on_latin = _revealed(points[a:b], flags[a:b], found, fold)
+        if found & _F_CONFUSABLE and not on_latin:  # other scripts: only words that mix in Latin letters
+            text = _MIXED_WORD.sub(_folded_word, text)
+        out[i] = text
+        # A combining mark of its own, or one a character decomposes into (not dashes, quotes
+        # or other scripts' letters): decomposed below.
+        if (
+            on_latin
+            and not text.isascii()
+            and (found & _F_MARK or not unicodedata.is_normalized("NFD", text))
+        ):
+            marked.append(i)
     if marked:
-        lengths = np.fromiter(map(len, decomposed), dtype=np.int64, count=len(marked))
-        starts = np.cumsum(lengths) - lengths
-        marks = np.bitwise_or.reduceat(flags_of.take(_points("".join(decomposed))), starts) & _F_MARK
-        for i, mark in zip(marked, marks.tolist(), strict=True):
+        decomposed = [unicodedata.normalize("NFD", out[i]) for i in marked]
+        points = _points("".join(decomposed))
+        flags = flags_of.take(points)
+        bounds = np.cumsum([0, *map(len, decomposed)])
+        marks = np.bitwise_or.reduceat(flags, bounds[:-1]) & _F_MARK
+        for k, (i, mark) in enumerate(zip(marked, marks.tolist(), strict=True)):
             if mark:
-                out[i] = _drop_marks(out[i])
+                out[i] = _marks_dropped(points[bounds[k] : bounds[k + 1]], flags[bounds[k] : bounds[k + 1]])
     return out
+
+
+def _revealed(points: np.ndarray, flags: np.ndarray, seen: int, fold: np.ndarray) -> tuple[str, bool]:
+    """A text (its code points, their flags, the OR of those) without its invisible
+    characters and, when it is Latin text, with every look-alike folded; and whether it is."""
+    if seen & _F_INVISIBLE:
+        keep = (flags & _F_INVISIBLE) == 0
+        points, flags = points[keep], flags[keep]
+    latin = _is_latin(flags)
+    if seen & _F_CONFUSABLE and latin:  # Latin text: every look-alike is a disguise
+        points = fold.take(points)
+    return _text(points), latin
 
 
 # -- the extra view --------------------------------------------------------------------------
