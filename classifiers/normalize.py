@@ -19,7 +19,7 @@ turns one item's text into what is scored:
               MAX_SEGMENT_CHARS characters, DECODE_ROUNDS rounds for nested encodings),
               leetspeak words folded (never an e-mail address: "name@host.org"),
               disguised spellings written plainly ("**Ignore** **all** **previous**",
-              "I g n o r e"), and
+              "I g n o r e", "ig-nore al-l pre-vious", "`Ignore` all `previous`"), and
               marker tokens saying what was found (HIDDEN_MARKER, DECODED_MARKER,
               LEET_MARKER). Invisible text and encoded instructions are evidence in
               themselves; the markers let a model trained on these views weigh that
@@ -40,7 +40,7 @@ import binascii
 import functools
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote_plus
@@ -189,9 +189,42 @@ MIN_CHAR_REFS = 3  # letters or digits written as references: a disguise, not ma
 # mark (not "__", which wraps C and Python names), and a word of single letters joined by
 # one space or one dot.
 _WRAPPED_RUN = re.compile(r"(?<![\w*~])(\*{1,3}|_|~~)[^\W\d_]+\1(?:[ \t]+\1[^\W\d_]+\1)+(?![\w*~])")
-_RESPELL_SHAPE = _shape_table({_LETTERS: b"a", b" \t": b" ", b".": b".", b"*_~": b"*"}, b"x")
+_RESPELL_SHAPE = _shape_table(
+    {_LETTERS: b"a", b" \t": b" ", b".": b".", b"*_~": b"*", b"`": b"`", b"-|^+?": b"-"}, b"x"
+)
+# The same with every space a token's edge and every mark that wraps a word alike: where
+# broken and wrapped words are looked for, once a text is found to be full of marks.
+_TOKEN_SHAPE = _shape_table(
+    {_LETTERS: b"a", b" \t\n\r\x0b\x0c": b" ", b".": b".", b"*_~`": b"*", b"-|^+?": b"-"}, b"x"
+)
 _SPACED = re.compile(r"(?<![\w.])[^\W\d_]( )(?:[^\W\d_]\1){3,}[^\W\d_](?!\w)")  # five letters or more
 _DOTTED = re.compile(r"(?<![\w.])[^\W\d_](\.)(?:[^\W\d_]\1){2,}[^\W\d_](?!\w)")  # four ("U.S.A." is three)
+# Words broken by a mark inside them, which a text classifier reads as pieces and the model
+# upstream reads through: "ig-nore", "pre\U0001f642vious", "in|structions", "a.l.l" (a mark
+# is any character but letters, digits, spaces, apostrophes, quotes, brackets and the marks
+# of paths, addresses and assignments; in a byte shape, "-|^+" and non-ASCII characters,
+# and dots between single letters); and words wrapped one by one in backticks, as inline
+# code ("`Ignore` all `previous` `instructions`"). Either is undone in a stretch where
+# three such words lie within _NEAR characters of each other and make up a third of its
+# words (broken) or _WRAPPED_SHARE of its words of four letters or more (wrapped).
+_BROKEN = re.compile(r"[^\W\d_]+([^\w\s'\u2019\"/:@=&()\[\]{}<>])[^\W\d_]+(?:\1[^\W\d_]+)*")
+_CORE = re.compile(r"[^\W\d_](?:.*[^\W\d_])?", re.S)  # a token from its first letter to its last
+_WRAPPED_WORD = re.compile(r"(`|\*{1,3}|_|~~)([^\W\d_]+(?:['\u2019][^\W\d_]+)?)[.,!?]?\1")
+_TOKEN = re.compile(r"\S+")
+_EDGES = "".join(c for c in map(chr, range(33, 127)) if not c.isalnum())
+_NO_MARKS = str.maketrans("", "", "-|^+")  # the ASCII marks of _RESPELL_SHAPE's "-" class
+_MARKED = re.compile(rb"a-(?=a)")  # in a _TOKEN_SHAPE: a mark between two letters
+_MARKED_OR_DOTTED = re.compile(rb"a[-.](?=a)")
+_OPENING = re.compile(rb" \*")
+_NEAR = 80  # characters from the first of three marked words to the third, and from one to the next
+_MIN_MARKED = 3  # broken words in a stretch
+_MIN_WRAPPED = 4  # wrapped words: emphasis on three words in a row is ordinary
+# and at least one per _CHARS_PER_MARK characters of the text: a disguise marks every word
+# or every other, prose a compound here and there. (Found per text, so a short disguised
+# sentence inside a long document is not undone: looking for stretches in every text with
+# three hyphenated words made the normaliser a quarter slower on real tool outputs.)
+_CHARS_PER_MARK = 40
+_WRAPPED_SHARE = 0.8  # docs wrap names in prose ("set `timeout` and `retries` in the file"), not every word
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,21 +581,25 @@ def _char_refs(text: str) -> tuple[str, int]:
 def _respelled(text: str) -> tuple[str, int]:
     """Disguised spellings written plainly, and how many: words wrapped one by one in
     emphasis marks, two or more in a row ("**Ignore** **all** **previous**"; not inline
-    code, which is how docs list names: "`json` `yaml` `toml`"), and words
-    spelled letter by letter ("I g n o r e", five letters or more; "r.u.l.e", four). Both
-    cut a text classifier's n-grams and leave the model upstream reading the words; no
-    formatting looks like this (of 3,919 real agent tool outputs, none has a wrapped run
-    and one a spelled word)."""
+    code, which is how docs list names: "`json` `yaml` `toml`"), words
+    spelled letter by letter ("I g n o r e", five letters or more; "r.u.l.e", four), and
+    in a text full of marks, stretches of words broken by a mark or wrapped in backticks or
+    emphasis one by one (`_unmarked`). All cut a text classifier's n-grams and leave the
+    model upstream reading the words; no formatting looks like this (of 3,919 real agent
+    tool outputs, none has a wrapped run and one a spelled word; of 14,166 real texts of
+    the validation and test conversations and 53,236 benign corpus rows, none has a
+    stretch of broken or wrapped words)."""
     # A byte-level look first: the patterns start with lookbehinds, which the regular
     # expression engine tries at every character (on 300 real tool outputs, 37 ms without
     # this look and 5 with it).
     shape = text.encode("ascii", "replace").translate(_RESPELL_SHAPE)
     wrapped = b"* *" in shape
     spaced = b"a a a a a" in shape
-    dotted = b"a.a.a.a" in shape
+    letters_dotted = b"a.a.a" in shape
+    dotted = letters_dotted and b"a.a.a.a" in shape
+    text, found = _unmarked(text, shape, letters_dotted)
     if not (wrapped or spaced or dotted):
-        return text, 0
-    found = 0
+        return text, found
 
     def plainly(m: re.Match[str]) -> str:
         nonlocal found
@@ -576,6 +613,119 @@ def _respelled(text: str) -> tuple[str, int]:
     if dotted:
         text = _DOTTED.sub(plainly, text)
     return text, found
+
+
+def _unmarked(text: str, shape: bytes, dotted: bool) -> tuple[str, int]:
+    """Broken words and wrapped words written plainly, in the stretches where they are a
+    disguise (see _BROKEN), and how many stretches. `shape` is the text's _RESPELL_SHAPE
+    and `dotted` whether it has letters with dots between ("a.a.a"). Only texts full of
+    marks (byte counts) are looked at, and in them only the tokens their shape shows: with
+    a mark between two letters, or opening with a backtick or an emphasis mark."""
+    dense = max(_MIN_MARKED, len(shape) // _CHARS_PER_MARK)
+    broken = dotted or (shape.count(b"-") >= dense and shape.count(b"a-a") >= dense)
+    wrapped = shape.count(b"*") + shape.count(b"`") >= 2 * max(_MIN_WRAPPED, dense)
+    if not (broken or wrapped):
+        return text, 0
+    shape = text.encode("ascii", "replace").translate(_TOKEN_SHAPE)
+    found = 0
+    if broken:
+        marks = [m.start() for m in (_MARKED_OR_DOTTED if dotted else _MARKED).finditer(shape)]
+        if _near(marks, _MIN_MARKED):
+            starts = sorted({shape.rfind(b" ", 0, at) + 1 for at in marks})
+            text, n = _rewritten(text, starts, _unbroken, _broken_enough, _MIN_MARKED)
+            found += n
+    if wrapped:
+        starts = [m.start() + 1 for m in _OPENING.finditer(shape)]
+        if shape[:1] == b"*":
+            starts.insert(0, 0)
+        if _near(starts, _MIN_WRAPPED):
+            text, n = _rewritten(text, starts, _unwrapped, _wrapped_enough, _MIN_WRAPPED)
+            found += n
+    return text, found
+
+
+def _near(starts: list[int], least: int) -> bool:
+    """Whether some `least` of `starts` in a row lie within _NEAR characters."""
+    return any(b - a <= _NEAR for a, b in zip(starts, starts[least - 1 :], strict=False))
+
+
+def _rewritten(
+    text: str,
+    starts: list[int],
+    plainly: Callable[[str], str | None],
+    enough: Callable[[int, list[str]], bool],
+    least: int,
+) -> tuple[str, int]:
+    """`text` with the tokens at `starts` written `plainly` in each stretch where `least`
+    or more of them change, each within _NEAR characters of the next, and `enough` of the
+    stretch's tokens do."""
+    tokens = (_TOKEN.match(text, at) for at in starts)
+    changed = [(t, c) for t in tokens if t is not None and (c := plainly(t.group(0))) is not None]
+    out, last, found = [], 0, 0
+    i = 0
+    while i + least <= len(changed):
+        if changed[i + least - 1][0].start() - changed[i][0].start() > _NEAR:
+            i += 1
+            continue
+        j = i + least  # the stretch goes on while the next changed token is near
+        while j < len(changed) and changed[j][0].start() - changed[j - 1][0].start() <= _NEAR:
+            j += 1
+        stretch = changed[i:j]
+        if enough(len(stretch), text[stretch[0][0].start() : stretch[-1][0].end()].split()):
+            for token, plain_token in stretch:
+                out += [text[last : token.start()], plain_token]
+                last = token.end()
+            found += 1
+        i = j
+    if not found:
+        return text, 0
+    out.append(text[last:])
+    return "".join(out), found
+
+
+def _unbroken(token: str) -> str | None:
+    """`token` with the mark inside its word removed, if that spells a word its parts do
+    not ("ig-nore", "a.l.l"; not "built-in", "well-known", "os.path")."""
+    quick = token.isascii() and "." not in token
+    if quick and token.strip(_EDGES).translate(_NO_MARKS).lower() not in _words():
+        return None  # the common case, a compound, at the cost of a few string methods
+    core = _CORE.search(token)
+    if core is None or (m := _BROKEN.fullmatch(core.group(0))) is None:
+        return None
+    parts = core.group(0).split(m.group(1))
+    joined = "".join(parts)
+    if m.group(1) == "." and (any(len(p) > 1 for p in parts) or len(parts) < 3 or joined.isupper()):
+        return None  # a path, a name, a sentence's end; "i.e.", "a.m.", "U.S.A."
+    words = _words()
+    if m.group(1) != "." and len(joined) < 4 and all(len(p) == 1 for p in parts):
+        return None  # "a+b+c", "r-y"
+    if joined.lower() not in words or all(len(p) > 2 and p.lower() in words for p in parts):
+        return None  # no word, or a compound of words ("any-one")
+    return token[: core.start()] + joined + token[core.end() :]
+
+
+def _unwrapped(token: str) -> str | None:
+    """`token` without its marks, if it is one word wrapped in backticks or emphasis."""
+    m = _WRAPPED_WORD.fullmatch(token)
+    if m is None:
+        return None  # a list's item ("`key`,"), a name ("_global_log"), a letter ("**S**ituation")
+    word = m.group(2)
+    if (
+        len(word) < 3
+        or word.isupper()
+        or ("'" not in word and "\u2019" not in word and word.lower() not in _words())
+    ):
+        return None  # a constant or a name wrapped as code, not a word: "`GET`", "`json` `yaml` `toml`"
+    return token.replace(m.group(1), "")
+
+
+def _broken_enough(n: int, tokens: list[str]) -> bool:
+    return 3 * n >= sum(1 for t in tokens if _CORE.search(t))
+
+
+def _wrapped_enough(n: int, tokens: list[str]) -> bool:
+    long = sum(1 for t in tokens if sum(c.isalpha() for c in t) >= 4)
+    return n >= _WRAPPED_SHARE * long
 
 
 def _hidden(text: str) -> tuple[str, int]:
