@@ -30,11 +30,10 @@ import random
 import sys
 from pathlib import Path
 
-from deltaguard.classifiers.base import Classifier
 from deltaguard.classifiers.registry import load_classifiers
-from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
+from eval.flags import flags
 from eval.report import write_report
 from training.lib.coding_agent import CARRIERS, TRAINING, Carrier, Phrases, notes, triple
 
@@ -199,15 +198,6 @@ def alone(phrases: Phrases, n: int, label: str) -> dict[str, list[str]]:
     """`n` injections and benign notes as they would fill a carrier's slot, without it."""
     drawn = [notes(f"probe:{label}:alone:{i}", phrases) for i in range(n)]
     return {"injected": [a for a, _, _ in drawn], "benign note": [b for _, b, _ in drawn]}
-
-
-def flags(classifiers: dict[str, Classifier], items: list[Item]) -> dict[str, list[bool]]:
-    out = {}
-    for name, clf in classifiers.items():
-        rows = [clf.update(clf.initial_state(), [item]).item_scores[0] for item in items]
-        out[name] = [r.get("prompt_injection", 0.0) >= 0.5 for r in rows]
-    out["pipeline"] = [any(col) for col in zip(*out.values(), strict=True)]
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.models import MODELS_DIR
-from eval.coding_probe import flags
+from eval.flags import flags
 from eval.monitor_cost import tool_item
 from eval.report import write_report
 
