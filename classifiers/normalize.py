@@ -199,6 +199,11 @@ _TOKEN_SHAPE = _shape_table(
 )
 _SPACED = re.compile(r"(?<![\w.])[^\W\d_]( )(?:[^\W\d_]\1){3,}[^\W\d_](?!\w)")  # five letters or more
 _DOTTED = re.compile(r"(?<![\w.])[^\W\d_](\.)(?:[^\W\d_]\1){2,}[^\W\d_](?!\w)")  # four ("U.S.A." is three)
+# In a text with a word so spelled, a word of two to four letters set apart from the next
+# by two spaces or more ("I g n o r e  a l l  p r e v i o u s": words one space apart
+# would read as one).
+_SPACED_SHORT = re.compile(r"(?<![^\s])[^\W\d_](?: [^\W\d_]){1,3}(?=  | [.,;:!?]|\s*$)")
+_WIDE_GAP = re.compile(r"(?<=\S)  +(?=\S)")
 # Words broken by a mark inside them, which a text classifier reads as pieces and the model
 # upstream reads through: "ig-nore", "pre\U0001f642vious", "in|structions", "a.l.l" (a mark
 # is any character but letters, digits, spaces, apostrophes, quotes, brackets and the marks
@@ -609,7 +614,10 @@ def _respelled(text: str) -> tuple[str, int]:
     if wrapped:
         text = _WRAPPED_RUN.sub(plainly, text)
     if spaced:
+        before = found
         text = _SPACED.sub(plainly, text)
+        if found > before:  # and the short words between, set apart by wider gaps
+            text = _WIDE_GAP.sub(" ", _SPACED_SHORT.sub(lambda m: m.group(0).replace(" ", ""), text))
     if dotted:
         text = _DOTTED.sub(plainly, text)
     return text, found
