@@ -7,8 +7,9 @@ out. This probe takes the test split's injections that the pipeline flags as wri
 tool outputs: the lexical view or the detector), disguises each one every way below, and
 reports the share still flagged by the lexical view, the detector (behind its screen) and
 the pipeline (either). The same disguises of benign test-split texts of the same length
-say whether a disguise alone raises an alarm. Every disguise is a deterministic function
-of the text. Writes eval/out/obfuscation.md.
+say whether a disguise alone raises an alarm; the same disguised injections as a line of a
+real document (eval/dilution.py's carriers) say whether the disguise is still read there.
+Every disguise is a deterministic function of the text. Writes eval/out/obfuscation.md.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from pathlib import Path
 
 from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.models import MODELS_DIR
+from eval.dilution import carrier, insert
 from eval.flags import flags
 from eval.monitor_cost import tool_item
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "obfuscation.md"
 TEXTS = 100
+CARRIER_CHARS = 4_000
 MIN_CHARS, MAX_CHARS = 40, 300
 
 _CYRILLIC = str.maketrans("aceiopxyACEHIKMOPTXY", "асеіорхуАСЕНІКМОРТХУ")
@@ -79,6 +82,26 @@ def corpus_texts(label: str, n: int) -> list[str]:
     return texts[: n * 20]
 
 
+def real_carriers(n: int) -> list[tuple[str, int]]:
+    """`n` documents of about CARRIER_CHARS characters of the test split's real text, each
+    with the seed that places a line in it."""
+    from training.lib.real_text import all_documents
+
+    docs = [
+        d.text[:6000]
+        for d in all_documents()
+        if d.split == "test" and d.kind in ("code", "docs", "readme", "commit", "debian_doc", "manpage")
+    ]
+    rng = random.Random(11)
+    return [(carrier(docs, CARRIER_CHARS, rng), i) for i in range(n)]
+
+
+def within(sentence: str, document: tuple[str, int]) -> str:
+    """`sentence` as a line of `document`, at the same place whatever the disguise."""
+    text, seed = document
+    return insert(text, sentence, random.Random(seed))[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=TEXTS, help="injections (and benign texts) disguised")
@@ -91,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     caught = flags(classifiers, [tool_item(t) for t in candidates])["pipeline"]
     injections = [t for t, hit in zip(candidates, caught, strict=True) if hit][: args.texts]
     benign = corpus_texts("benign", args.texts)[: args.texts]
+    carriers = real_carriers(len(injections))
+    clean = flags(classifiers, [tool_item(text) for text, _ in carriers])["pipeline"]
     lines = [
         "# Injections in disguise",
         "",
@@ -98,15 +123,23 @@ def main(argv: list[str] | None = None) -> int:
         f"injections of {MIN_CHARS}-{MAX_CHARS} characters that the pipeline flags as written, and "
         f"{len(benign)} benign test-split texts of the same length, each disguised as below and scored "
         "as a tool output; share flagged for prompt_injection by the gate's lexical view, the detector "
-        "(behind its screen) and the pipeline (either).",
+        "(behind its screen) and the pipeline (either). Inside a document: each disguised injection "
+        f"as a line of about {CARRIER_CHARS:,} characters of real test-split code and prose "
+        f"(eval/dilution.py's carriers, one per injection), pipeline; the clean documents: "
+        f"{sum(clean) / len(carriers):.0%} flagged.",
         "",
-        "| disguise | injections: lexical | detector | pipeline | benign: pipeline |",
-        "|---|---|---|---|---|",
+        "| disguise | injections: lexical | detector | pipeline | inside a document | benign: pipeline |",
+        "|---|---|---|---|---|---|",
     ]
     for name, disguise in DISGUISES.items():
         found = flags(classifiers, [tool_item(disguise(t)) for t in injections])
+        inside = flags(
+            classifiers,
+            [tool_item(within(disguise(t), c)) for t, c in zip(injections, carriers, strict=True)],
+        )
         alarms = flags(classifiers, [tool_item(disguise(t)) for t in benign])["pipeline"]
         shares = [sum(found[c]) / len(injections) for c in ("lexical", "detector", "pipeline")]
+        shares.append(sum(inside["pipeline"]) / len(injections))
         rates = " | ".join(f"{share:.0%}" for share in shares)
         lines.append(f"| {name} | {rates} | {sum(alarms) / len(benign):.0%} |")
     write_report(args.out, lines)
