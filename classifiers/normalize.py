@@ -190,12 +190,17 @@ MIN_CHAR_REFS = 3  # letters or digits written as references: a disguise, not ma
 # one space or one dot.
 _WRAPPED_RUN = re.compile(r"(?<![\w*~])(\*{1,3}|_|~~)[^\W\d_]+\1(?:[ \t]+\1[^\W\d_]+\1)+(?![\w*~])")
 _RESPELL_SHAPE = _shape_table(
-    {_LETTERS: b"a", b" \t": b" ", b".": b".", b"*_~": b"*", b"`": b"`", b"-|^+?": b"-"}, b"x"
-)
-# The same with every space a token's edge and every mark that wraps a word alike: where
-# broken and wrapped words are looked for, once a text is found to be full of marks.
-_TOKEN_SHAPE = _shape_table(
-    {_LETTERS: b"a", b" \t\n\r\x0b\x0c": b" ", b".": b".", b"*_~`": b"*", b"-|^+?": b"-"}, b"x"
+    {
+        _LETTERS: b"a",
+        b" \t": b" ",
+        b"\n\r": b"n",
+        b".": b".",
+        b"*_~": b"*",
+        b"`": b"`",
+        b"-|^+": b"-",
+        b"?": b"q",
+    },
+    b"x",
 )
 _SPACED = re.compile(r"(?<![\w.])[^\W\d_]( )(?:[^\W\d_]\1){3,}[^\W\d_](?!\w)")  # five letters or more
 _DOTTED = re.compile(r"(?<![\w.])[^\W\d_](\.)(?:[^\W\d_]\1){2,}[^\W\d_](?!\w)")  # four ("U.S.A." is three)
@@ -207,28 +212,32 @@ _WIDE_GAP = re.compile(r"(?<=\S)  +(?=\S)")
 # Words broken by a mark inside them, which a text classifier reads as pieces and the model
 # upstream reads through: "ig-nore", "pre\U0001f642vious", "in|structions", "a.l.l" (a mark
 # is any character but letters, digits, spaces, apostrophes, quotes, brackets and the marks
-# of paths, addresses and assignments; in a byte shape, "-|^+" and non-ASCII characters,
-# and dots between single letters); and words wrapped one by one in backticks, as inline
-# code ("`Ignore` all `previous` `instructions`"). Either is undone in a stretch where
-# three such words lie within _NEAR characters of each other and make up a third of its
-# words (broken) or _WRAPPED_SHARE of its words of four letters or more (wrapped).
+# of paths, addresses and assignments; in a byte shape, "-|^+", non-ASCII characters
+# between Latin letters, and dots between single letters); and words wrapped one by one in
+# backticks or emphasis, with plain words between ("`Ignore` all `previous` `instructions`").
+# Only marks in a cluster are looked at: _MIN_MARKED between letters within _CLOSE
+# characters (a disguise marks every word or every other, prose a compound here and
+# there), _MIN_WRAPPED opening tokens within _NEAR. A stretch of such words, each within
+# _NEAR characters of the next, is undone when they make up a third of its words (broken),
+# or _WRAPPED_SHARE of its words of four letters or more and it holds a function word
+# (wrapped: a sentence, not a list of names).
 _BROKEN = re.compile(r"[^\W\d_]+([^\w\s'\u2019\"/:@=&()\[\]{}<>])[^\W\d_]+(?:\1[^\W\d_]+)*")
 _CORE = re.compile(r"[^\W\d_](?:.*[^\W\d_])?", re.S)  # a token from its first letter to its last
 _WRAPPED_WORD = re.compile(r"(`|\*{1,3}|_|~~)([^\W\d_]+(?:['\u2019][^\W\d_]+)?)[.,!?]?\1")
 _TOKEN = re.compile(r"\S+")
 _EDGES = "".join(c for c in map(chr, range(33, 127)) if not c.isalnum())
 _NO_MARKS = str.maketrans("", "", "-|^+")  # the ASCII marks of _RESPELL_SHAPE's "-" class
-_MARKED = re.compile(rb"a-(?=a)")  # in a _TOKEN_SHAPE: a mark between two letters
-_MARKED_OR_DOTTED = re.compile(rb"a[-.](?=a)")
-_OPENING = re.compile(rb" \*")
-_NEAR = 80  # characters from the first of three marked words to the third, and from one to the next
-_MIN_MARKED = 3  # broken words in a stretch
+_LETTER, _SPACE, _NEWLINE, _DOT, _EMPHASIS, _BACKTICK, _MARK, _SYMBOL = b"a n.*`-q"  # its classes
+_CLOSE = 40
+_NEAR = 80
+_MIN_MARKED = 3  # broken words
 _MIN_WRAPPED = 4  # wrapped words: emphasis on three words in a row is ordinary
-# and at least one per _CHARS_PER_MARK characters of the text: a disguise marks every word
-# or every other, prose a compound here and there. (Found per text, so a short disguised
-# sentence inside a long document is not undone: looking for stretches in every text with
-# three hyphenated words made the normaliser a quarter slower on real tool outputs.)
-_CHARS_PER_MARK = 40
+_FUNCTION_WORDS = frozenset(
+    "a an the all any every each no not and or but if then to of in on at by for from with as "
+    "into about over after before this that these those it its is are was were be been has have "
+    "had do does did can could will would should must may might shall you your yours me my we "
+    "our us they them their he him his she her what which who how when where why there here".split()
+)
 _WRAPPED_SHARE = 0.8  # docs wrap names in prose ("set `timeout` and `retries` in the file"), not every word
 
 
@@ -588,8 +597,8 @@ def _respelled(text: str) -> tuple[str, int]:
     emphasis marks, two or more in a row ("**Ignore** **all** **previous**"; not inline
     code, which is how docs list names: "`json` `yaml` `toml`"), words
     spelled letter by letter ("I g n o r e", five letters or more; "r.u.l.e", four), and
-    in a text full of marks, stretches of words broken by a mark or wrapped in backticks or
-    emphasis one by one (`_unmarked`). All cut a text classifier's n-grams and leave the
+    stretches of words broken by a mark or wrapped in backticks or emphasis one by one
+    (`_unmarked`). All cut a text classifier's n-grams and leave the
     model upstream reading the words; no formatting looks like this (of 3,919 real agent
     tool outputs, none has a wrapped run and one a spelled word; of 14,166 real texts of
     the validation and test conversations and 53,236 benign corpus rows, none has a
@@ -626,35 +635,56 @@ def _respelled(text: str) -> tuple[str, int]:
 def _unmarked(text: str, shape: bytes, dotted: bool) -> tuple[str, int]:
     """Broken words and wrapped words written plainly, in the stretches where they are a
     disguise (see _BROKEN), and how many stretches. `shape` is the text's _RESPELL_SHAPE
-    and `dotted` whether it has letters with dots between ("a.a.a"). Only texts full of
-    marks (byte counts) are looked at, and in them only the tokens their shape shows: with
-    a mark between two letters, or opening with a backtick or an emphasis mark."""
-    dense = max(_MIN_MARKED, len(shape) // _CHARS_PER_MARK)
-    broken = dotted or (shape.count(b"-") >= dense and shape.count(b"a-a") >= dense)
-    wrapped = shape.count(b"*") + shape.count(b"`") >= 2 * max(_MIN_WRAPPED, dense)
+    and `dotted` whether it has letters with dots between ("a.a.a"). Only tokens the shape
+    shows in a cluster are looked at: _MIN_MARKED marks between two letters within _CLOSE
+    characters, or _MIN_WRAPPED backticks or emphasis marks opening a token within _NEAR.
+    Byte counts first: most texts have too few marks for either."""
+    # Non-ASCII characters are "?" in the shape: an emoji inside a word, or any other
+    # script's letter; looked at only between Latin letters.
+    symbols = not text.isascii() and shape.count(b"aqa") >= _MIN_MARKED
+    broken = dotted or symbols or shape.count(b"-") >= _MIN_MARKED
+    wrapped = shape.count(b"*") + shape.count(b"`") >= 2 * _MIN_WRAPPED
     if not (broken or wrapped):
         return text, 0
-    shape = text.encode("ascii", "replace").translate(_TOKEN_SHAPE)
+    at = np.frombuffer(shape, dtype=np.uint8)
     found = 0
     if broken:
-        marks = [m.start() for m in (_MARKED_OR_DOTTED if dotted else _MARKED).finditer(shape)]
-        if _near(marks, _MIN_MARKED):
-            starts = sorted({shape.rfind(b" ", 0, at) + 1 for at in marks})
+        mark = at == _MARK
+        if dotted:
+            mark |= at == _DOT
+        if symbols:
+            mark |= at == _SYMBOL
+        marks = np.flatnonzero(mark)
+        marks = marks[(marks > 0) & (marks < len(at) - 1)]
+        marks = marks[(at.take(marks - 1) == _LETTER) & (at.take(marks + 1) == _LETTER)]
+        marks = _clustered(marks, _MIN_MARKED, _CLOSE)
+        if marks:
+            starts = sorted({max(shape.rfind(b" ", 0, i), shape.rfind(b"n", 0, i)) + 1 for i in marks})
             text, n = _rewritten(text, starts, _unbroken, _broken_enough, _MIN_MARKED)
             found += n
     if wrapped:
-        starts = [m.start() + 1 for m in _OPENING.finditer(shape)]
-        if shape[:1] == b"*":
-            starts.insert(0, 0)
-        if _near(starts, _MIN_WRAPPED):
+        marks = np.flatnonzero((at == _EMPHASIS) | (at == _BACKTICK))
+        before = at.take(marks - 1)  # the first mark's "before" is the last character: checked below
+        openings = marks[(before == _SPACE) | (before == _NEWLINE) | (marks == 0)]
+        starts = _clustered(openings, _MIN_WRAPPED, _NEAR)
+        if starts:
             text, n = _rewritten(text, starts, _unwrapped, _wrapped_enough, _MIN_WRAPPED)
             found += n
     return text, found
 
 
-def _near(starts: list[int], least: int) -> bool:
-    """Whether some `least` of `starts` in a row lie within _NEAR characters."""
-    return any(b - a <= _NEAR for a, b in zip(starts, starts[least - 1 :], strict=False))
+def _clustered(starts: np.ndarray, least: int, within: int) -> list[int]:
+    """The `starts` (in order) that lie with `least` - 1 others in a row within `within`
+    characters."""
+    if len(starts) < least:
+        return []
+    first = np.flatnonzero(starts[least - 1 :] - starts[: 1 - least] <= within)
+    if not len(first):
+        return []
+    keep = np.zeros(len(starts), dtype=bool)
+    for k in range(least):
+        keep[first + k] = True
+    return starts[keep].tolist()
 
 
 def _rewritten(
@@ -732,8 +762,11 @@ def _broken_enough(n: int, tokens: list[str]) -> bool:
 
 
 def _wrapped_enough(n: int, tokens: list[str]) -> bool:
+    """Whether `n` wrapped words make a disguise of these tokens: most of their words of
+    four letters or more, and a sentence, not a list of names that are words ("`class`
+    `count` `filter`", "`Header` `Path` `Query`"), so a function word among them."""
     long = sum(1 for t in tokens if sum(c.isalpha() for c in t) >= 4)
-    return n >= _WRAPPED_SHARE * long
+    return n >= _WRAPPED_SHARE * long and any(t.strip(_EDGES).lower() in _FUNCTION_WORDS for t in tokens)
 
 
 def _hidden(text: str) -> tuple[str, int]:
