@@ -642,7 +642,7 @@ def _unmarked(text: str, shape: bytes, dotted: bool) -> tuple[str, int]:
     # Non-ASCII characters are "?" in the shape: an emoji inside a word, or any other
     # script's letter; looked at only between Latin letters.
     symbols = not text.isascii() and shape.count(b"aqa") >= _MIN_MARKED
-    broken = dotted or symbols or shape.count(b"-") >= _MIN_MARKED
+    broken = dotted or symbols or (shape.count(b"-") >= _MIN_MARKED and shape.count(b"a-a") >= _MIN_MARKED)
     wrapped = shape.count(b"*") + shape.count(b"`") >= 2 * _MIN_WRAPPED
     if not (broken or wrapped):
         return text, 0
