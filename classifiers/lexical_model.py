@@ -338,13 +338,15 @@ class LexicalModel:
         """Positive-class probability per head for the whole text, as sklearn gives it."""
         return _sigmoid(self._logits([text])[0])
 
-    def _views(self, texts: Sequence[str]) -> tuple[list[Sequence[str]], list[int]]:
-        """Per text, its views; and the tokens of its extra view (work beyond the item's own
-        tokens, 0 if none). Without a normaliser the one view is the raw text."""
+    def _views(self, texts: Sequence[str]) -> tuple[list[Sequence[str]], list[int], list[bool]]:
+        """Per text, its views; the tokens of its extra view (work beyond the item's own
+        tokens, 0 if none); and whether it is its own only view, which its pieces then are
+        too. Without a normaliser the one view is the raw text."""
         if self.normalizer is None:
-            return [(text,) for text in texts], [0] * len(texts)
+            return [(text,) for text in texts], [0] * len(texts), [True] * len(texts)
         found = [normalize.views(text, self.normalizer) for text in texts]
-        return [v.texts() for v in found], [0 if v.extra is None else count_tokens(v.extra) for v in found]
+        extra = [0 if v.extra is None else count_tokens(v.extra) for v in found]
+        return [v.texts() for v in found], extra, [v.plain and v.extra is None for v in found]
 
     def _pieces_views(self, pieces: list[str], owner_extra: int) -> list[Sequence[str]]:
         """The views of a text's pieces. The pieces of a text in which the normaliser found
@@ -368,7 +370,7 @@ class LexicalModel:
         text, the tokens of its extra view (`_views`)."""
         if not texts:
             return np.zeros((0, len(self.heads))), []
-        every, extra = self._views(texts)
+        every, extra, _ = self._views(texts)
         return self._max_of_chunks(*_chunked(every)), extra
 
     def score_located(
@@ -383,14 +385,14 @@ class LexicalModel:
         where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]
         if not texts:
             return np.zeros((0, len(self.heads))), [], where
-        every, extra = self._views(texts)
+        every, extra, alone = self._views(texts)
         spans = [segments.pieces(t, reading) if self.by_piece else [] for t in texts]
         chunks, counts = _chunked(every)
-        for text, more, found in zip(texts, extra, spans, strict=True):
+        for text, more, own, found in zip(texts, extra, alone, spans, strict=True):
             # A piece (at most segments.PIECE_CHARS) is shorter than a chunk: read whole. Its
             # tokens are the text's own, read again: not counted twice (`tokens_scored` counts
             # the delta, docs/contract.md).
-            if self.normalizer is None or (more == 0 and normalize.plain(text)):
+            if own:
                 # Every piece is its own view (`_pieces_views`) and one chunk: most tool
                 # outputs, whose thousands of lines then cost no call each.
                 chunks += [text[a:b] for a, b in found]

@@ -41,7 +41,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote_plus
 
@@ -250,6 +250,9 @@ class Views:
     hidden: int  # invisible characters that hid text (tag payloads, zero-width in words)
     decoded: int  # encoded segments decoded
     leet: int  # words spelled out: folded from leetspeak, or a disguised spelling undone
+    # Whether the text was `plain` (its own primary view): a fact about the text read, not
+    # about what is scored, so two Views that score the same are equal either way.
+    plain: bool = field(default=False, compare=False)
 
     def texts(self) -> list[str]:
         """The views to score, primary first."""
@@ -434,17 +437,18 @@ def _decode_url(segment: str) -> str | None:
 _DECODERS = ((_URL, _decode_url), (_HEX, _decode_hex), (_B64, _decode_b64))
 
 
-def _long_runs(text: str) -> list[str]:
+def _long_runs(text: str, raw: bytes | None = None) -> list[str]:
     """Runs of MIN_SEGMENT_CHARS+ characters that could be encoded (every pattern needs one)."""
-    return _long_runs_scanned(text) if len(text) < _SHORT_TEXT else _long_runs_shaped(text)
+    return _long_runs_scanned(text) if len(text) < _SHORT_TEXT else _long_runs_shaped(text, raw)
 
 
 def _long_runs_scanned(text: str) -> list[str]:
     return sorted({m.group(0) for m in _ENCODED_RUN.finditer(text) if _ENCODED_STRONG.search(m.group(0))})
 
 
-def _long_runs_shaped(text: str) -> list[str]:
-    shape = np.frombuffer(text.encode("ascii", "replace").translate(_ENCODED_SHAPE), dtype=np.uint8)
+def _long_runs_shaped(text: str, raw: bytes | None = None) -> list[str]:
+    raw = text.encode("ascii", "replace") if raw is None else raw
+    shape = np.frombuffer(raw.translate(_ENCODED_SHAPE), dtype=np.uint8)
     inside = np.concatenate([[False], shape != 0, [False]])
     edges = np.flatnonzero(inside[1:] != inside[:-1])
     starts, ends = edges[0::2], edges[1::2]
@@ -457,9 +461,10 @@ def _long_runs_shaped(text: str) -> list[str]:
     return sorted({text[a:b] for a, b in zip(starts[keep].tolist(), ends[keep].tolist(), strict=True)})
 
 
-def _decode_segments(text: str, budget: list[int], lines: bool) -> tuple[str, int]:
-    """Encoded segments replaced by their text, while `budget[0]` segments remain."""
-    long_runs = _long_runs(text)
+def _decode_segments(text: str, budget: list[int], lines: bool, raw: bytes | None = None) -> tuple[str, int]:
+    """Encoded segments replaced by their text, while `budget[0]` segments remain; `raw`:
+    the text as ASCII bytes, non-ASCII as "?", if already made."""
+    long_runs = _long_runs(text, raw)
     if not long_runs:
         return text, 0
     found = 0
@@ -530,11 +535,12 @@ def _one_substitution(word: str) -> bool:
     return len(_LEET_RUN.findall(word)) == 1
 
 
-def fold_leet(text: str) -> tuple[str, int]:
-    """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many."""
+def fold_leet(text: str, raw: bytes | None = None) -> tuple[str, int]:
+    """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many;
+    `raw`: the text as ASCII bytes, non-ASCII as "?", if already made."""
     # One byte per character (non-ASCII as "?"), shaped so that a byte search finds every
     # letter next to a leet character; only the words around those hits are looked at.
-    shape = text.encode("ascii", "replace").translate(_LEET_SHAPE)
+    shape = (text.encode("ascii", "replace") if raw is None else raw).translate(_LEET_SHAPE)
     hits: list[int] = []
     for pair in (b"a1", b"1a"):
         at = shape.find(pair)
@@ -592,7 +598,7 @@ def _char_refs(text: str) -> tuple[str, int]:
     return _CHAR_REF.sub(character, text), 1
 
 
-def _respelled(text: str) -> tuple[str, int]:
+def _respelled(text: str, raw: bytes) -> tuple[str, int]:
     """Disguised spellings written plainly, and how many: words wrapped one by one in
     emphasis marks, two or more in a row ("**Ignore** **all** **previous**"; not inline
     code, which is how docs list names: "`json` `yaml` `toml`"), words
@@ -606,7 +612,7 @@ def _respelled(text: str) -> tuple[str, int]:
     # A byte-level look first: the patterns start with lookbehinds, which the regular
     # expression engine tries at every character (on 300 real tool outputs, 37 ms without
     # this look and 5 with it).
-    shape = text.encode("ascii", "replace").translate(_RESPELL_SHAPE)
+    shape = raw.translate(_RESPELL_SHAPE)
     wrapped = b"* *" in shape
     spaced = b"a a a a a" in shape
     letters_dotted = b"a.a.a" in shape
@@ -787,7 +793,8 @@ def views(text: str, version: str = VERSION) -> Views:
     if version not in VERSIONS:
         raise ValueError(f"normalize version {version!r} is not one of {VERSIONS}")
     lines = version != "1"
-    first = primary(text)
+    is_plain = plain(text)
+    first = text if is_plain else primary_many((text,))[0]
     hidden = 0
     extra = first
     if not text.isascii() and np.bitwise_or.reduce(_tables()[0].take(_points(text))) & _F_INVISIBLE:
@@ -798,16 +805,18 @@ def views(text: str, version: str = VERSION) -> Views:
     if decoded:
         extra = primary(extra)
     budget = [MAX_SEGMENTS]
+    raw = extra.encode("ascii", "replace")  # one byte per character, for the byte-level looks
     for _ in range(DECODE_ROUNDS):
-        extra, n = _decode_segments(extra, budget, lines)
+        extra, n = _decode_segments(extra, budget, lines, raw)
         decoded += n
         if not n:
             break
         extra = primary(extra)
-    extra, respelled = _respelled(extra)
-    extra, leet = fold_leet(extra)
+        raw = extra.encode("ascii", "replace")
+    extra, respelled = _respelled(extra, raw)
+    extra, leet = fold_leet(extra, None if respelled else raw)
     leet += respelled
     if not (hidden or decoded or leet):
-        return Views(first, None, 0, 0, 0)
+        return Views(first, None, 0, 0, 0, is_plain)
     markers = [m for m, n in ((HIDDEN_MARKER, hidden), (DECODED_MARKER, decoded), (LEET_MARKER, leet)) if n]
     return Views(first, " ".join([*markers, extra]), hidden, decoded, leet)
