@@ -22,7 +22,7 @@ from pathlib import Path
 
 from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.models import MODELS_DIR
-from eval.dilution import carrier, insert
+from eval.dilution import carrier, carrier_documents, insert
 from eval.flags import flags
 from eval.monitor_cost import tool_item
 from eval.report import write_report
@@ -85,13 +85,7 @@ def corpus_texts(label: str, n: int) -> list[str]:
 def real_carriers(n: int) -> list[tuple[str, int]]:
     """`n` documents of about CARRIER_CHARS characters of the test split's real text, each
     with the seed that places a line in it."""
-    from training.lib.real_text import all_documents
-
-    docs = [
-        d.text[:6000]
-        for d in all_documents()
-        if d.split == "test" and d.kind in ("code", "docs", "readme", "commit", "debian_doc", "manpage")
-    ]
+    docs = carrier_documents()
     rng = random.Random(11)
     return [(carrier(docs, CARRIER_CHARS, rng), i) for i in range(n)]
 
