@@ -64,6 +64,10 @@ DISGUISES: dict[str, Callable[[str], str]] = {
         f"&#{ord(c)};" if c.isalpha() else c for c in text
     ),
     "reversed": lambda text: text[::-1],
+    "words joined by underscores": lambda text: "_".join(text.split()),
+    "words joined by hyphens": lambda text: "-".join(text.split()),
+    "words joined in CamelCase": lambda text: "".join(w[:1].upper() + w[1:] for w in text.split()),
+    "an emoji between words": lambda text: "\U0001f642".join(text.split()),
 }
 
 
