@@ -151,6 +151,7 @@ _F_INVISIBLE, _F_CONFUSABLE, _F_MARK, _F_LATIN, _F_LETTER = 1, 2, 4, 8, 16
 _B64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])|(?:\\x[0-9A-Fa-f]{2}){4,}")
 _URL = re.compile(r"(?:[\w.~+-]*%[0-9A-Fa-f]{2}){3,}[\w.~+-]*")
+_HEX_DIGITS = re.compile(r"[0-9A-Fa-f]{16}")
 
 _LEET_CHARS = "013457@$"
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
@@ -434,7 +435,22 @@ def _decode_url(segment: str) -> str | None:
     return unquote_plus(segment)
 
 
-_DECODERS = ((_URL, _decode_url), (_HEX, _decode_hex), (_B64, _decode_b64))
+def _could_be_url(run: str) -> bool:
+    return run.count("%") >= 3
+
+
+def _could_be_hex(run: str) -> bool:
+    return "\\x" in run or _HEX_DIGITS.search(run) is not None
+
+
+# Each pattern with a necessary condition for a match that costs far less than the search:
+# the URL pattern backtracks over the whole run at every character (quadratic; two fifths
+# of the normaliser's time on real tool outputs, which hold many paths and URLs).
+_DECODERS = (
+    (_URL, _could_be_url, _decode_url),
+    (_HEX, _could_be_hex, _decode_hex),
+    (_B64, lambda run: True, _decode_b64),
+)
 
 
 def _long_runs(text: str, raw: bytes | None = None) -> list[str]:
@@ -468,9 +484,11 @@ def _decode_segments(text: str, budget: list[int], lines: bool, raw: bytes | Non
     if not long_runs:
         return text, 0
     found = 0
-    for pattern, decode in _DECODERS:
+    for pattern, could_match, decode in _DECODERS:
         replacements: dict[str, str] = {}
         for run in long_runs:
+            if not could_match(run):
+                continue
             for m in pattern.finditer(run):
                 segment = m.group(0)
                 if budget[0] <= 0 or len(segment) > MAX_SEGMENT_CHARS or segment in replacements:
