@@ -359,11 +359,18 @@ class LexicalModel:
 
     def _max_of_chunks(self, chunks: list[str], counts: Sequence[int]) -> np.ndarray:
         """Per group of `counts` consecutive chunks (one text's views, `_chunked`) and head,
-        the max probability: all of them in one pass of the kernels."""
-        proba = _sigmoid(self._logits(chunks))
-        if len(chunks) == len(counts):
+        the max probability (0 for an empty group): all of them in one pass of the kernels."""
+        proba = _sigmoid(self._logits(chunks)) if chunks else np.zeros((0, len(self.heads)))
+        sizes = np.asarray(counts, dtype=np.int64)
+        if len(chunks) == len(sizes) and sizes.all():  # one chunk each
             return proba
-        return np.maximum.reduceat(proba, np.cumsum([0, *counts[:-1]]), axis=0)
+        some = np.flatnonzero(sizes)
+        if len(some) == len(sizes):
+            return np.maximum.reduceat(proba, np.cumsum(sizes) - sizes, axis=0)
+        out = np.zeros((len(sizes), len(self.heads)))
+        if len(some):
+            out[some] = np.maximum.reduceat(proba, np.cumsum(sizes[some]) - sizes[some], axis=0)
+        return out
 
     def score_views(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         """Per text and head, the max probability over its views and their chunks; and per
@@ -378,16 +385,17 @@ class LexicalModel:
     ) -> tuple[np.ndarray, list[int], list[list[Span | None]]]:
         """`score_views` of untrusted texts, which an artifact trained on pieces also reads
         piece by piece (classifiers/segments.py), so that one injected sentence weighs as
-        much in a 16 KB file as alone, as `reading` cuts them. Per text and head: the
-        max over views, chunks and pieces; per text, the extra tokens of its normalised view
-        (as `score_views`); per text and head, the piece holding the max, or None when the
-        text read whole holds it."""
+        much in a 16 KB file as alone, as `reading` cuts them (and, in reading 3, by its
+        pieces alone). Per text and head: the max over views, chunks and pieces; per text,
+        the extra tokens of its normalised view (as `score_views`); per text and head, the
+        piece holding the max, or None when the text read whole holds it."""
         where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]
         if not texts:
             return np.zeros((0, len(self.heads))), [], where
         every, extra, alone = self._views(texts)
         spans = [segments.pieces(t, reading) if self.by_piece else [] for t in texts]
-        chunks, counts = _chunked(every)
+        read = [segments.read_whole(reading, t, at) for t, at in zip(texts, spans, strict=True)]
+        chunks, counts = _chunked([v if whole else () for v, whole in zip(every, read, strict=True)])
         for text, more, own, found in zip(texts, extra, alone, spans, strict=True):
             # A piece (at most segments.PIECE_CHARS) is shorter than a chunk: read whole. Its
             # tokens are the text's own, read again: not counted twice (`tokens_scored` counts

@@ -13,10 +13,13 @@ Pieces are character ranges of the text as received, so a finding can point at t
 a sanitising action can cut them out. Splitting depends on the text alone: an item
 yields the same pieces in delta and in full mode.
 
-Which texts are cut is the reading's (`reading`, named by the artifact's manifest entry):
-reading 1 (lexical-v5, and lexical-v6 as released) reads texts up to LONG_TEXT_CHARS whole
-only; reading 2 cuts any text of two pieces or more, since an injected line among 300
-characters of code is diluted too.
+Which texts are cut, and whether a cut text is also read whole, is the reading's
+(`reading`, named by the artifact's manifest entry): reading 1 (lexical-v5, and lexical-v6
+as released) reads texts up to LONG_TEXT_CHARS whole only; reading 2 cuts any text of two
+pieces or more, since an injected line among 300 characters of code is diluted too, and
+reads it whole as well; reading 3 cuts as reading 2 does and reads a cut text by its pieces
+alone: the pieces cover the text, and reading it whole again doubled the gate lane's cost
+on real tool outputs.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ PIECE_CHARS = 400  # longer pieces are cut into windows of this size
 PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
 MIN_PIECE_CHARS = 20  # shorter pieces join the next one
 LONG_TEXT_CHARS = 400  # reading 1 reads texts up to this long whole only
-READINGS = (1, 2)
+READINGS = (1, 2, 3)
 
 _SENTENCE_ENDS = frozenset(".!?;。！？；")
 _SENTENCE_END = re.compile(r"(?<=[.!?;])[ \t]+|(?<=[。！？；])")
@@ -94,10 +97,18 @@ def _sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
     return out
 
 
+WHOLE_TEXT_CHARS = 2000  # reading 3 reads longer texts by their pieces alone
+
+
+def read_whole(reading: int, text: str, found: list[tuple[int, int]]) -> bool:
+    """Whether `text`, cut into `found` pieces (`pieces`), is read whole as well."""
+    return reading != 3 or not found or len(text) <= WHOLE_TEXT_CHARS
+
+
 def pieces(text: str, reading: int = 1) -> list[tuple[int, int]]:
     """The (start, end) character ranges of `text`'s pieces, as `reading` reads them; []
     for a text that is read whole: with reading 1, LONG_TEXT_CHARS long or shorter; with
-    either, a single piece (the text itself, stripped)."""
+    any, a single piece (the text itself, stripped)."""
     if reading not in READINGS:
         raise ValueError(f"reading {reading!r} is not one of {READINGS}")
     if reading == 1 and len(text) <= LONG_TEXT_CHARS:

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deltaguard.classifiers.segments import LONG_TEXT_CHARS, MIN_PIECE_CHARS, PIECE_CHARS, pieces
+from deltaguard.classifiers.segments import (
+    LONG_TEXT_CHARS,
+    MIN_PIECE_CHARS,
+    PIECE_CHARS,
+    WHOLE_TEXT_CHARS,
+    pieces,
+    read_whole,
+)
 
 CODE = "\n".join(
     f"    assert parse(case_{i}) == expected_{i}  # regression for the parser" for i in range(12)
@@ -37,9 +44,18 @@ def test_a_text_of_one_piece_is_read_whole_only() -> None:
     assert len(pieces(sentence * 8, reading=2)) > 1  # a long line is cut at its sentences
 
 
+def test_reading_3_reads_a_long_cut_text_by_its_pieces_alone() -> None:
+    short = "\n".join([*CODE.split("\n")[:4], INJECTION])
+    long = "\n".join([CODE] * 3 + [INJECTION])
+    assert len(short) <= WHOLE_TEXT_CHARS < len(long)
+    assert all(read_whole(r, t, pieces(t, r)) for r in (1, 2) for t in (short, long))
+    assert read_whole(3, short, pieces(short, 3))  # short enough to be read whole too
+    assert not read_whole(3, long, pieces(long, 3))
+
+
 def test_an_unknown_reading_is_refused() -> None:
-    with pytest.raises(ValueError, match="reading 3"):
-        pieces(CODE, reading=3)
+    with pytest.raises(ValueError, match="reading 4"):
+        pieces(CODE, reading=4)
 
 
 def test_an_inserted_line_is_a_piece_of_its_own() -> None:
@@ -96,8 +112,9 @@ def test_pieces_are_ordered_stripped_ranges_of_the_text(text: str) -> None:
             covered.update(range(a, b))
         assert all(i in covered for i, c in enumerate(text) if not c.isspace())
     assert pieces(text) == found  # the same text always gives the same pieces
-    # reading 2 differs only in which texts are cut, not how
+    # reading 2 differs only in which texts are cut, not how; reading 3 cuts as reading 2
     assert found in ([], pieces(text, reading=2))
+    assert pieces(text, reading=3) == pieces(text, reading=2)
 
 
 def test_pieces_other_than_the_last_are_at_least_the_minimum() -> None:
