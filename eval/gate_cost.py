@@ -4,17 +4,18 @@ and the provenance sketch folded beside inference.
 `python -m eval.gate_cost` folds the same pipeline/tools/rollouts.py tool outputs (about
 1,000 tokens each, or `--tokens`, one per update, as an agent turn's delta) through every
 gate-lane classifier of the default set, and through the same set with the lexical view on
-lexical-v6, lexical-v4, lexical-v3 and lexical-v2, interleaved item by item so that all see
-the same machine load (lexical-v5 and later read each tool output piece by piece as well as
-whole; in reading 2, as the default serves lexical-v6 now, short ones too). The
+lexical-v6 in earlier readings, lexical-v4, lexical-v3 and lexical-v2, interleaved item by
+item so that all see the same machine load (lexical-v5 and later read each tool output piece
+by piece as well as whole; in reading 2, short ones too; in reading 3, as the default serves
+lexical-v6 now, a tool output over 2,000 characters by its pieces alone). The
 "actions" lane's classifiers (the provenance sketch: folded beside inference, awaited only
 by the action check when the model acts, never by the request) fold the same items in the
 same loop, reported apart, with what the default gate cost per item when it folded the
 sketch too. CPU time of this thread (`time.thread_time`), p50 and p95 per classifier and
-for the lane. Then the default gate alone on tool outputs of the real benign agent
-conversations (eval/agent_traffic.py's test split, `--real` of them, of every length), as CPU
-ms per 1,000 tokens over them all: text no one here wrote, as agents read it. Writes
-eval/out/gate_cost.md.
+for the lane. Then the default gate and the gate in reading 2 side by side on tool outputs of
+the real benign agent conversations (eval/agent_traffic.py's test split, `--real` of them, of
+every length), as CPU ms per 1,000 tokens over them all: text no one here wrote, as agents
+read it. Writes eval/out/gate_cost.md.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ REPEAT = 3
 BESIDE = "sketch, beside inference"
 REAL = 300  # real agent tool outputs
 BUDGET_MS = 1.0  # per 1,000-token delta
+READING_2 = "lexical view on lexical-v6, reading 2"  # the default before reading 3, on real text too
 
 
 def gate_on(default: list[Classifier], artifact_file: str, reading: int | None = None) -> list[Classifier]:
@@ -80,34 +82,37 @@ def measure(
     return times
 
 
-def real_traffic(default: list[Classifier], n: int, repeat: int) -> list[str]:
-    """The default gate on real agent tool outputs, which come in every length: CPU per
+def real_traffic(gates: dict[str, list[Classifier]], n: int, repeat: int) -> list[str]:
+    """The gates on real agent tool outputs, which come in every length, interleaved: CPU per
     1,000 tokens over them all, per output of 500-2,000 tokens, and a least-squares split
     of each output's cost into a fixed part and a part per 1,000 tokens."""
     items = agent_traffic_items(n)
-    lane = measure({"default": default}, items, repeat)["default"]
+    times = measure(gates, items, repeat)
     tokens = np.array([i.tokens for i in items] * repeat, dtype=float)
-    names = [*(c.name for c in default), "lane"]
-    per = {name: sum(lane[name]) / tokens.sum() * 1000 for name in names}
-    ms = np.array(lane["lane"])
+    names = [*(c.name for c in next(iter(gates.values()))), "lane"]
     mid = (tokens >= 500) & (tokens <= 2000)
-    fixed, per_token = np.linalg.lstsq(np.stack([np.ones_like(tokens), tokens], axis=1), ms, rcond=None)[0]
-    return [
+    lines = [
         "",
         f"## Real agent tool outputs ({len(items)} of eval/agent_traffic.py's test split, "
         f"{tokens.mean():.0f} tokens on average, x {repeat})",
         "",
-        f"The default gate, CPU ms per 1,000 tokens over them all (budget {BUDGET_MS:g} ms per "
-        "1,000-token delta):",
+        f"CPU ms per 1,000 tokens over them all (budget {BUDGET_MS:g} ms per 1,000-token delta); "
+        f"lane p50 over the outputs of 500-2,000 tokens ({int(mid.sum()) // repeat}); a least-squares "
+        "split of each output's lane cost into a part per output and a part per 1,000 tokens:",
         "",
-        "| " + " | ".join(names) + " |",
-        "|" + "---|" * len(names),
-        "| " + " | ".join(f"{per[name]:.3f}" for name in names) + " |",
-        "",
-        f"Outputs of 500-2,000 tokens ({int(mid.sum()) // repeat}): lane p50 "
-        f"{statistics.median(ms[mid] / tokens[mid] * 1000):.3f} ms per 1,000 tokens. Fitted over all: "
-        f"{fixed:.3f} ms per output plus {per_token * 1000:.3f} ms per 1,000 tokens.",
+        "| gate | " + " | ".join(names) + " | lane p50, 500-2,000 tokens | per output + per 1,000 tokens |",
+        "|---|" + "---|" * (len(names) + 2),
     ]
+    for gate, lane in times.items():
+        per = {name: sum(lane[name]) / tokens.sum() * 1000 for name in names}
+        ms = np.array(lane["lane"])
+        design = np.stack([np.ones_like(tokens), tokens], axis=1)
+        fixed, per_token = np.linalg.lstsq(design, ms, rcond=None)[0]
+        p50 = statistics.median(ms[mid] / tokens[mid] * 1000)
+        split = f"{fixed:.3f} + {per_token * 1000:.3f}"
+        cells = [*(f"{per[name]:.3f}" for name in names), f"{p50:.3f}", split]
+        lines.append(f"| {gate} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     key = f"default (lexical view: lexical-v{version})"
     gates = {
         key: default,
+        READING_2: gate_on(default, "lexical-v6.npz", reading=2),
         "lexical view on lexical-v6, reading 1": gate_on(default, "lexical-v6.npz", reading=1),
         "lexical view on lexical-v4": gate_on(default, "lexical-v4.npz"),
         "lexical view on lexical-v3": gate_on(default, "lexical-v3.npz"),
@@ -158,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|" + "---|" * (len(beside) + 1),
         f"| {BESIDE} | " + " | ".join(_cell(times[BESIDE][c.name]) for c in beside) + f" | {_cell(before)} |",
     ]
-    lines += real_traffic(default, args.real, args.repeat)
+    lines += real_traffic({key: default, READING_2: gates[READING_2]}, args.real, args.repeat)
     write_report(args.out, lines)
     return 0
 

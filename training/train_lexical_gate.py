@@ -73,7 +73,10 @@ CONVERSATION_BUDGET = 0.005
 # How untrusted text is cut into pieces (classifiers/segments.py, the entry's `reading`):
 # reading 2 cuts short texts too. lexical-v6 was released with reading 1, which read texts
 # up to 400 characters whole: an injected line in a short file was judged with all of it.
-READING = 2
+# Reading 3 cuts as reading 2 and reads a text over 2,000 characters by its pieces alone:
+# on the test split, at the same thresholds, every source is flagged as often as in reading
+# 2, and the lexical view costs about seven-eighths as much on real tool outputs.
+READING = 3
 PARITY_TEXTS = 400
 PARITY_TOLERANCE = 1e-6
 ROLLOUT_CHECK_TEXTS = 500
