@@ -361,12 +361,12 @@ class LexicalModel:
         """Per group of `counts` consecutive chunks (one text's views, `_chunked`) and head,
         the max probability (0 for an empty group): all of them in one pass of the kernels."""
         proba = _sigmoid(self._logits(chunks)) if chunks else np.zeros((0, len(self.heads)))
+        if all(counts):  # plain Python: most calls are one text, a few chunks and pieces
+            if len(chunks) == len(counts):  # one chunk each
+                return proba
+            return np.maximum.reduceat(proba, np.cumsum([0, *counts[:-1]]), axis=0)
         sizes = np.asarray(counts, dtype=np.int64)
-        if len(chunks) == len(sizes) and sizes.all():  # one chunk each
-            return proba
         some = np.flatnonzero(sizes)
-        if len(some) == len(sizes):
-            return np.maximum.reduceat(proba, np.cumsum(sizes) - sizes, axis=0)
         out = np.zeros((len(sizes), len(self.heads)))
         if len(some):
             out[some] = np.maximum.reduceat(proba, np.cumsum(sizes[some]) - sizes[some], axis=0)
