@@ -56,23 +56,46 @@ class ConversationTracker:
         self.scorer = scorer
         self.store = store if store is not None else ConversationStore(scorer_tag=scorer.tag)
         self._lock = threading.Lock()
+        # Histories being folded up to their end (`_snapshot_at`), by chain: the post-inference
+        # lane scoring an answer and the next turn resuming after it wait for one fold.
+        self._folding: dict[bytes, threading.Event] = {}
 
     def _snapshot_at(self, rec: ResponseRecord | None) -> tuple[Snapshot, Fold | None]:
         """The snapshot at the end of `rec`'s history, rebuilt from history if evicted.
 
         Walks back to the newest cached snapshot in the history and folds what follows
-        (from the empty state when none is cached). The result is cached again.
+        (from the empty state when none is cached). The result is cached again. While one
+        thread folds a history, another that needs its end waits and takes the snapshot
+        (its fold is then None): an answer is folded once, whether the post-inference lane
+        or the next turn gets there first.
         """
         if rec is None:
             return self.scorer.empty(), None
+        while True:
+            with self._lock:
+                base = self.store.snapshots.get(rec.chain)
+                if base is not None:
+                    self.store.stats.hits += 1
+                    return base, None
+                folding = self._folding.get(rec.chain)
+                if folding is None:
+                    self._folding[rec.chain] = threading.Event()
+            if folding is None:
+                break
+            folding.wait()
+        try:
+            return self._fold_to_end(rec)
+        finally:
+            with self._lock:
+                self._folding.pop(rec.chain).set()
+
+    def _fold_to_end(self, rec: ResponseRecord) -> tuple[Snapshot, Fold | None]:
+        """`_snapshot_at`'s fold, by the one thread that makes it."""
         pending: list[Item] = []
         pending_chains: list[bytes] = []
         with self._lock:
             snapshots = self.store.snapshots
-            base = snapshots.get(rec.chain)
-            if base is not None:
-                self.store.stats.hits += 1
-                return base, None
+            base = None
             for node, i in rec.positions():
                 base = snapshots.get(node.chains[i])
                 if base is not None:
@@ -85,6 +108,8 @@ class ConversationTracker:
                 self.store.stats.hits += 1
             else:
                 self.store.stats.rebuilds += 1
+        if not pending and base is not None:  # kept meanwhile by a turn that ends there
+            return base, None
         if base is None:
             base = self.scorer.empty()
         pending.reverse()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from deltaguard.errors import PreviousResponseNotFound
@@ -138,3 +141,35 @@ def test_the_conversation_indexes_are_bounded_in_bytes_with_the_records():
     for index in (t.store.conversations, t.store.ends):
         assert 0 < len(index) < 300 and index.nbytes <= 40_000 and index.evictions > 0
     assert t.ended_at([user("task 299"), parse_item({"role": "assistant", "content": "done"})])[1] == 2
+
+
+def test_an_answer_is_folded_once_when_the_post_lane_and_the_next_turn_meet():
+    """The post-inference lane scores a response's answer while the next turn, resuming
+    after it, arrives: one of them folds the answer, the other takes its snapshot."""
+    release, entered = threading.Event(), threading.Event()
+
+    class SlowOnAnswers(ItemCounter):
+        def update(self, state, items):
+            if any(i.text == "answer" for i in items):
+                entered.set()
+                release.wait(10)
+            return super().update(state, items)
+
+    clf = SlowOnAnswers()
+    t = ConversationTracker(Scorer([clf]))
+    t.score_turn("r1", [user("one")])
+    t.append_output("r1", [parse_item({"role": "assistant", "content": "answer"})])
+    clf.items_seen = 0
+    done: dict[str, object] = {}
+    post = threading.Thread(target=lambda: done.update(post=t.score_pending("r1")))
+    post.start()
+    assert entered.wait(10)
+    turn = threading.Thread(target=lambda: done.update(turn=t.score_turn("r2", [user("two")], "r1")))
+    turn.start()
+    time.sleep(0.2)  # the next turn reaches the answer's fold, which the post lane holds
+    release.set()
+    post.join(10)
+    turn.join(10)
+    assert clf.items_seen == 2  # the answer once, the new message once
+    assert done["turn"].rebuild is None and done["turn"].fold.after.states["counter"]["n"] == 3
+    assert done["post"].fold.after.states["counter"]["n"] == 2
