@@ -82,7 +82,7 @@ def _tf_idf(weights: np.ndarray, feature: int, count: int, acc: np.ndarray) -> f
 
     `weights` rows are (idf, coef of each head) per feature: one cache line holds all a
     feature needs. Most n-grams of a segment occur once, and log(1) + 1 is 1 exactly: no log
-    for them (a fifth of the char block's time on real tool outputs)."""
+    for them (about a tenth of the char block's time on real tool outputs)."""
     idf = weights[feature, 0]
     value = idf if count == 1 else (math.log(count) + 1.0) * idf  # sublinear tf
     for h in range(acc.shape[0]):

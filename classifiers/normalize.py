@@ -443,8 +443,8 @@ def _could_be_hex(run: str) -> bool:
 
 
 # Each pattern with a necessary condition for a match that costs far less than the search:
-# the URL pattern backtracks over the whole run at every character (quadratic; two fifths
-# of the normaliser's time on real tool outputs, which hold many paths and URLs).
+# the URL pattern backtracks over the whole run at every character (quadratic: two fifths
+# of this step's time on real tool outputs, which hold many paths and URLs).
 _DECODERS = (
     (_URL, _could_be_url, _decode_url),
     (_HEX, _could_be_hex, _decode_hex),

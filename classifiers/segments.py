@@ -17,9 +17,9 @@ Which texts are cut, and whether a cut text is also read whole, is the reading's
 (`reading`, named by the artifact's manifest entry): reading 1 (lexical-v5, and lexical-v6
 as released) reads texts up to LONG_TEXT_CHARS whole only; reading 2 cuts any text of two
 pieces or more, since an injected line among 300 characters of code is diluted too, and
-reads it whole as well; reading 3 cuts as reading 2 does and reads a cut text by its pieces
-alone: the pieces cover the text, and reading it whole again doubled the gate lane's cost
-on real tool outputs.
+reads it whole as well; reading 3 cuts as reading 2 does and reads a cut text over
+WHOLE_TEXT_CHARS by its pieces alone: inside a long text the whole reading is diluted and
+found nothing the pieces did not, at the kernels' cost of reading the text twice.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ PIECE_CHARS = 400  # longer pieces are cut into windows of this size
 PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
 MIN_PIECE_CHARS = 20  # shorter pieces join the next one
 LONG_TEXT_CHARS = 400  # reading 1 reads texts up to this long whole only
+WHOLE_TEXT_CHARS = 2000  # reading 3 reads longer cut texts by their pieces alone
 READINGS = (1, 2, 3)
 
 _SENTENCE_ENDS = frozenset(".!?;。！？；")
@@ -95,9 +96,6 @@ def _sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
     if group is not None:
         out.extend(_windows(*group))
     return out
-
-
-WHOLE_TEXT_CHARS = 2000  # reading 3 reads longer texts by their pieces alone
 
 
 def read_whole(reading: int, text: str, found: list[tuple[int, int]]) -> bool:
