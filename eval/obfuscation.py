@@ -3,10 +3,10 @@
 An attacker who cannot get an instruction past the classifiers as written can write it so
 that the model upstream still reads it and a text classifier does not: codes or control
 characters inside words, look-alike letters, each word wrapped in markdown, letters spaced
-out. This probe takes the test split's injections that the pipeline flags as written (as
-tool outputs: the lexical view or the detector), disguises each one every way below, and
-reports the share still flagged by the lexical view, the detector (behind its screen) and
-the pipeline (either). The same disguises of benign test-split texts of the same length
+out, a few words to a line. This probe takes the test split's injections that the pipeline
+flags as written (as tool outputs: the lexical view or the detector), disguises each one
+every way below, and reports the share still flagged by the lexical view, the detector
+(behind its screen) and the pipeline (either). The same disguises of benign test-split texts of the same length
 say whether a disguise alone raises an alarm; the same disguised injections as a line of a
 real document (eval/dilution.py's carriers) say whether the disguise is still read there.
 Every disguise is a deterministic function of the text. Writes eval/out/obfuscation.md.
@@ -62,6 +62,9 @@ DISGUISES: dict[str, Callable[[str], str]] = {
     "an emoji inside words": _inside("\U0001f642"),
     "letters as HTML character references": lambda text: "".join(
         f"&#{ord(c)};" if c.isalpha() else c for c in text
+    ),
+    "cut into lines of three words": lambda text: "\n".join(
+        " ".join(text.split(" ")[i : i + 3]) for i in range(0, len(text.split(" ")), 3)
     ),
     "reversed": lambda text: text[::-1],
     "words joined by underscores": lambda text: "_".join(text.split()),

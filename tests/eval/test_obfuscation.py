@@ -24,6 +24,10 @@ UNDONE = {
     "a hyphen inside words",
     "an emoji inside words",
 }
+# Disguises no view needs to undo (a line break is a space to the model), but which the
+# lexical view reads line by line inside a document (classifiers/segments.py): caught alone,
+# open inside a document.
+READ = {"cut into lines of three words"}
 OPEN = {  # read by no view yet
     "reversed",
     "words joined by underscores",
@@ -34,7 +38,7 @@ OPEN = {  # read by no view yet
 
 
 def test_every_disguise_is_undone_or_known_to_be_open():
-    assert set(DISGUISES) == {"as written"} | UNDONE | OPEN
+    assert set(DISGUISES) == {"as written"} | UNDONE | READ | OPEN
 
 
 @pytest.mark.parametrize("name", DISGUISES)
@@ -42,7 +46,7 @@ def test_a_disguise_changes_the_text_and_nothing_else_does(name):
     assert (DISGUISES[name](TEXT) == TEXT) == (name == "as written")
 
 
-@pytest.mark.parametrize("name", sorted(UNDONE))
+@pytest.mark.parametrize("name", sorted(UNDONE | READ))
 def test_the_normaliser_reads_through_the_disguises_it_undoes(name):
     views = normalize.views(DISGUISES[name](TEXT)).texts()
     assert any(TEXT.lower() in " ".join(view.lower().split()) for view in views), views
