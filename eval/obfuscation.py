@@ -6,10 +6,11 @@ characters inside words, look-alike letters, each word wrapped in markdown, lett
 out, a few words to a line. This probe takes the test split's injections that the pipeline
 flags as written (as tool outputs: the lexical view or the detector), disguises each one
 every way below, and reports the share still flagged by the lexical view, the detector
-(behind its screen) and the pipeline (either). The same disguises of benign test-split texts of the same length
-say whether a disguise alone raises an alarm; the same disguised injections as a line of a
-real document (eval/dilution.py's carriers) say whether the disguise is still read there.
-Every disguise is a deterministic function of the text. Writes eval/out/obfuscation.md.
+(behind its screen) and the pipeline (either). The same disguises of benign test-split
+texts of the same length say whether a disguise alone raises an alarm; the same disguised
+injections as a line of a real document (eval/dilution.py's carriers) say whether the
+disguise is still read there. Every disguise is a deterministic function of the text.
+Writes eval/out/obfuscation.md.
 """
 
 from __future__ import annotations
