@@ -828,4 +828,4 @@ def views(text: str, version: str = VERSION) -> Views:
     if not (hidden or decoded or leet):
         return Views(first, None, 0, 0, 0, is_plain)
     markers = [m for m, n in ((HIDDEN_MARKER, hidden), (DECODED_MARKER, decoded), (LEET_MARKER, leet)) if n]
-    return Views(first, " ".join([*markers, extra]), hidden, decoded, leet)
+    return Views(first, " ".join([*markers, extra]), hidden, decoded, leet, is_plain)

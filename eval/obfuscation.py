@@ -42,6 +42,16 @@ def _each_word(change: Callable[[str], str], shortest: int = 4) -> Callable[[str
     return lambda text: " ".join(change(w) if len(w) >= shortest else w for w in text.split(" "))
 
 
+def _lines_of(k: int) -> Callable[[str], str]:
+    """The words `k` to a line."""
+
+    def cut(text: str) -> str:
+        words = text.split(" ")
+        return "\n".join(" ".join(words[i : i + k]) for i in range(0, len(words), k))
+
+    return cut
+
+
 def _inside(mark: str) -> Callable[[str], str]:
     """`mark` after a word's second character."""
     return _each_word(lambda w: w[:2] + mark + w[2:])
@@ -64,9 +74,7 @@ DISGUISES: dict[str, Callable[[str], str]] = {
     "letters as HTML character references": lambda text: "".join(
         f"&#{ord(c)};" if c.isalpha() else c for c in text
     ),
-    "cut into lines of three words": lambda text: "\n".join(
-        " ".join(text.split(" ")[i : i + 3]) for i in range(0, len(text.split(" ")), 3)
-    ),
+    "cut into lines of three words": _lines_of(3),
     "reversed": lambda text: text[::-1],
     "words joined by underscores": lambda text: "_".join(text.split()),
     "words joined by hyphens": lambda text: "-".join(text.split()),
