@@ -39,6 +39,7 @@ collision cannot turn one token into another.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import zipfile
@@ -313,9 +314,9 @@ class LexicalModel:
             padded = [text.lower() for text in texts]
             joined = f" {'  '.join(padded)} "
         points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-        bounds = np.zeros(len(padded) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, padded), dtype=np.int64, count=len(padded)), out=bounds[1:])
-        bounds[1:] += 2 * np.arange(1, len(padded) + 1)  # the padding
+        # Each segment is its text and two spaces of padding. A list, not numpy calls:
+        # most calls are one text and its pieces, where each numpy call costs more.
+        bounds = np.array([0, *itertools.accumulate(len(text) + 2 for text in padded)], dtype=np.int64)
         out = np.zeros((len(texts), len(self.heads)))
         kernels.word_logits(
             points, bounds, self._is_word, self._tokens.table, self._tokens.shift, self._token_chars,

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote_plus
 
+import numba
 import numpy as np
 
 __all__ = [
@@ -158,7 +159,8 @@ _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t
 _HEXLIKE = re.compile(r"[0-9a-fA-F]+")
 _LEET_L = str.maketrans({"0": "o", "1": "l", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
 _LEET_RUN = re.compile(r"[013457@$]+")
-_NOT_LEET_NEIGHBOURS = frozenset("_26789/+=-\\")
+# A word next to one of these is part of an identifier, a number, a path or an encoded blob.
+_NOT_LEET_NEIGHBOURS = b"_26789/+=-\\"
 MAX_LEET_CHARS = 24
 
 
@@ -171,9 +173,14 @@ def _shape_table(mapping: dict[bytes, bytes], default: bytes) -> bytes:
 
 
 _LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-# Byte shapes of ASCII text: letter "a", leet digit "1", other digit "2", "@$" "1" too.
-_LEET_SHAPE = _shape_table({_LETTERS: b"a", b"013457@$": b"1", b"2689": b"2"}, b" ")
-_WORD_EDGE = re.compile(rb"[ 2]")  # where a word of that shape ends
+# Byte shapes of ASCII text: letter "a", leet digit "1", other digit "2", "@$" "1" too; a
+# word of that shape ends at " " or "2". As arrays, for `_leet_spans`.
+_LEET_SHAPE_OF = np.frombuffer(
+    _shape_table({_LETTERS: b"a", b"013457@$": b"1", b"2689": b"2"}, b" "), dtype=np.uint8
+)
+_LEET_LETTER, _LEET_DIGIT, _LEET_OTHER_DIGIT, _LEET_EDGE = b"a12 "
+_LEET_NEIGHBOUR = np.zeros(256, dtype=np.bool_)
+_LEET_NEIGHBOUR[list(_NOT_LEET_NEIGHBOURS)] = True
 # Runs that could be encoded: MIN_SEGMENT_CHARS+ characters of base64 / hex / URL escapes
 # holding one that encoded text almost always has (digits, "+", "%", "\\": base64 of text
 # has one ~96% of the time) and identifiers and paths mostly do not. The runs are found by
@@ -283,6 +290,9 @@ def warm() -> None:
     per process)."""
     _tables()
     _words()
+    # The byte kernels, compiled (or loaded from numba's cache) now.
+    _respell_looks(np.frombuffer(b"a", dtype=np.uint8))
+    fold_leet("a1")
 
 
 def _points(text: str) -> np.ndarray:
@@ -340,7 +350,12 @@ def primary_many(texts: Sequence[str]) -> list[str]:
         if plain(text):
             continue
         text = _visible(text)
-        normal = text if text.isascii() else unicodedata.normalize("NFKC", text)
+        # Most text is NFKC already: the check costs a fifth of the normalisation.
+        normal = (
+            text
+            if text.isascii() or unicodedata.is_normalized("NFKC", text)
+            else unicodedata.normalize("NFKC", text)
+        )
         if normal.isascii():  # nothing to fold, hide or mark: its own view
             out[i] = normal
         else:
@@ -544,35 +559,51 @@ def _one_substitution(word: str) -> bool:
     return len(_LEET_RUN.findall(word)) == 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _leet_spans(raw: np.ndarray, shape_of: np.ndarray, neighbour: np.ndarray) -> np.ndarray:
+    """`fold_leet`'s candidate words: (start, end) of each word that holds a letter next to
+    a leet character, in `raw` (the text's bytes, non-ASCII as "?") shaped by `shape_of`
+    (_LEET_SHAPE_OF), but for those next to a `neighbour` (part of an identifier, a number, a
+    path or an encoded blob: most of them in real text, each a few microseconds of Python).
+    Linear: each search stops at the word's edge or the previous word's end. Compiled at
+    `warm`."""
+    n = raw.shape[0]
+    out = np.empty((n // 2 + 1, 2), dtype=np.int64)
+    k = 0
+    end = 0
+    for at in range(n - 1):
+        if at < end:
+            continue  # in the word just found
+        a, b = shape_of[raw[at]], shape_of[raw[at + 1]]
+        if not ((a == _LEET_LETTER and b == _LEET_DIGIT) or (a == _LEET_DIGIT and b == _LEET_LETTER)):
+            continue
+        start = 0
+        for j in range(at - 1, end - 1, -1):
+            if shape_of[raw[j]] == _LEET_EDGE or shape_of[raw[j]] == _LEET_OTHER_DIGIT:
+                start = j + 1
+                break
+        end = at
+        while end < n and shape_of[raw[end]] != _LEET_EDGE and shape_of[raw[end]] != _LEET_OTHER_DIGIT:
+            end += 1
+        if (start > 0 and neighbour[raw[start - 1]]) or (end < n and neighbour[raw[end]]):
+            continue
+        out[k, 0] = start
+        out[k, 1] = end
+        k += 1
+    return out[:k]
+
+
 def fold_leet(text: str, raw: bytes | None = None) -> tuple[str, int]:
     """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many;
     `raw`: the text as ASCII bytes, non-ASCII as "?", if already made."""
-    # One byte per character (non-ASCII as "?"), shaped so that a byte search finds every
-    # letter next to a leet character; only the words around those hits are looked at.
-    shape = (text.encode("ascii", "replace") if raw is None else raw).translate(_LEET_SHAPE)
-    hits: list[int] = []
-    for pair in (b"a1", b"1a"):
-        at = shape.find(pair)
-        while at >= 0:
-            hits.append(at)
-            at = shape.find(pair, at + 1)
-    if not hits:
+    # One byte per character (non-ASCII as "?"), shaped so that a search finds every letter
+    # next to a leet character; only the words around those hits are looked at.
+    raw = text.encode("ascii", "replace") if raw is None else raw
+    spans = _leet_spans(np.frombuffer(raw, dtype=np.uint8), _LEET_SHAPE_OF, _LEET_NEIGHBOUR).tolist()
+    if not spans:
         return text, 0
-    spans = []
-    end = 0
-    for at in sorted(hits):
-        if at < end:
-            continue  # in the word just found
-        # Each search stops at the word's edge or the previous word's end: linear in the text,
-        # however many hits share a word (a search to the text's end per hit was quadratic).
-        start = max(shape.rfind(b" ", end, at), shape.rfind(b"2", end, at)) + 1
-        edge = _WORD_EDGE.search(shape, at)
-        end = edge.start() if edge else len(text)
-        spans.append((start, end))
     out, last, found = [], 0, 0
     for start, end in spans:
-        if text[start - 1 : start] in _NOT_LEET_NEIGHBOURS or text[end : end + 1] in _NOT_LEET_NEIGHBOURS:
-            continue  # part of an identifier, a number, a path or an encoded blob
         if _in_address(text, start, end):
             continue
         word = text[start:end]
@@ -607,6 +638,52 @@ def _char_refs(text: str) -> tuple[str, int]:
     return _CHAR_REF.sub(character, text), 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _respell_looks(shape: np.ndarray) -> tuple[bool, bool, bool, bool, int, int, int, int]:
+    """What `_respelled` and `_unmarked` look for in a _RESPELL_SHAPE, in one pass (a byte
+    search or count each took one pass over text that is mostly "a", where they skip
+    little): whether it holds "* *", "a a a a a", "a.a.a" and "a.a.a.a"; how many "aqa",
+    "-" and "a-a" it holds, counted as bytes.count counts (no two overlap); and how many
+    "*" and "`". Compiled at `warm`."""
+    star_gap_star = spaced = dots3 = dots4 = False
+    aqa = dashes = ada = emphasis = 0
+    aqa_from = ada_from = 0  # where the next counted "aqa" / "a-a" may start
+    for i in range(shape.shape[0]):
+        c = shape[i]
+        if c == _LETTER:
+            if i < 2 or shape[i - 2] != _LETTER:
+                continue
+            m = shape[i - 1]
+            if m == _SYMBOL:
+                if i - 2 >= aqa_from:
+                    aqa += 1
+                    aqa_from = i + 1
+            elif m == _MARK:
+                if i - 2 >= ada_from:
+                    ada += 1
+                    ada_from = i + 1
+            elif m == _DOT:
+                if i >= 4 and shape[i - 3] == _DOT and shape[i - 4] == _LETTER:
+                    dots3 = True
+                    if i >= 6 and shape[i - 5] == _DOT and shape[i - 6] == _LETTER:
+                        dots4 = True
+            elif m == _SPACE and i >= 8 and not spaced:
+                spaced = True
+                for k in range(3, 9):
+                    if shape[i - k] != (_SPACE if k % 2 else _LETTER):
+                        spaced = False
+                        break
+        elif c == _MARK:
+            dashes += 1
+        elif c == _EMPHASIS:
+            emphasis += 1
+            if i >= 2 and shape[i - 1] == _SPACE and shape[i - 2] == _EMPHASIS:
+                star_gap_star = True
+        elif c == _BACKTICK:
+            emphasis += 1
+    return star_gap_star, spaced, dots3, dots4, aqa, dashes, ada, emphasis
+
+
 def _respelled(text: str, raw: bytes) -> tuple[str, int]:
     """Disguised spellings written plainly, and how many: words wrapped one by one in
     emphasis marks, two or more in a row ("**Ignore** **all** **previous**"; not inline
@@ -622,11 +699,8 @@ def _respelled(text: str, raw: bytes) -> tuple[str, int]:
     # expression engine tries at every character (on 300 real tool outputs, 37 ms without
     # this look and 5 with it).
     shape = raw.translate(_RESPELL_SHAPE)
-    wrapped = b"* *" in shape
-    spaced = b"a a a a a" in shape
-    letters_dotted = b"a.a.a" in shape
-    dotted = letters_dotted and b"a.a.a.a" in shape
-    text, found = _unmarked(text, shape, letters_dotted)
+    wrapped, spaced, letters_dotted, dotted, *counts = _respell_looks(np.frombuffer(shape, dtype=np.uint8))
+    text, found = _unmarked(text, shape, letters_dotted, counts)
     if not (wrapped or spaced or dotted):
         return text, found
 
@@ -647,18 +721,20 @@ def _respelled(text: str, raw: bytes) -> tuple[str, int]:
     return text, found
 
 
-def _unmarked(text: str, shape: bytes, dotted: bool) -> tuple[str, int]:
+def _unmarked(text: str, shape: bytes, dotted: bool, counts: Sequence[int]) -> tuple[str, int]:
     """Broken words and wrapped words written plainly, in the stretches where they are a
-    disguise (see _BROKEN), and how many stretches. `shape` is the text's _RESPELL_SHAPE
-    and `dotted` whether it has letters with dots between ("a.a.a"). Only tokens the shape
-    shows in a cluster are looked at: _MIN_MARKED marks between two letters within _CLOSE
-    characters, or _MIN_WRAPPED backticks or emphasis marks opening a token within _NEAR.
-    Byte counts first: most texts have too few marks for either."""
+    disguise (see _BROKEN), and how many stretches. `shape` is the text's _RESPELL_SHAPE,
+    `dotted` whether it has letters with dots between ("a.a.a") and `counts` its counts
+    of marks (`_respell_looks`). Only tokens the shape shows in a cluster are looked at:
+    _MIN_MARKED marks between two letters within _CLOSE characters, or _MIN_WRAPPED
+    backticks or emphasis marks opening a token within _NEAR. The counts first: most texts
+    have too few marks for either."""
+    between_symbols, marks_in_all, between_marks, emphasis = counts
     # Non-ASCII characters are "?" in the shape: an emoji inside a word, or any other
     # script's letter; looked at only between Latin letters.
-    symbols = not text.isascii() and shape.count(b"aqa") >= _MIN_MARKED
-    broken = dotted or symbols or (shape.count(b"-") >= _MIN_MARKED and shape.count(b"a-a") >= _MIN_MARKED)
-    wrapped = shape.count(b"*") + shape.count(b"`") >= 2 * _MIN_WRAPPED
+    symbols = not text.isascii() and between_symbols >= _MIN_MARKED
+    broken = dotted or symbols or (marks_in_all >= _MIN_MARKED and between_marks >= _MIN_MARKED)
+    wrapped = emphasis >= 2 * _MIN_WRAPPED
     if not (broken or wrapped):
         return text, 0
     at = np.frombuffer(shape, dtype=np.uint8)

@@ -9,6 +9,7 @@ import re
 import unicodedata
 import urllib.parse
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -346,6 +347,44 @@ def test_encoded_runs_are_the_patterns_runs(text):
     pattern = re.compile(rf"[A-Za-z0-9/=_+%\\-]{{{normalize.MIN_SEGMENT_CHARS},}}")
     want = sorted({m.group(0) for m in pattern.finditer(text) if re.search(r"[0-9+%\\]", m.group(0))})
     assert normalize._long_runs(text) == want
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from("a .*`-qx"), max_size=300))
+def test_the_respelling_looks_are_the_byte_searches(shape):
+    """One pass finds what a byte search or count each finds in a _RESPELL_SHAPE."""
+    raw = shape.encode()
+    want = (
+        b"* *" in raw,
+        b"a a a a a" in raw,
+        b"a.a.a" in raw,
+        b"a.a.a.a" in raw,
+        raw.count(b"aqa"),
+        raw.count(b"-"),
+        raw.count(b"a-a"),
+        raw.count(b"*") + raw.count(b"`"),
+    )
+    assert normalize._respell_looks(np.frombuffer(raw, dtype=np.uint8)) == want
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZ0137@$2689 _/+=-\\é.x"), max_size=300))
+def test_the_leet_candidates_are_the_words_with_a_letter_next_to_a_leet_digit(text):
+    """The compiled search finds the words of its definition: in the text's leet shape, the
+    runs between " " and "2" that hold "a1" or "1a", less those next to a neighbour."""
+    raw = text.encode("ascii", "replace")
+    shape = raw.translate(bytes(normalize._LEET_SHAPE_OF))
+    want = [
+        [m.start(), m.end()]
+        for m in re.finditer(rb"[^ 2]+", shape)
+        if (b"a1" in m.group(0) or b"1a" in m.group(0))
+        and raw[m.start() - 1 : m.start()] not in [bytes([c]) for c in normalize._NOT_LEET_NEIGHBOURS]
+        and raw[m.end() : m.end() + 1] not in [bytes([c]) for c in normalize._NOT_LEET_NEIGHBOURS]
+    ]
+    got = normalize._leet_spans(
+        np.frombuffer(raw, dtype=np.uint8), normalize._LEET_SHAPE_OF, normalize._LEET_NEIGHBOUR
+    )
+    assert got.tolist() == want
 
 
 def test_primary_views_of_many_texts_are_each_texts_own():
