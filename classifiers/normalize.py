@@ -29,8 +29,9 @@ turns one item's text into what is scored:
 
 Everything is a pure function of the one text: deterministic, no state across items, so
 delta mode and full mode see exactly the same views. Cost: a few microseconds for ASCII
-text with nothing to decode (byte-level prefilters), tens of microseconds otherwise; the
-per-code-point table behind the Unicode checks is built once (`warm`, called at load).
+text with nothing to decode (byte-level prefilters, the busiest two compiled), tens of
+microseconds otherwise; the per-code-point table behind the Unicode checks is built and the
+compiled passes loaded once (`warm`, called at load).
 """
 
 from __future__ import annotations
@@ -286,11 +287,10 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 def warm() -> None:
-    """Build the per-code-point tables and read the word list now (about a second, once
-    per process)."""
+    """Build the per-code-point tables, read the word list and compile the byte passes (or
+    load them from numba's cache) now: about a second, once per process."""
     _tables()
     _words()
-    # The byte kernels, compiled (or loaded from numba's cache) now.
     _respell_looks(np.frombuffer(b"a", dtype=np.uint8))
     fold_leet("a1")
 
