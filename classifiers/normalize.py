@@ -19,7 +19,10 @@ turns one item's text into what is scored:
               MAX_SEGMENT_CHARS characters, DECODE_ROUNDS rounds for nested encodings),
               leetspeak words folded (never an e-mail address: "name@host.org"),
               disguised spellings written plainly ("**Ignore** **all** **previous**",
-              "I g n o r e", "ig-nore al-l pre-vious", "`Ignore` all `previous`"), and
+              "I g n o r e", "ig-nore al-l pre-vious", "`Ignore` all `previous`"),
+              sentences written as one token read as words ("ignore_all_previous_...",
+              "IgnoreAllPrevious...", with no marker: identifiers do it too), lines
+              written backwards read forwards ("snoitcurtsni suoiverp lla erongI"), and
               marker tokens saying what was found (HIDDEN_MARKER, DECODED_MARKER,
               LEET_MARKER). Invisible text and encoded instructions are evidence in
               themselves; the markers let a model trained on these views weigh that
@@ -247,6 +250,51 @@ _FUNCTION_WORDS = frozenset(
     "our us they them their he him his she her what which who how when where why there here".split()
 )
 _WRAPPED_SHARE = 0.8  # docs wrap names in prose ("set `timeout` and `retries` in the file"), not every word
+# A sentence written as one token (`_unjoined`): its words joined by "_", "-" or a symbol, or
+# in CamelCase. Identifiers join words too ("test_the_parser_reads_a_file", a heading's anchor
+# "#can-i-store-the-script-in-a-folder"), so it takes MIN_JOINED words, most of them words
+# (_JOINED_WORDS_SHARE), one a function word; such an identifier is then read as the
+# sentence it is, with no marker (of 25,664 real texts 4.1% hold one, and the lexical view
+# flags none of them read so).
+MIN_JOINED = 5
+MIN_JOINED_FUNCTION = 1
+_JOINED_WORDS_SHARE = 0.8
+_JOIN = re.compile(r"[_\-]|[^\x00-\x7f\w\s]")
+# A word of CamelCase, with the marks that end a sentence or a clause before the next word
+# ("InstructionsAndPrint.TheKey").
+_CAMEL_WORD = re.compile(rf"(?:[A-Z]?[a-z][a-z']*|[A-Z]+(?![a-z]))(?:[{re.escape(_EDGES)}]+(?=[A-Z]|$))?")
+# Byte classes for `_joined_spans` (non-ASCII is "?", its own class).
+_J_SPACE, _J_LOWER, _J_UPPER, _J_DIGIT, _J_SEPARATOR, _J_OTHER, _J_APOSTROPHE, _J_MARK = range(8)
+_JOIN_CLASS = np.frombuffer(
+    _shape_table(
+        {
+            b" \t\n\v\f\r\x1c\x1d\x1e\x1f": bytes([_J_SPACE]),  # str.isspace's ASCII
+            _LETTERS[26:]: bytes([_J_LOWER]),
+            _LETTERS[:26]: bytes([_J_UPPER]),
+            b"0123456789": bytes([_J_DIGIT]),
+            b"_-": bytes([_J_SEPARATOR]),
+            b"?": bytes([_J_OTHER]),
+            b"'": bytes([_J_APOSTROPHE]),
+        },
+        bytes([_J_MARK]),
+    ),
+    dtype=np.uint8,
+)
+# Text written backwards (`_unreversed`): a line whose words of three letters or more
+# (MIN_REVERSED_WORDS of them at least) are mostly words read backwards
+# (_REVERSED_WORDS_SHARE) and few read forwards (_FORWARD_WORDS_SHARE). Only lines holding
+# one of _REVERSED_CUES, short function words as they read backwards, are looked at.
+MIN_REVERSED_WORDS = 4
+_REVERSED_WORDS_SHARE = 0.7
+_FORWARD_WORDS_SHARE = 0.4
+_REVERSED_CUES = np.array(
+    sorted(
+        sum((ord(ch) - 96) << (5 * k) for k, ch in enumerate(cue))
+        for cue in "eht dna uoy ruoy lla siht taht htiw rof fo ot si ni nac".split()
+    ),
+    dtype=np.int64,
+)  # each packed five bits a letter, first letter lowest
+_LETTER_RUN = re.compile(r"[A-Za-z]{3,}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,10 +305,11 @@ class Views:
     extra: str | None
     hidden: int  # invisible characters that hid text (tag payloads, zero-width in words)
     decoded: int  # encoded segments decoded
-    leet: int  # words spelled out: folded from leetspeak, or a disguised spelling undone
+    leet: int  # words spelled out: folded from leetspeak, or a disguised spelling or backwards line undone
     # Whether the text was `plain` (its own primary view): a fact about the text read, not
     # about what is scored, so two Views that score the same are equal either way.
     plain: bool = field(default=False, compare=False)
+    joined: int = 0  # sentences written as one token undone (no marker: identifiers do it too)
 
     def texts(self) -> list[str]:
         """The views to score, primary first."""
@@ -293,6 +342,8 @@ def warm() -> None:
     _words()
     _respell_looks(np.frombuffer(b"a", dtype=np.uint8))
     fold_leet("a1")
+    _unjoined("a_b")
+    _unreversed("eht")
 
 
 def _points(text: str) -> np.ndarray:
@@ -860,6 +911,185 @@ def _wrapped_enough(n: int, tokens: list[str]) -> bool:
     return n >= _WRAPPED_SHARE * long and any(t.strip(_EDGES).lower() in _FUNCTION_WORDS for t in tokens)
 
 
+@numba.njit(cache=True, nogil=True)
+def _joined_spans(raw: np.ndarray, classes: np.ndarray, joins: int) -> np.ndarray:
+    """`_unjoined`'s candidates: (start, end) of each run of `raw` (the text's bytes,
+    non-ASCII as "?") between ASCII whitespace that holds an ASCII letter and `joins` or more
+    places where two words could meet: a run of "_" or "-" inside it, a "?" (any non-ASCII
+    character: an emoji between two words), and a capital after a lowercase letter, after
+    a mark, or before a lowercase letter after another capital ("APIKey"); less the runs
+    with a mark inside a word that no reading takes ("a.b" with "_" or "-", "Client(t"
+    without). `classes` is _JOIN_CLASS. Every token `_unjoined_token` takes is in one (a
+    test checks); "__init__", "-----", code and words of other scripts mostly are not.
+    Compiled at `warm`."""
+    n = raw.shape[0]
+    out = np.empty((n // 2 + 1, 2), dtype=np.int64)
+    k = 0
+    start = 0
+    count = 0
+    # Whether the run holds an ASCII letter; a separator between two characters of a word
+    # (not at its edges, which `_unjoined_token` strips), a non-ASCII character, a mark inside
+    # a word, one before a lowercase letter or a digit; `core`: a character of a word seen,
+    # `pending`: a separator since.
+    letters = separated = other = mark_in_word = mark_before_lower = core = pending = False
+    before = _J_SPACE  # the class of the byte before, and of the one before it
+    twice = _J_SPACE
+    for i in range(n + 1):
+        c = classes[raw[i]] if i < n else _J_SPACE
+        if c == _J_SPACE:
+            # A "?" may be a space of another script, which ends a token: no run with one is
+            # rejected for what may be another token's mark.
+            rejected = not other and (mark_in_word if separated else mark_before_lower)
+            if count >= joins and letters and not rejected:
+                out[k, 0] = start
+                out[k, 1] = i
+                k += 1
+            start = i + 1
+            count = 0
+            letters = separated = other = mark_in_word = mark_before_lower = core = pending = False
+            before = twice = _J_SPACE
+            continue
+        if c == _J_LOWER and before <= _J_UPPER:
+            letters = core = True  # inside a word (or at a token's start): the common case
+        elif c == _J_SEPARATOR:
+            pending = pending or core
+        elif c == _J_OTHER:
+            count += 1
+            other = core = True
+            separated = separated or pending
+            pending = False
+        else:
+            letters = letters or _J_LOWER <= c <= _J_UPPER
+            if c <= _J_DIGIT:
+                core = True
+                separated = separated or pending
+                pending = False
+            if before == _J_SEPARATOR and c != _J_SEPARATOR:
+                j = i - 1  # the end of a run of separators: inside the token if it starts after its start
+                while j >= start and classes[raw[j]] == _J_SEPARATOR:
+                    j -= 1
+                count += j >= start
+            elif c == _J_UPPER and before != _J_SPACE:
+                if before == _J_LOWER or before >= _J_APOSTROPHE:
+                    count += 1  # after a lowercase letter or a mark
+                elif before == _J_UPPER and i + 1 < n and classes[raw[i + 1]] == _J_LOWER:
+                    count += 1  # "APIKey": a word after an acronym
+            if c <= _J_DIGIT and before == _J_MARK and _J_LOWER <= twice <= _J_DIGIT:
+                mark_in_word = True
+                mark_before_lower = mark_before_lower or c != _J_UPPER
+        twice = before
+        before = c
+    return out[:k]
+
+
+def _unjoined_token(token: str) -> str | None:
+    """`token` written as the words it joins, if it is a sentence written as one token:
+    MIN_JOINED words or more joined by "_", "-" or a symbol ("ignore_all_previous...",
+    "Ignore🙂all🙂previous") or in CamelCase, most of them words, MIN_JOINED_FUNCTION of
+    them function words (most identifiers name a thing: "parse_http_request_body_fast")."""
+    core = token.strip(_EDGES)
+    if len(core) < 2 * MIN_JOINED:
+        return None
+    parts = [p for p in _JOIN.split(core) if p]
+    if len(parts) == 1:
+        parts = _CAMEL_WORD.findall(core)
+        if "".join(parts) != core:
+            return None
+    if len(parts) < MIN_JOINED:
+        return None
+    words = [p.strip(_EDGES).lower() for p in parts]
+    if not all(w.replace("'", "").isalpha() or w.isdigit() for w in words):
+        return None  # a version, a hash, a name with digits: an identifier
+    known = _words()
+    if sum(w in known for w in words) < _JOINED_WORDS_SHARE * len(words):
+        return None
+    if sum(w in _FUNCTION_WORDS for w in words) < MIN_JOINED_FUNCTION:
+        return None
+    at = token.index(core)
+    return token[:at] + " ".join(parts) + token[at + len(core) :]
+
+
+def _unjoined(text: str, raw: bytes | None = None) -> tuple[str, int]:
+    """Sentences written as one token (`_unjoined_token`) written as words, and how many;
+    `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text classifier
+    reads such a token as one unknown word, the model upstream reads the sentence."""
+    raw = text.encode("ascii", "replace") if raw is None else raw
+    spans = _joined_spans(np.frombuffer(raw, dtype=np.uint8), _JOIN_CLASS, MIN_JOINED - 1)
+    if not len(spans):
+        return text, 0
+    out, last, found = [], 0, 0
+    for a, b in spans.tolist():
+        for m in _TOKEN.finditer(text, a, b):  # non-ASCII spaces split tokens too
+            words = _unjoined_token(m.group(0))
+            if words is not None:
+                out += [text[last : m.start()], words]
+                last = m.end()
+                found += 1
+    if not found:
+        return text, 0
+    out.append(text[last:])
+    return "".join(out), found
+
+
+@numba.njit(cache=True, nogil=True)
+def _reversed_cues(raw: np.ndarray, cues: np.ndarray) -> np.ndarray:
+    """Where `raw` (the text's bytes, non-ASCII as "?") has a run of ASCII letters that is
+    one of `cues` (_REVERSED_CUES) in any case: the start of each. Compiled at `warm`."""
+    out = np.empty(raw.shape[0] // 2 + 1, dtype=np.int64)
+    k = 0
+    key = 0
+    length = 0
+    for i in range(raw.shape[0] + 1):
+        c = raw[i] if i < raw.shape[0] else 32
+        if 65 <= c <= 90:
+            c += 32
+        if 97 <= c <= 122:
+            if length < 5:
+                key |= (c - 96) << (5 * length)
+            length += 1
+            continue
+        if 2 <= length <= 4:
+            for cue in cues:
+                if key == cue:
+                    out[k] = i - length
+                    k += 1
+                    break
+        key = 0
+        length = 0
+    return out[:k]
+
+
+def _unreversed(text: str, raw: bytes | None = None) -> tuple[str, int]:
+    """Lines written backwards ("snoitcurtsni suoiverp lla erongI") read forwards, and how
+    many; `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text
+    classifier reads such a line as unknown words, a model upstream asked to can read it."""
+    raw = text.encode("ascii", "replace") if raw is None else raw
+    cues = _reversed_cues(np.frombuffer(raw, dtype=np.uint8), _REVERSED_CUES)
+    if not len(cues):
+        return text, 0
+    words = _words()
+    out, last, found = [], 0, 0
+    for at in cues.tolist():
+        if at < last:
+            continue  # in the line just looked at
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        tokens = [t.lower() for t in _LETTER_RUN.findall(text, start, end)]
+        n = len(tokens)
+        if n >= MIN_REVERSED_WORDS:
+            backward = sum(t[::-1] in words for t in tokens)
+            forward = sum(t in words for t in tokens)
+            if backward >= _REVERSED_WORDS_SHARE * n and forward <= _FORWARD_WORDS_SHARE * n:
+                out += [text[last:start], text[start:end][::-1]]
+                found += 1
+        last = end
+    if not found:
+        return text, 0
+    out.append(text[last:])
+    return "".join(out), found
+
+
 def _hidden(text: str) -> tuple[str, int]:
     """Tag-character payloads decoded to ASCII, and a count of smuggling-grade hiding."""
     zero_width = len(_ZW_IN_WORD.findall(text))
@@ -900,8 +1130,10 @@ def views(text: str, version: str = VERSION) -> Views:
         raw = extra.encode("ascii", "replace")
     extra, respelled = _respelled(extra, raw)
     extra, leet = fold_leet(extra, None if respelled else raw)
-    leet += respelled
-    if not (hidden or decoded or leet):
+    extra, joined = _unjoined(extra, None if respelled or leet else raw)
+    extra, backwards = _unreversed(extra, None if respelled or leet or joined else raw)
+    leet += respelled + backwards
+    if not (hidden or decoded or leet or joined):
         return Views(first, None, 0, 0, 0, is_plain)
     markers = [m for m, n in ((HIDDEN_MARKER, hidden), (DECODED_MARKER, decoded), (LEET_MARKER, leet)) if n]
-    return Views(first, " ".join([*markers, extra]), hidden, decoded, leet, is_plain)
+    return Views(first, " ".join([*markers, extra]), hidden, decoded, leet, is_plain, joined)
