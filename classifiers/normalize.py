@@ -653,7 +653,7 @@ def fold_leet(text: str, raw: bytes | None = None) -> tuple[str, int]:
     spans = _leet_spans(np.frombuffer(raw, dtype=np.uint8), _LEET_SHAPE_OF, _LEET_NEIGHBOUR).tolist()
     if not spans:
         return text, 0
-    out, last, found = [], 0, 0
+    changes = []
     for start, end in spans:
         if _in_address(text, start, end):
             continue
@@ -662,13 +662,21 @@ def fold_leet(text: str, raw: bytes | None = None) -> tuple[str, int]:
         if folded is not None and _one_substitution(word) and not _spells_word(folded, word):
             continue  # spells no word: a decorator, a $variable, html5lib, 3rd, 10px
         if folded is not None:
-            out += [text[last:start], folded]
-            last = end
-            found += 1
-    if not found:
+            changes.append((start, end, folded))
+    return _spliced(text, changes)
+
+
+def _spliced(text: str, changes: list[tuple[int, int, str]]) -> tuple[str, int]:
+    """`text` with each (start, end, new text) of `changes` (in order, none overlapping)
+    made, and how many."""
+    if not changes:
         return text, 0
+    out, last = [], 0
+    for start, end, new in changes:
+        out += [text[last:start], new]
+        last = end
     out.append(text[last:])
-    return "".join(out), found
+    return "".join(out), len(changes)
 
 
 def _char_refs(text: str) -> tuple[str, int]:
@@ -841,7 +849,7 @@ def _rewritten(
     stretch's tokens do."""
     tokens = (_TOKEN.match(text, at) for at in starts)
     changed = [(t, c) for t in tokens if t is not None and (c := plainly(t.group(0))) is not None]
-    out, last, found = [], 0, 0
+    changes, found = [], 0
     i = 0
     while i + least <= len(changed):
         if changed[i + least - 1][0].start() - changed[i][0].start() > _NEAR:
@@ -852,15 +860,10 @@ def _rewritten(
             j += 1
         stretch = changed[i:j]
         if enough(len(stretch), text[stretch[0][0].start() : stretch[-1][0].end()].split()):
-            for token, plain_token in stretch:
-                out += [text[last : token.start()], plain_token]
-                last = token.end()
+            changes += [(token.start(), token.end(), plain_token) for token, plain_token in stretch]
             found += 1
         i = j
-    if not found:
-        return text, 0
-    out.append(text[last:])
-    return "".join(out), found
+    return _spliced(text, changes)[0], found
 
 
 def _unbroken(token: str) -> str | None:
@@ -1017,18 +1020,13 @@ def _unjoined(text: str, raw: bytes | None = None) -> tuple[str, int]:
     spans = _joined_spans(np.frombuffer(raw, dtype=np.uint8), _JOIN_CLASS, MIN_JOINED - 1)
     if not len(spans):
         return text, 0
-    out, last, found = [], 0, 0
+    changes = []
     for a, b in spans.tolist():
         for m in _TOKEN.finditer(text, a, b):  # non-ASCII spaces split tokens too
             words = _unjoined_token(m.group(0))
             if words is not None:
-                out += [text[last : m.start()], words]
-                last = m.end()
-                found += 1
-    if not found:
-        return text, 0
-    out.append(text[last:])
-    return "".join(out), found
+                changes.append((m.start(), m.end(), words))
+    return _spliced(text, changes)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1068,7 +1066,8 @@ def _unreversed(text: str, raw: bytes | None = None) -> tuple[str, int]:
     if not len(cues):
         return text, 0
     words = _words()
-    out, last, found = [], 0, 0
+    changes = []
+    last = 0
     for at in cues.tolist():
         if at < last:
             continue  # in the line just looked at
@@ -1081,13 +1080,9 @@ def _unreversed(text: str, raw: bytes | None = None) -> tuple[str, int]:
             backward = sum(t[::-1] in words for t in tokens)
             forward = sum(t in words for t in tokens)
             if backward >= _REVERSED_WORDS_SHARE * n and forward <= _FORWARD_WORDS_SHARE * n:
-                out += [text[last:start], text[start:end][::-1]]
-                found += 1
+                changes.append((start, end, text[start:end][::-1]))
         last = end
-    if not found:
-        return text, 0
-    out.append(text[last:])
-    return "".join(out), found
+    return _spliced(text, changes)
 
 
 def _hidden(text: str) -> tuple[str, int]:

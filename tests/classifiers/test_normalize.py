@@ -437,8 +437,11 @@ def test_a_line_written_backwards_is_read_forwards():
     text = f"Summary of the report.\n{ATTACK[::-1]}\nThanks for reading."
     v = views(text)
     assert v.extra == f"{LEET_MARKER} Summary of the report.\n{ATTACK}\nThanks for reading." and v.leet == 1
-    # Prose that holds the cues ("si", "ot", "ni": words of other languages) is left alone.
+    # Prose that holds the cues ("si", "ot", "ni": words of other languages) is left alone,
+    # before a line written backwards too.
     assert views("Questo si trova nel libro, ni ot fo e altro.").extra is None
+    v = views(f"Questo si trova nel libro.\n{ATTACK[::-1]}")
+    assert v.extra == f"{LEET_MARKER} Questo si trova nel libro.\n{ATTACK}"
 
 
 @settings(max_examples=400, deadline=None)
