@@ -38,6 +38,7 @@ collision cannot turn one token into another.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import json
@@ -339,24 +340,41 @@ class LexicalModel:
         """Positive-class probability per head for the whole text, as sklearn gives it."""
         return _sigmoid(self._logits([text])[0])
 
-    def _views(self, texts: Sequence[str]) -> tuple[list[Sequence[str]], list[int], list[bool]]:
+    def _views(
+        self, texts: Sequence[str]
+    ) -> tuple[list[Sequence[str]], list[int], list[normalize.Views | None]]:
         """Per text, its views; the tokens of its extra view (work beyond the item's own
-        tokens, 0 if none); and whether it is its own only view, which its pieces then are
-        too. Without a normaliser the one view is the raw text."""
+        tokens, 0 if none); and what the normaliser found (None without a normaliser, when
+        the one view is the raw text)."""
         if self.normalizer is None:
-            return [(text,) for text in texts], [0] * len(texts), [True] * len(texts)
+            return [(text,) for text in texts], [0] * len(texts), [None] * len(texts)
         found = [normalize.views(text, self.normalizer) for text in texts]
         extra = [0 if v.extra is None else count_tokens(v.extra) for v in found]
-        return [v.texts() for v in found], extra, [v.plain and v.extra is None for v in found]
+        return [v.texts() for v in found], extra, found
 
-    def _pieces_views(self, pieces: list[str], owner_extra: int) -> list[Sequence[str]]:
-        """The views of a text's pieces. The pieces of a text in which the normaliser found
-        nothing hidden or encoded are read as having nothing either: their primary views
-        alone (one pass for them all: `normalize.primary_many`), which spares them most of
-        the normaliser."""
-        if owner_extra == 0:
+    def _pieces_views(self, text: str, spans: list[Span], owner: normalize.Views) -> list[Sequence[str]]:
+        """The views of a text's pieces (`spans`), `owner` the text's own. The pieces of a
+        text in which the normaliser found nothing hidden or encoded are read as having
+        nothing either: their primary views alone (one pass for them all:
+        `normalize.primary_many`), which spares them most of the normaliser. When all it
+        found was inside lines (`Views.within_lines`: a sentence written as one token, a line
+        written backwards; identifiers and headings give one text in twenty-five such a
+        token), only the pieces that hold what it found read their own views, the others
+        their primary views."""
+        pieces = [text[a:b] for a, b in spans]
+        if owner.extra is None:
             return [(view,) for view in normalize.primary_many(pieces)]
-        return [normalize.views(piece, self.normalizer).texts() for piece in pieces]
+        if not owner.within_lines:
+            return [normalize.views(piece, self.normalizer).texts() for piece in pieces]
+        primaries = pieces if owner.plain else normalize.primary_many(pieces)
+        out: list[Sequence[str]] = [(view,) for view in primaries]
+        ends = [b for _, b in spans]
+        for start, end in normalize.rewritten_spots(text):
+            k = bisect.bisect_right(ends, start)  # the first piece that ends after the spot starts
+            while k < len(spans) and spans[k][0] < end:
+                out[k] = normalize.views(pieces[k], self.normalizer).texts()
+                k += 1
+        return out
 
     def _max_of_chunks(self, chunks: list[str], counts: Sequence[int]) -> np.ndarray:
         """Per group of `counts` consecutive chunks (one text's views, `_chunked`) and head,
@@ -393,21 +411,21 @@ class LexicalModel:
         where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]
         if not texts:
             return np.zeros((0, len(self.heads))), [], where
-        every, extra, alone = self._views(texts)
+        every, extra, found_views = self._views(texts)
         spans = [segments.pieces(t, reading) if self.by_piece else [] for t in texts]
         read = [segments.read_whole(reading, t, at) for t, at in zip(texts, spans, strict=True)]
         chunks, counts = _chunked([v if whole else () for v, whole in zip(every, read, strict=True)])
-        for text, more, own, found in zip(texts, extra, alone, spans, strict=True):
+        for text, views, found in zip(texts, found_views, spans, strict=True):
             # A piece (at most segments.PIECE_CHARS) is shorter than a chunk: read whole. Its
             # tokens are the text's own, read again: not counted twice (`tokens_scored` counts
             # the delta, docs/contract.md).
-            if own:
+            if views is None or (views.plain and views.extra is None):
                 # Every piece is its own view (`_pieces_views`) and one chunk: most tool
                 # outputs, whose thousands of lines then cost no call each.
                 chunks += [text[a:b] for a, b in found]
                 counts += [1] * len(found)
                 continue
-            more_chunks, more_counts = _chunked(self._pieces_views([text[a:b] for a, b in found], more))
+            more_chunks, more_counts = _chunked(self._pieces_views(text, found, views))
             chunks += more_chunks
             counts += more_counts
         p = self._max_of_chunks(chunks, counts)

@@ -62,6 +62,7 @@ __all__ = [
     "fold_leet",
     "plain",
     "primary",
+    "rewritten_spots",
     "views",
     "warm",
 ]
@@ -263,8 +264,10 @@ _JOIN = re.compile(r"[_\-]|[^\x00-\x7f\w\s]")
 # A word of CamelCase, with the marks that end a sentence or a clause before the next word
 # ("InstructionsAndPrint.TheKey").
 _CAMEL_WORD = re.compile(rf"(?:[A-Z]?[a-z][a-z']*|[A-Z]+(?![a-z]))(?:[{re.escape(_EDGES)}]+(?=[A-Z]|$))?")
-# Byte classes for `_joined_spans` (non-ASCII is "?", its own class).
-_J_SPACE, _J_LOWER, _J_UPPER, _J_DIGIT, _J_SEPARATOR, _J_OTHER, _J_APOSTROPHE, _J_MARK = range(8)
+# Byte classes for `_joined_spans` (`_join_view`: a letter of another script is _WORD_BYTE,
+# any other non-ASCII character "?").
+_J_SPACE, _J_LOWER, _J_UPPER, _J_DIGIT, _J_SEPARATOR, _J_OTHER, _J_APOSTROPHE, _J_MARK, _J_WORD = range(9)
+_WORD_BYTE = 0x80
 _JOIN_CLASS = np.frombuffer(
     _shape_table(
         {
@@ -275,6 +278,7 @@ _JOIN_CLASS = np.frombuffer(
             b"_-": bytes([_J_SEPARATOR]),
             b"?": bytes([_J_OTHER]),
             b"'": bytes([_J_APOSTROPHE]),
+            bytes([_WORD_BYTE]): bytes([_J_WORD]),
         },
         bytes([_J_MARK]),
     ),
@@ -310,10 +314,18 @@ class Views:
     # about what is scored, so two Views that score the same are equal either way.
     plain: bool = field(default=False, compare=False)
     joined: int = 0  # sentences written as one token undone (no marker: identifiers do it too)
+    backwards: int = 0  # of `leet`, lines written backwards read forwards
 
     def texts(self) -> list[str]:
         """The views to score, primary first."""
         return [self.primary] if self.extra is None else [self.primary, self.extra]
+
+    @property
+    def within_lines(self) -> bool:
+        """Whether the extra view differs from the primary only by sentences written as one
+        token and lines written backwards: changes inside a line, which the pieces of the
+        text that hold one find on their own (`rewritten_spots`)."""
+        return self.extra is not None and not (self.hidden or self.decoded) and self.leet == self.backwards
 
 
 @functools.cache
@@ -916,10 +928,10 @@ def _wrapped_enough(n: int, tokens: list[str]) -> bool:
 
 @numba.njit(cache=True, nogil=True)
 def _joined_spans(raw: np.ndarray, classes: np.ndarray, joins: int) -> np.ndarray:
-    """`_unjoined`'s candidates: (start, end) of each run of `raw` (the text's bytes,
-    non-ASCII as "?") between ASCII whitespace that holds an ASCII letter and `joins` or more
-    places where two words could meet: a run of "_" or "-" inside it, a "?" (any non-ASCII
-    character: an emoji between two words), and a capital after a lowercase letter, after
+    """`_unjoined`'s candidates: (start, end) of each run of `raw` (`_join_view`) between
+    ASCII whitespace that holds an ASCII letter and `joins` or more places where two words
+    could meet: a run of "_" or "-" inside it, a "?" (a non-ASCII character that is not a
+    letter: an emoji between two words), and a capital after a lowercase letter, after
     a mark, or before a lowercase letter after another capital ("APIKey"); less the runs
     with a mark inside a word that no reading takes ("a.b" with "_" or "-", "Client(t"
     without). `classes` is _JOIN_CLASS. Every token `_unjoined_token` takes is in one (a
@@ -954,11 +966,23 @@ def _joined_spans(raw: np.ndarray, classes: np.ndarray, joins: int) -> np.ndarra
             continue
         if c == _J_LOWER and before <= _J_UPPER:
             letters = core = True  # inside a word (or at a token's start): the common case
-        elif c == _J_SEPARATOR:
+            twice = before
+            before = c
+            continue
+        if before == _J_SEPARATOR and c != _J_SEPARATOR:
+            j = i - 1  # the end of a run of separators: inside the token if it starts after its start
+            while j >= start and classes[raw[j]] == _J_SEPARATOR:
+                j -= 1
+            count += j >= start
+        if c == _J_SEPARATOR:
             pending = pending or core
         elif c == _J_OTHER:
             count += 1
             other = core = True
+            separated = separated or pending
+            pending = False
+        elif c == _J_WORD:  # inside a word of another script: no place where two words meet
+            core = True
             separated = separated or pending
             pending = False
         else:
@@ -967,12 +991,7 @@ def _joined_spans(raw: np.ndarray, classes: np.ndarray, joins: int) -> np.ndarra
                 core = True
                 separated = separated or pending
                 pending = False
-            if before == _J_SEPARATOR and c != _J_SEPARATOR:
-                j = i - 1  # the end of a run of separators: inside the token if it starts after its start
-                while j >= start and classes[raw[j]] == _J_SEPARATOR:
-                    j -= 1
-                count += j >= start
-            elif c == _J_UPPER and before != _J_SPACE:
+            if c == _J_UPPER and before != _J_SPACE:
                 if before == _J_LOWER or before >= _J_APOSTROPHE:
                     count += 1  # after a lowercase letter or a mark
                 elif before == _J_UPPER and i + 1 < n and classes[raw[i + 1]] == _J_LOWER:
@@ -983,6 +1002,23 @@ def _joined_spans(raw: np.ndarray, classes: np.ndarray, joins: int) -> np.ndarra
         twice = before
         before = c
     return out[:k]
+
+
+def _join_view(text: str, raw: bytes | None = None) -> np.ndarray:
+    """`text`'s bytes as `_joined_spans` reads them (`raw`: the text as ASCII bytes,
+    non-ASCII as "?", if already made): a letter of another script is _WORD_BYTE, not "?",
+    since no two words meet there (each character of a Japanese text would count as a
+    place where they could)."""
+    view = np.frombuffer(text.encode("ascii", "replace") if raw is None else raw, dtype=np.uint8)
+    if text.isascii():
+        return view
+    points = _points(text)
+    letter = (points >= 0x80) & ((_tables()[0].take(points) & _F_LETTER) != 0)
+    if not letter.any():
+        return view
+    view = view.copy()
+    view[letter] = _WORD_BYTE
+    return view
 
 
 def _unjoined_token(token: str) -> str | None:
@@ -1016,17 +1052,18 @@ def _unjoined(text: str, raw: bytes | None = None) -> tuple[str, int]:
     """Sentences written as one token (`_unjoined_token`) written as words, and how many;
     `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text classifier
     reads such a token as one unknown word, the model upstream reads the sentence."""
-    raw = text.encode("ascii", "replace") if raw is None else raw
-    spans = _joined_spans(np.frombuffer(raw, dtype=np.uint8), _JOIN_CLASS, MIN_JOINED - 1)
-    if not len(spans):
-        return text, 0
+    return _spliced(text, _joined_changes(text, raw))
+
+
+def _joined_changes(text: str, raw: bytes | None = None) -> list[tuple[int, int, str]]:
+    """`_unjoined`'s changes: (start, end, the words) of each sentence written as one token."""
     changes = []
-    for a, b in spans.tolist():
+    for a, b in _joined_spans(_join_view(text, raw), _JOIN_CLASS, MIN_JOINED - 1).tolist():
         for m in _TOKEN.finditer(text, a, b):  # non-ASCII spaces split tokens too
             words = _unjoined_token(m.group(0))
             if words is not None:
                 changes.append((m.start(), m.end(), words))
-    return _spliced(text, changes)
+    return changes
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1061,10 +1098,15 @@ def _unreversed(text: str, raw: bytes | None = None) -> tuple[str, int]:
     """Lines written backwards ("snoitcurtsni suoiverp lla erongI") read forwards, and how
     many; `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text
     classifier reads such a line as unknown words, a model upstream asked to can read it."""
+    return _spliced(text, _backwards_changes(text, raw))
+
+
+def _backwards_changes(text: str, raw: bytes | None = None) -> list[tuple[int, int, str]]:
+    """`_unreversed`'s changes: (start, end, the line read forwards) of each backwards line."""
     raw = text.encode("ascii", "replace") if raw is None else raw
     cues = _reversed_cues(np.frombuffer(raw, dtype=np.uint8), _REVERSED_CUES)
     if not len(cues):
-        return text, 0
+        return []
     words = _words()
     changes = []
     last = 0
@@ -1082,7 +1124,14 @@ def _unreversed(text: str, raw: bytes | None = None) -> tuple[str, int]:
             if backward >= _REVERSED_WORDS_SHARE * n and forward <= _FORWARD_WORDS_SHARE * n:
                 changes.append((start, end, text[start:end][::-1]))
         last = end
-    return _spliced(text, changes)
+    return changes
+
+
+def rewritten_spots(text: str) -> list[tuple[int, int]]:
+    """Where in `text` `views` finds a sentence written as one token or a line written
+    backwards, read in the text itself: sorted (start, end) ranges."""
+    raw = text.encode("ascii", "replace")
+    return sorted((a, b) for a, b, _ in [*_joined_changes(text, raw), *_backwards_changes(text, raw)])
 
 
 def _hidden(text: str) -> tuple[str, int]:
@@ -1131,4 +1180,4 @@ def views(text: str, version: str = VERSION) -> Views:
     if not (hidden or decoded or leet or joined):
         return Views(first, None, 0, 0, 0, is_plain)
     markers = [m for m, n in ((HIDDEN_MARKER, hidden), (DECODED_MARKER, decoded), (LEET_MARKER, leet)) if n]
-    return Views(first, " ".join([*markers, extra]), hidden, decoded, leet, is_plain, joined)
+    return Views(first, " ".join([*markers, extra]), hidden, decoded, leet, is_plain, joined, backwards)

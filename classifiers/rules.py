@@ -70,21 +70,6 @@ def _opaque(text: str) -> str:
     return _OPAQUE.sub("\x7f", text)
 
 
-# ASCII chars as `count_tokens` sees them: "w" (\w), " " (\s) or "p" (a token of its own).
-_TOKEN_CLASSES = bytes(
-    ord("w") if chr(c).isalnum() or c == ord("_") else ord(" ") if chr(c).isspace() else ord("p")
-    for c in range(128)
-) + bytes(128)  # (never used: only ASCII text is translated)
-
-
-def _count_tokens(text: str) -> int:
-    """`count_tokens`; for ASCII text (every tail) by byte counts: word runs plus punctuation."""
-    if not text.isascii():
-        return count_tokens(text)
-    b = text.encode("ascii").translate(_TOKEN_CLASSES)
-    return b.count(b"p") + b.count(b" w") + b.count(b"pw") + b.startswith(b"w")
-
-
 def redact(value: str) -> str:
     """A preview that never shows the whole value: at most its first and last 4 chars."""
     keep = min(4, len(value) // 4)
@@ -277,7 +262,7 @@ class WindowedRuleClassifier:
             blocks = {key: stream[key] for key in self._blocks_initial()}
             buf = tail + item.text
             new = len(tail)
-            tokens += item.tokens + _count_tokens(tail)
+            tokens += item.tokens + count_tokens(tail)
             lo = CONTEXT_CHARS if cut else 0
             scan = Buffer(buf, lo)
             reported = {(r, new - dist) for r, dist in stream["seen"]}

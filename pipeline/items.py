@@ -77,6 +77,22 @@ _WHITESPACE_RE = re.compile(r"\s")
 _COUNT_SLICE = 32 * 1024
 
 
+# ASCII characters as `count_tokens` sees them: "w" (\w), " " (\s) or "p" (a token of its own).
+_TOKEN_CLASSES = bytes(
+    ord("w") if chr(c).isalnum() or c == ord("_") else ord(" ") if chr(c).isspace() else ord("p")
+    for c in range(128)
+) + bytes(128)  # (never used: only ASCII text is translated)
+
+
+def _count_slice(text: str) -> int:
+    """`count_tokens` of a slice; ASCII text by byte counts (word runs plus marks), many
+    times faster than the pattern."""
+    if not text.isascii():
+        return len(_TOKEN_RE.findall(text))
+    b = text.encode("ascii").translate(_TOKEN_CLASSES)
+    return b.count(b"p") + b.count(b" w") + b.count(b"pw") + b.startswith(b"w")
+
+
 def count_tokens(text: str) -> int:
     """Tokens as DeltaGuard counts work: words and single punctuation marks.
 
@@ -84,13 +100,13 @@ def count_tokens(text: str) -> int:
     8
     """
     if len(text) <= _COUNT_SLICE:
-        return len(_TOKEN_RE.findall(text))
+        return _count_slice(text)
     count, start = 0, 0
     while start < len(text):
         # Cut at whitespace, which no token spans (a text without any is one slice).
         cut = _WHITESPACE_RE.search(text, start + _COUNT_SLICE)
         end = cut.start() if cut else len(text)
-        count += len(_TOKEN_RE.findall(text, start, end))
+        count += _count_slice(text[start:end])
         start = end
     return count
 

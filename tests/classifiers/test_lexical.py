@@ -122,7 +122,8 @@ def test_located_scores_are_the_max_over_the_text_and_its_pieces(clf, reading):
     by its pieces alone: reading 3, a text over WHOLE_TEXT_CHARS) and each piece's views,
     every chunk read alone. A piece of a text in which the normaliser found nothing reads
     its primary view only (an ASCII one is its own); a piece of a text with an extra view
-    reads its own views."""
+    reads its own views, but when all the normaliser found was inside lines, only a piece
+    that holds what it found (`normalize.rewritten_spots`) does."""
     model = clf._require_model()
 
     def read(view: str) -> np.ndarray:
@@ -137,8 +138,18 @@ def test_located_scores_are_the_max_over_the_text_and_its_pieces(clf, reading):
         "\n".join([*lines[:40], B64_INJECTION, *lines[40:80]]),
         # a piece with two views after the one that holds the max: rows must not shift
         "\n".join([*lines[:40], INJECTION, *lines[40:60], B64_BENIGN, *lines[60:80]]),
+        # a sentence written as one token: only its piece reads its own views
+        "\n".join([*lines[:40], "_".join(INJECTION.split()), *lines[40:80]]),
     ]
-    assert [len(t) > segments.WHOLE_TEXT_CHARS for t in texts] == [False, False, False, True, True, True]
+    assert [len(t) > segments.WHOLE_TEXT_CHARS for t in texts] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
     for text in texts:
         scores, extra, where = model.score_located([text], reading)
         views = normalize.views(text, model.normalizer)
@@ -149,16 +160,20 @@ def test_located_scores_are_the_max_over_the_text_and_its_pieces(clf, reading):
         pieces = segments.pieces(text, reading)
         assert pieces, text
         by_piece = {}
+        spots = normalize.rewritten_spots(text)
         for a, b in pieces:
             piece = text[a:b]
-            piece_views = [normalize.primary(piece)] if views.extra is None else views_of(model, piece)
+            own = views.extra is not None and not (
+                views.within_lines and not any(s < b and a < e for s, e in spots)
+            )
+            piece_views = views_of(model, piece) if own else [normalize.primary(piece)]
             by_piece[(a, b)] = np.max([read(v) for v in piece_views], axis=0)
         want = np.max([whole, *by_piece.values()], axis=0)
         assert np.array_equal(scores[0], want), text
         for h, span in enumerate(where[0]):
             assert (whole[h] if span is None else by_piece[span][h]) == want[h]
     extra = [normalize.views(t, model.normalizer).extra is not None for t in texts]
-    assert extra == [False, False, True, False, True, True]
+    assert extra == [False, False, True, False, True, True, True]
 
 
 def views_of(model: LexicalModel, text: str) -> list[str]:
