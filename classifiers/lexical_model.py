@@ -364,12 +364,15 @@ class LexicalModel:
         pieces = [text[a:b] for a, b in spans]
         if owner.extra is None:
             return [(view,) for view in normalize.primary_many(pieces)]
-        if not owner.within_lines:
+        # Spots are found in the text as received: if its primary view alone holds what was
+        # found (a sentence joined in full-width letters), every piece reads its views.
+        spots = normalize.rewritten_spots(text) if owner.within_lines else []
+        if not spots:
             return [normalize.views(piece, self.normalizer).texts() for piece in pieces]
         primaries = pieces if owner.plain else normalize.primary_many(pieces)
         out: list[Sequence[str]] = [(view,) for view in primaries]
         ends = [b for _, b in spans]
-        for start, end in normalize.rewritten_spots(text):
+        for start, end in spots:
             k = bisect.bisect_right(ends, start)  # the first piece that ends after the spot starts
             while k < len(spans) and spans[k][0] < end:
                 out[k] = normalize.views(pieces[k], self.normalizer).texts()

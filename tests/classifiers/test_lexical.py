@@ -140,16 +140,11 @@ def test_located_scores_are_the_max_over_the_text_and_its_pieces(clf, reading):
         "\n".join([*lines[:40], INJECTION, *lines[40:60], B64_BENIGN, *lines[60:80]]),
         # a sentence written as one token: only its piece reads its own views
         "\n".join([*lines[:40], "_".join(INJECTION.split()), *lines[40:80]]),
+        # the same in full-width letters, found in the primary view only: every piece does
+        "\n".join([*lines[:40], "_".join(INJECTION.split()).translate(FULL_WIDTH), *lines[40:80]]),
     ]
-    assert [len(t) > segments.WHOLE_TEXT_CHARS for t in texts] == [
-        False,
-        False,
-        False,
-        True,
-        True,
-        True,
-        True,
-    ]
+    assert [len(t) > segments.WHOLE_TEXT_CHARS for t in texts] == [False] * 3 + [True] * 5
+    assert normalize.views(texts[-1]).within_lines and not normalize.rewritten_spots(texts[-1])
     for text in texts:
         scores, extra, where = model.score_located([text], reading)
         views = normalize.views(text, model.normalizer)
@@ -164,7 +159,7 @@ def test_located_scores_are_the_max_over_the_text_and_its_pieces(clf, reading):
         for a, b in pieces:
             piece = text[a:b]
             own = views.extra is not None and not (
-                views.within_lines and not any(s < b and a < e for s, e in spots)
+                views.within_lines and spots and not any(s < b and a < e for s, e in spots)
             )
             piece_views = views_of(model, piece) if own else [normalize.primary(piece)]
             by_piece[(a, b)] = np.max([read(v) for v in piece_views], axis=0)
@@ -173,7 +168,10 @@ def test_located_scores_are_the_max_over_the_text_and_its_pieces(clf, reading):
         for h, span in enumerate(where[0]):
             assert (whole[h] if span is None else by_piece[span][h]) == want[h]
     extra = [normalize.views(t, model.normalizer).extra is not None for t in texts]
-    assert extra == [False, False, True, False, True, True, True]
+    assert extra == [False, False, True, False, True, True, True, True]
+
+
+FULL_WIDTH = {c: c + 0xFEE0 for c in range(0x21, 0x7F)}  # ASCII as its full-width forms
 
 
 def views_of(model: LexicalModel, text: str) -> list[str]:
