@@ -29,6 +29,7 @@ def test_a_module_entered_again_after_it_was_left_is_a_return_but_not_while_it_i
 
     _run_traced(tracer, entry)
     steps = [(s.function, s.returns) for s in tracer.steps()]
+    steps = [step for step in steps if step[0] != "_count_slice"]  # count_tokens' own helper
     assert steps[:2] == [("count_tokens", False), ("count_tokens", True)]
     assert ("new_item", True) in steps and steps[-1] == ("count_tokens", False), steps
     assert "returns to a module already left (<): 2" in report(tracer.steps())
