@@ -12,7 +12,7 @@ turns one item's text into what is scored:
               characters) removed, confusables folded to Latin in Latin text and in
               mixed-script words, combining marks over Latin letters dropped. Plain ASCII
               text (`plain`) is returned unchanged (the fast path: most tool outputs).
-    extra     only when something was hidden or encoded: the primary view with tag
+    extra     only when something was hidden, encoded or disguised: the primary view with tag
               characters decoded back to ASCII, letters written as numeric character
               references ("&#73;") decoded, base64 / hex / URL-encoded segments
               decoded in place (bounded: MAX_SEGMENTS segments of at most
@@ -1147,8 +1147,8 @@ def _hidden(text: str) -> tuple[str, int]:
 
 
 def views(text: str, version: str = VERSION) -> Views:
-    """The primary view of `text` and, when something was hidden or encoded, the extra view,
-    as normaliser `version` (one of VERSIONS) made them."""
+    """The primary view of `text` and, when something was hidden, encoded or disguised, the
+    extra view, as normaliser `version` (one of VERSIONS) made them."""
     if version not in VERSIONS:
         raise ValueError(f"normalize version {version!r} is not one of {VERSIONS}")
     lines = version != "1"
