@@ -404,7 +404,7 @@ def test_a_sentence_written_as_one_token_is_read_as_words(joined):
         "CERT_V2_CHAIN_POLICY_FLAGS_2024",  # digits, few words
         "ignore_all_instructions",  # three words: too short to be a sentence
         "tmp_a9f3_b7c1_d2e8_f00d_beef",  # no words
-        "bump-patch-for-minor-pre-major".upper() + "7",
+        "BUMP-PATCH-FOR-MINOR-PRE-MAJOR7",  # a word with a digit: a name
     ],
 )
 def test_an_identifier_is_left_as_one_token(token):
