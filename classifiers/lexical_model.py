@@ -372,11 +372,14 @@ class LexicalModel:
         primaries = pieces if owner.plain else normalize.primary_many(pieces)
         out: list[Sequence[str]] = [(view,) for view in primaries]
         ends = [b for _, b in spans]
+        holding = set()  # a piece may hold several spots: its views are made once
         for start, end in spots:
             k = bisect.bisect_right(ends, start)  # the first piece that ends after the spot starts
             while k < len(spans) and spans[k][0] < end:
-                out[k] = normalize.views(pieces[k], self.normalizer).texts()
+                holding.add(k)
                 k += 1
+        for k in holding:
+            out[k] = normalize.views(pieces[k], self.normalizer).texts()
         return out
 
     def _max_of_chunks(self, chunks: list[str], counts: Sequence[int]) -> np.ndarray:
