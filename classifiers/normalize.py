@@ -347,10 +347,47 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
     return flags, fold
 
 
+_PLAIN_FLAGS = _F_INVISIBLE | _F_CONFUSABLE | _F_MARK  # none of these: each character is read alone
+
+
+@functools.cache
+def _unaccented() -> np.ndarray:
+    """Per code point up to the last one it changes, what dropping the marks over Latin
+    letters does to it in NFKC text that holds none of _PLAIN_FLAGS: a precomposed Latin
+    letter ("é", "ą", "Å", 488 of them) becomes its base letter, every other character
+    stays. Such text has no combining mark of its own, so no mark sits on a neighbour and
+    the result is the text mapped character by character (`_marks_dropped` of the
+    decomposed text, recomposed, is the same: a test checks every character in context)."""
+    flags = _tables()[0]
+    table = np.arange(0x1F00, dtype="<u4")  # past the last precomposed Latin letter (a test checks)
+    for code in range(len(table)):
+        char = chr(code)
+        decomposition = unicodedata.decomposition(char)
+        if not decomposition or decomposition.startswith("<") or flags[code] & _PLAIN_FLAGS:
+            continue  # no canonical decomposition: nothing to drop
+        if unicodedata.normalize("NFKC", char) != char:
+            continue  # never in NFKC text
+        points = _points(unicodedata.normalize("NFD", char))
+        dropped = _marks_dropped(points, flags.take(points))
+        if dropped != char:
+            (table[code],) = _points(dropped)  # one letter, or this fails at load
+    table.flags.writeable = False
+    return table
+
+
+def _unaccent(points: np.ndarray) -> np.ndarray:
+    """`points` (NFKC text holding none of _PLAIN_FLAGS) with their marks over Latin
+    letters dropped (`_unaccented`): the same length."""
+    table = _unaccented()
+    inside = points < len(table)
+    return np.where(inside, table.take(np.minimum(points, len(table) - 1)), points)
+
+
 def warm() -> None:
     """Build the per-code-point tables, read the word list and compile the byte passes (or
     load them from numba's cache) now: about a second, once per process."""
     _tables()
+    _unaccented()
     _words()
     _respell_looks(np.frombuffer(b"a", dtype=np.uint8))
     fold_leet("a1")
@@ -434,9 +471,16 @@ def primary_many(texts: Sequence[str]) -> list[str]:
     latin = np.add.reduceat((flags & _F_LATIN) != 0, bounds[:-1], dtype=np.int64)
     letters = np.add.reduceat((flags & _F_LETTER) != 0, bounds[:-1], dtype=np.int64)
     marked = []
+    unaccented = None  # every text's points unaccented (`_unaccent`), made once if needed
     for k, ((i, text), found, on_latin) in enumerate(
         zip(todo, seen, (2 * latin >= letters).tolist(), strict=True)
     ):
+        if not found & _PLAIN_FLAGS:  # the common case: character by character, one pass for all
+            if on_latin:
+                unaccented = _text(_unaccent(points)) if unaccented is None else unaccented
+                text = unaccented[bounds[k] : bounds[k + 1]]
+            out[i] = text
+            continue
         if found & (_F_INVISIBLE | _F_CONFUSABLE):
             a, b = bounds[k], bounds[k + 1]
             text, on_latin = _revealed(points[a:b], flags[a:b], found, fold)

@@ -489,6 +489,67 @@ def test_primary_views_of_many_texts_match_one_by_one(texts):
     assert normalize.primary_many(texts) == [primary(t) for t in texts]
 
 
+def _unaccented_by_decomposing(text: str) -> str:
+    """The marks over Latin letters dropped as the general path drops them: the text
+    decomposed, the marks dropped, recomposed."""
+    points = normalize._points(unicodedata.normalize("NFD", text))
+    return normalize._marks_dropped(points, normalize._tables()[0].take(points))
+
+
+def _read_alone(code: int) -> bool:
+    """Whether the character can be in text that `primary_many` maps character by character:
+    NFKC, with no control character, mark, invisible character or look-alike."""
+    char = chr(code)
+    return (
+        not 0xD800 <= code < 0xE000
+        and not normalize._CONTROLS.match(char)
+        and not normalize._tables()[0][code] & normalize._PLAIN_FLAGS
+        and unicodedata.normalize("NFKC", char) == char
+    )
+
+
+def test_each_character_loses_its_accents_as_decomposing_the_text_would():
+    """Every assigned character of the first two planes that such text can hold, between
+    Latin letters (so the text is Latin): mapped alone, as the whole text decomposed."""
+    chars = [chr(c) for c in range(0x80, 0x20000) if unicodedata.category(chr(c)) != "Cn" and _read_alone(c)]
+    texts = [f"ab{c}cd" for c in chars]
+    assert normalize.primary_many(texts) == [_unaccented_by_decomposing(t) for t in texts]
+
+
+def test_no_character_past_the_accent_table_loses_anything():
+    table = normalize._unaccented()
+    changed = [
+        c
+        for c in range(len(table), 0x110000)
+        if unicodedata.decomposition(chr(c))
+        and _read_alone(c)
+        and _unaccented_by_decomposing(chr(c)) != chr(c)
+    ]
+    assert changed == []
+    assert int((table != np.arange(len(table))).sum()) == 488
+
+
+# Accented Latin, Greek and Cyrillic letters (some with marks of their own), Hangul.
+_LETTERS = [*range(0xC0, 0x250), *range(0x370, 0x460), *range(0x1E00, 0x1F00), 0xAC00, 0x1100, 0x1161]
+_READ_ALONE = [chr(c) for c in _LETTERS if _read_alone(c)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([*_READ_ALONE, "漢", "€", "й"]) | st.text("abc XYZ", min_size=1, max_size=3)
+    ).map("".join)
+)
+def test_text_read_character_by_character_is_unaccented_as_if_decomposed(text):
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)  # jamo next to each other compose
+    flags = normalize._tables()[0].take(normalize._points(text))
+    latin = int(np.count_nonzero(flags & normalize._F_LATIN))
+    letters = int(np.count_nonzero(flags & normalize._F_LETTER))
+    expected = _unaccented_by_decomposing(text) if 2 * latin >= letters and not text.isascii() else text
+    assert primary(text) == expected
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_random_unicode_never_raises(seed):
     r = random.Random(seed)
