@@ -390,6 +390,7 @@ def warm() -> None:
     _unaccented()
     _words()
     _respell_looks(np.frombuffer(b"a", dtype=np.uint8))
+    _marked_spots(np.frombuffer(b"a", dtype=np.uint8), True, True, True, True)
     fold_leet("a1")
     _unjoined("a_b")
     _unreversed("eht")
@@ -852,45 +853,67 @@ def _unmarked(text: str, shape: bytes, dotted: bool, counts: Sequence[int]) -> t
     wrapped = emphasis >= 2 * _MIN_WRAPPED
     if not (broken or wrapped):
         return text, 0
-    at = np.frombuffer(shape, dtype=np.uint8)
+    broken_at, wrapped_at = _marked_spots(
+        np.frombuffer(shape, dtype=np.uint8), broken, dotted, symbols, wrapped
+    )
     found = 0
-    if broken:
-        mark = at == _MARK
-        if dotted:
-            mark |= at == _DOT
-        if symbols:
-            mark |= at == _SYMBOL
-        marks = np.flatnonzero(mark)
-        marks = marks[(marks > 0) & (marks < len(at) - 1)]
-        marks = marks[(at.take(marks - 1) == _LETTER) & (at.take(marks + 1) == _LETTER)]
-        marks = _clustered(marks, _MIN_MARKED, _CLOSE)
-        if marks:
-            starts = sorted({max(shape.rfind(b" ", 0, i), shape.rfind(b"n", 0, i)) + 1 for i in marks})
-            text, n = _rewritten(text, starts, _unbroken, _broken_enough, _MIN_MARKED)
-            found += n
-    if wrapped:
-        marks = np.flatnonzero((at == _EMPHASIS) | (at == _BACKTICK))
-        before = at.take(marks - 1)  # the first mark's "before" is the last character: checked below
-        openings = marks[(before == _SPACE) | (before == _NEWLINE) | (marks == 0)]
-        starts = _clustered(openings, _MIN_WRAPPED, _NEAR)
-        if starts:
-            text, n = _rewritten(text, starts, _unwrapped, _wrapped_enough, _MIN_WRAPPED)
-            found += n
+    if len(broken_at):
+        text, n = _rewritten(text, broken_at.tolist(), _unbroken, _broken_enough, _MIN_MARKED)
+        found += n
+    if len(wrapped_at):
+        text, n = _rewritten(text, wrapped_at.tolist(), _unwrapped, _wrapped_enough, _MIN_WRAPPED)
+        found += n
     return text, found
 
 
-def _clustered(starts: np.ndarray, least: int, within: int) -> list[int]:
-    """The `starts` (in order) that lie with `least` - 1 others in a row within `within`
-    characters."""
-    if len(starts) < least:
-        return []
-    first = np.flatnonzero(starts[least - 1 :] - starts[: 1 - least] <= within)
-    if not len(first):
-        return []
-    keep = np.zeros(len(starts), dtype=bool)
-    for k in range(least):
-        keep[first + k] = True
-    return starts[keep].tolist()
+@numba.njit(cache=True, nogil=True)
+def _clustered(starts: np.ndarray, n: int, least: int, within: int) -> np.ndarray:
+    """The first `n` `starts` (in order) that lie with `least` - 1 others in a row within
+    `within` characters."""
+    keep = np.zeros(n, dtype=np.bool_)
+    for i in range(n - least + 1):
+        if starts[i + least - 1] - starts[i] <= within:
+            keep[i : i + least] = True
+    return starts[:n][keep]
+
+
+@numba.njit(cache=True, nogil=True)
+def _marked_spots(
+    at: np.ndarray, broken: bool, dotted: bool, symbols: bool, wrapped: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_unmarked`'s tokens to look at, in a _RESPELL_SHAPE `at`, in one pass: if `broken`,
+    where each token starts that holds one of _MIN_MARKED marks between two letters within
+    _CLOSE characters ("-" marks, and "." if `dotted`, "?" if `symbols`); if `wrapped`, each
+    of _MIN_WRAPPED backticks or emphasis marks opening a token within _NEAR. Compiled at
+    `warm`."""
+    n = at.shape[0]
+    marks = np.empty(n, dtype=np.int64)
+    opens = np.empty(n, dtype=np.int64)
+    k = w = 0
+    for i in range(n):
+        c = at[i]
+        mark = c == _MARK or (dotted and c == _DOT) or (symbols and c == _SYMBOL)
+        if broken and mark and 0 < i < n - 1 and at[i - 1] == _LETTER and at[i + 1] == _LETTER:
+            marks[k] = i
+            k += 1
+        opening = i == 0 or at[i - 1] == _SPACE or at[i - 1] == _NEWLINE
+        if wrapped and c in (_EMPHASIS, _BACKTICK) and opening:
+            opens[w] = i
+            w += 1
+    kept = _clustered(marks, k, _MIN_MARKED, _CLOSE)
+    starts = np.empty(len(kept), dtype=np.int64)  # after the last space or line break before each
+    s = 0
+    gap = -1
+    p = 0
+    for m in kept:
+        while p < m:
+            if at[p] == _SPACE or at[p] == _NEWLINE:
+                gap = p
+            p += 1
+        if s == 0 or starts[s - 1] != gap + 1:
+            starts[s] = gap + 1
+            s += 1
+    return starts[:s], _clustered(opens, w, _MIN_WRAPPED, _NEAR)
 
 
 def _rewritten(

@@ -367,6 +367,50 @@ def test_the_respelling_looks_are_the_byte_searches(shape):
     assert normalize._respell_looks(np.frombuffer(raw, dtype=np.uint8)) == want
 
 
+def _clustered_by_differences(starts: np.ndarray, least: int, within: int) -> list[int]:
+    """The starts that lie with least - 1 others in a row within `within`, by differences."""
+    if len(starts) < least:
+        return []
+    first = np.flatnonzero(starts[least - 1 :] - starts[: 1 - least] <= within)
+    keep = np.zeros(len(starts), dtype=bool)
+    for k in range(least):
+        keep[first + k] = True
+    return starts[keep].tolist()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "aaaaa", "a-a", "a.a", "aqa", " ", "n", " *a", " `a", "*", "-", "q"])).map(
+        "".join
+    ),
+    st.booleans(),
+    st.booleans(),
+)
+def test_the_marked_spots_are_the_marks_in_clusters(shape, dotted, symbols):
+    """One pass finds the clusters of marks between letters, and of marks opening a token,
+    that masks, differences and a search back for each token's start find."""
+    raw = shape.encode()
+    at = np.frombuffer(raw, dtype=np.uint8)
+    mark = at == ord("-")
+    if dotted:
+        mark |= at == ord(".")
+    if symbols:
+        mark |= at == ord("q")
+    marks = np.flatnonzero(mark)
+    marks = marks[(marks > 0) & (marks < len(at) - 1)]
+    marks = marks[(at.take(marks - 1) == ord("a")) & (at.take(marks + 1) == ord("a"))]
+    kept = _clustered_by_differences(marks, normalize._MIN_MARKED, normalize._CLOSE)
+    starts = sorted({max(raw.rfind(b" ", 0, i), raw.rfind(b"n", 0, i)) + 1 for i in kept})
+    marks = np.flatnonzero((at == ord("*")) | (at == ord("`")))
+    before = at.take(marks - 1)
+    openings = marks[(before == ord(" ")) | (before == ord("n")) | (marks == 0)]
+    opening = _clustered_by_differences(openings, normalize._MIN_WRAPPED, normalize._NEAR)
+    broken_at, wrapped_at = normalize._marked_spots(at, True, dotted, symbols, True)
+    assert (broken_at.tolist(), wrapped_at.tolist()) == (starts, opening)
+    none = normalize._marked_spots(at, False, dotted, symbols, False)
+    assert (len(none[0]), len(none[1])) == (0, 0)
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet=st.sampled_from("aZ0137@$2689 _/+=-\\é.x"), max_size=300))
 def test_the_leet_candidates_are_the_words_with_a_letter_next_to_a_leet_digit(text):
