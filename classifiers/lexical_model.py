@@ -371,13 +371,12 @@ class LexicalModel:
             return [normalize.views(piece, self.normalizer).texts() for piece in pieces]
         primaries = pieces if owner.plain else normalize.primary_many(pieces)
         out: list[Sequence[str]] = [(view,) for view in primaries]
-        ends = [b for _, b in spans]
+        # Pieces come in order of their starts; not of their ends (a sentence of wrapped
+        # lines ends past the lines it starts among: segments.py's reading 4).
+        starts = [a for a, _ in spans]
         holding = set()  # a piece may hold several spots: its views are made once
         for start, end in spots:
-            k = bisect.bisect_right(ends, start)  # the first piece that ends after the spot starts
-            while k < len(spans) and spans[k][0] < end:
-                holding.add(k)
-                k += 1
+            holding.update(k for k in range(bisect.bisect_left(starts, end)) if spans[k][1] > start)
         for k in holding:
             out[k] = normalize.views(pieces[k], self.normalizer).texts()
         return out

@@ -32,10 +32,14 @@ PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters
 MIN_PIECE_CHARS = 20  # shorter pieces join the next one
 LONG_TEXT_CHARS = 400  # reading 1 reads texts up to this long whole only
 WHOLE_TEXT_CHARS = 2000  # reading 3 reads longer cut texts by their pieces alone
-READINGS = (1, 2, 3)
+READINGS = (1, 2, 3, 4)
+PROSE_SHARE = 0.8  # letters and spaces in a line of prose (reading 4)
 
 _SENTENCE_ENDS = frozenset(".!?;。！？；")
-_SENTENCE_END = re.compile(r"(?<=[.!?;])[ \t]+|(?<=[。！？；])")
+# A sentence ends at a line break only inside a paragraph joined from wrapped lines (reading 4).
+_SENTENCE_END = re.compile(r"(?<=[.!?;])(?:[ \t]*\r?\n[ \t]*|[ \t]+)|(?<=[。！？；])")
+_LINE_ENDS = frozenset(".!?;:。！？；：")  # a line ending so ends its sentence or introduces what follows
+_OPENS_BLOCK = re.compile(r"[-*+>#|]|\d+[.)]\s")  # a list item, a quote, a heading, a table row
 
 
 def _stripped(text: str, a: int, b: int) -> tuple[int, int]:
@@ -73,6 +77,45 @@ def _lines(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _prose(text: str, a: int, b: int) -> bool:
+    """Whether text[a:b], a line, reads as prose: MIN_PIECE_CHARS long or more and mostly
+    letters and spaces (not code, a table or a path)."""
+    line = text[a:b]
+    return b - a >= MIN_PIECE_CHARS and sum(c.isalpha() or c == " " for c in line) >= PROSE_SHARE * len(line)
+
+
+def _wrapped_sentences(text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sentences of hard-wrapped prose that a line break cuts, as (start, end) ranges,
+    longer ones in windows. A run of wrapped prose is a line of prose whose sentence goes
+    on into the line of prose right below it (no blank line between), which starts no list
+    item, quote or heading. E-mails, commit messages, manual pages and many READMEs are
+    wrapped at 72-80 columns, so a sentence, an injected one too, is cut across lines: its
+    lines alone are fragments."""
+    out: list[tuple[int, int]] = []
+    run: tuple[int, int] | None = None  # the wrapped lines joined so far
+    joined = False  # whether the run holds two lines or more
+    for a, b in [*lines, (len(text), len(text))]:
+        prose = _prose(text, a, b)
+        joins = (
+            run is not None
+            and prose
+            and not _OPENS_BLOCK.match(text, a)
+            and text.count("\n", run[1], a) == 1
+            and text[run[1] - 1] not in _LINE_ENDS
+        )
+        if joins:
+            run, joined = (run[0], b), True
+            continue
+        if run is not None and joined:
+            cuts = [run[0], *(m.end() for m in _SENTENCE_END.finditer(text, *run)), run[1]]
+            for x, y in itertools.pairwise(cuts):
+                x, y = _stripped(text, x, y)
+                if y - x >= MIN_PIECE_CHARS and text.find("\n", x, y) >= 0:
+                    out.extend(_windows(x, y))
+        run, joined = ((a, b) if prose else None), False
+    return out
+
+
 def _windows(a: int, b: int) -> list[tuple[int, int]]:
     if b - a <= PIECE_CHARS:
         return [(a, b)]
@@ -100,7 +143,7 @@ def _sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
 
 def read_whole(reading: int, text: str, found: list[tuple[int, int]]) -> bool:
     """Whether `text`, cut into `found` pieces (`pieces`), is read whole as well."""
-    return reading != 3 or not found or len(text) <= WHOLE_TEXT_CHARS
+    return reading < 3 or not found or len(text) <= WHOLE_TEXT_CHARS
 
 
 def pieces(text: str, reading: int = 1) -> list[tuple[int, int]]:
@@ -111,7 +154,10 @@ def pieces(text: str, reading: int = 1) -> list[tuple[int, int]]:
         raise ValueError(f"reading {reading!r} is not one of {READINGS}")
     if reading == 1 and len(text) <= LONG_TEXT_CHARS:
         return []
+    lines = _lines(text)
     out = []
-    for a, b in _lines(text):
+    for a, b in lines:
         out.extend([(a, b)] if b - a <= PIECE_CHARS else _sentences(text, a, b))
+    if reading == 4:
+        out = sorted(out + _wrapped_sentences(text, lines))
     return out if len(out) > 1 else []
