@@ -12,13 +12,12 @@ normalised view's tokens are added to the update's `tokens`.
 
 Untrusted text (tool outputs, attached files) is read piece by piece as well as whole by
 an artifact trained that way (lexical-v5 and later), cut as the entry's `reading` says
-(classifiers/segments.py; 1 when it does not say, and the version reads "+reading2" for
-reading 2 and "+reading3" for reading 3, whose operating points the recipe checked for
-them). A piece over its head's threshold is reported as a located finding (item, start,
-end, score), and an artifact with `untrusted_thresholds` judges untrusted text at
-thresholds of its own, reporting its scores on the category thresholds' scale
-(classifiers/scaled.py `rescale`). Untrusted text is judged for injection only: a
-jailbreak is a principal's act (base.PRINCIPAL_ONLY).
+(classifiers/segments.py; 1 when it does not say, and the version reads "+readingN" for
+reading N > 1, whose operating points the recipe checked for it). A piece over its head's
+threshold is reported as a located finding (item, start, end, score), and an artifact with
+`untrusted_thresholds` judges untrusted text at thresholds of its own, reporting its
+scores on the category thresholds' scale (classifiers/scaled.py `rescale`). Untrusted text
+is judged for injection only: a jailbreak is a principal's act (base.PRINCIPAL_ONLY).
 """
 
 from __future__ import annotations

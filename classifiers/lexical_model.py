@@ -409,8 +409,8 @@ class LexicalModel:
     ) -> tuple[np.ndarray, list[int], list[list[Span | None]]]:
         """`score_views` of untrusted texts, which an artifact trained on pieces also reads
         piece by piece (classifiers/segments.py), so that one injected sentence weighs as
-        much in a 16 KB file as alone, as `reading` cuts them (and, in reading 3, by its
-        pieces alone). Per text and head: the max over views, chunks and pieces; per text,
+        much in a 16 KB file as alone, as `reading` cuts them (and, in readings 3 and 4, a long
+        text by its pieces alone). Per text and head: the max over views, chunks and pieces; per text,
         the extra tokens of its normalised view (as `score_views`); per text and head, the
         piece holding the max, or None when the text read whole holds it."""
         where: list[list[Span | None]] = [[None] * len(self.heads) for _ in texts]

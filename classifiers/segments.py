@@ -19,13 +19,19 @@ as released) reads texts up to LONG_TEXT_CHARS whole only; reading 2 cuts any te
 pieces or more, since an injected line among 300 characters of code is diluted too, and
 reads it whole as well; reading 3 cuts as reading 2 does and reads a cut text over
 WHOLE_TEXT_CHARS by its pieces alone: inside a long text the whole reading is diluted and
-found nothing the pieces did not, at the kernels' cost of reading the text twice.
+found nothing the pieces did not, at the kernels' cost of reading the text twice. Reading
+4 reads as reading 3 and also reads whole each sentence that a line break cuts in
+hard-wrapped prose (`_wrapped_sentences`): e-mails, manual pages, licences, changelogs and
+many READMEs are wrapped at 72-80 columns, and an injected sentence in them is cut across
+lines, each line a fragment that passes alone. Such a sentence ends past the lines it
+starts among: pieces come in order of their starts, not of their ends.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import string
 
 PIECE_CHARS = 400  # longer pieces are cut into windows of this size
 PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
@@ -37,7 +43,7 @@ PROSE_SHARE = 0.8  # letters and spaces in a line of prose (reading 4)
 
 _SENTENCE_ENDS = frozenset(".!?;。！？；")
 # A sentence ends at a line break only inside a paragraph joined from wrapped lines (reading 4).
-_SENTENCE_END = re.compile(r"(?<=[.!?;])(?:[ \t]*\r?\n[ \t]*|[ \t]+)|(?<=[。！？；])")
+_SENTENCE_END = re.compile(r"[.!?;](?:[ \t]*\r?\n[ \t]*|[ \t]+)|[。！？；]")
 _LINE_ENDS = frozenset(".!?;:。！？；：")  # a line ending so ends its sentence or introduces what follows
 _OPENS_BLOCK = re.compile(r"[-*+>#|]|\d+[.)]\s")  # a list item, a quote, a heading, a table row
 
@@ -77,42 +83,48 @@ def _lines(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def _prose(text: str, a: int, b: int) -> bool:
-    """Whether text[a:b], a line, reads as prose: MIN_PIECE_CHARS long or more and mostly
-    letters and spaces (not code, a table or a path)."""
-    line = text[a:b]
-    return b - a >= MIN_PIECE_CHARS and sum(c.isalpha() or c == " " for c in line) >= PROSE_SHARE * len(line)
+_LETTERS_AND_SPACES = (string.ascii_letters + " ").encode()
+_NOT_PROSE = re.compile(r"[^\w ]|[\d_]")  # what is neither a letter nor a space, in any script
+_CODE = re.compile(r"[={};_]")  # assignments, blocks, statements, identifiers: code, not prose
+
+
+def _prose(line: str) -> bool:
+    """Whether `line` reads as prose: MIN_PIECE_CHARS long or more, PROSE_SHARE of it
+    letters and spaces, and none of the characters that code lines hold and prose lines
+    seldom do (`_CODE`)."""
+    if len(line) < MIN_PIECE_CHARS or _CODE.search(line):
+        return False
+    if line.isascii():  # the common case, counted in C: what is left once letters and spaces go
+        other = len(line.encode().translate(None, _LETTERS_AND_SPACES))
+    else:
+        other = sum(1 for _ in _NOT_PROSE.finditer(line))
+    return len(line) - other >= PROSE_SHARE * len(line)
 
 
 def _wrapped_sentences(text: str, lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The sentences of hard-wrapped prose that a line break cuts, as (start, end) ranges,
-    longer ones in windows. A run of wrapped prose is a line of prose whose sentence goes
-    on into the line of prose right below it (no blank line between), which starts no list
-    item, quote or heading. E-mails, commit messages, manual pages and many READMEs are
-    wrapped at 72-80 columns, so a sentence, an injected one too, is cut across lines: its
-    lines alone are fragments."""
-    out: list[tuple[int, int]] = []
-    run: tuple[int, int] | None = None  # the wrapped lines joined so far
-    joined = False  # whether the run holds two lines or more
-    for a, b in [*lines, (len(text), len(text))]:
-        prose = _prose(text, a, b)
-        joins = (
-            run is not None
-            and prose
-            and not _OPENS_BLOCK.match(text, a)
-            and text.count("\n", run[1], a) == 1
-            and text[run[1] - 1] not in _LINE_ENDS
-        )
-        if joins:
-            run, joined = (run[0], b), True
+    longer ones in windows. A run of wrapped prose is a line of prose (`_prose`) whose
+    sentence goes on into the line of prose right below it (no blank line between), which
+    starts no list item, quote or heading. E-mails, commit messages, manual pages and many
+    READMEs are wrapped at 72-80 columns, so a sentence, an injected one too, is cut across
+    lines: its lines alone are fragments. The cheap tests first: most lines end their
+    sentence or are not followed by one right below, and are never read for prose."""
+    runs: list[tuple[int, int]] = []
+    for (a, b), (c, d) in itertools.pairwise(lines):
+        if text[b - 1] in _LINE_ENDS or text.count("\n", b, c) != 1 or _OPENS_BLOCK.match(text, c):
             continue
-        if run is not None and joined:
-            cuts = [run[0], *(m.end() for m in _SENTENCE_END.finditer(text, *run)), run[1]]
-            for x, y in itertools.pairwise(cuts):
-                x, y = _stripped(text, x, y)
-                if y - x >= MIN_PIECE_CHARS and text.find("\n", x, y) >= 0:
-                    out.extend(_windows(x, y))
-        run, joined = ((a, b) if prose else None), False
+        if runs and runs[-1][1] == b:  # line a:b is in the run already, read for prose
+            if _prose(text[c:d]):
+                runs[-1] = (runs[-1][0], d)
+        elif _prose(text[a:b]) and _prose(text[c:d]):
+            runs.append((a, d))
+    out: list[tuple[int, int]] = []
+    for run in runs:
+        cuts = [run[0], *(m.end() for m in _SENTENCE_END.finditer(text, *run)), run[1]]
+        for x, y in itertools.pairwise(cuts):
+            x, y = _stripped(text, x, y)
+            if y - x >= MIN_PIECE_CHARS and text.find("\n", x, y) >= 0:
+                out.extend(_windows(x, y))
     return out
 
 

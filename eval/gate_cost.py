@@ -6,13 +6,14 @@ and the provenance sketch folded beside inference.
 gate-lane classifier of the default set, and through the same set with the lexical view on
 lexical-v6 in earlier readings, lexical-v4, lexical-v3 and lexical-v2, interleaved item by
 item so that all see the same machine load (lexical-v5 and later read each tool output piece
-by piece as well as whole; in reading 2, short ones too; in reading 3, as the default serves
-lexical-v6 now, a tool output over 2,000 characters by its pieces alone). The
+by piece as well as whole; in reading 2, short ones too; in reading 3, a tool output over
+2,000 characters by its pieces alone; in reading 4, as the default serves lexical-v6 now,
+also each sentence of hard-wrapped prose that a line break cuts). The
 "actions" lane's classifiers (the provenance sketch: folded beside inference, awaited only
 by the action check when the model acts, never by the request) fold the same items in the
 same loop, reported apart, with what the default gate cost per item when it folded the
 sketch too. CPU time of this thread (`time.thread_time`), p50 and p95 per classifier and
-for the lane. Then the default gate and the gate in reading 2 side by side on tool outputs of
+for the lane. Then the default gate and the gate in reading 3 side by side on tool outputs of
 the real benign agent conversations (eval/agent_traffic.py's test split, `--real` of them, of
 every length), as CPU ms per 1,000 tokens over them all: text no one here wrote, as agents
 read it. Writes eval/out/gate_cost.md.
@@ -46,7 +47,8 @@ REPEAT = 3
 BESIDE = "sketch, beside inference"
 REAL = 300  # real agent tool outputs
 BUDGET_MS = 1.0  # per 1,000-token delta
-READING_2 = "lexical view on lexical-v6, reading 2"  # the default before reading 3, on real text too
+READING_3 = "lexical view on lexical-v6, reading 3"  # the default before reading 4, on real text too
+READING_2 = "lexical view on lexical-v6, reading 2"
 
 
 def gate_on(default: list[Classifier], artifact_file: str, reading: int | None = None) -> list[Classifier]:
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     key = f"default (lexical view: lexical-v{version})"
     gates = {
         key: default,
+        READING_3: gate_on(default, "lexical-v6.npz", reading=3),
         READING_2: gate_on(default, "lexical-v6.npz", reading=2),
         "lexical view on lexical-v6, reading 1": gate_on(default, "lexical-v6.npz", reading=1),
         "lexical view on lexical-v4": gate_on(default, "lexical-v4.npz"),
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|" + "---|" * (len(beside) + 1),
         f"| {BESIDE} | " + " | ".join(_cell(times[BESIDE][c.name]) for c in beside) + f" | {_cell(before)} |",
     ]
-    lines += real_traffic({key: default, READING_2: gates[READING_2]}, args.real, args.repeat)
+    lines += real_traffic({key: default, READING_3: gates[READING_3]}, args.real, args.repeat)
     write_report(args.out, lines)
     return 0
 

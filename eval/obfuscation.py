@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,6 +76,7 @@ DISGUISES: dict[str, Callable[[str], str]] = {
         f"&#{ord(c)};" if c.isalpha() else c for c in text
     ),
     "cut into lines of three words": _lines_of(3),
+    "hard-wrapped at 40 columns": lambda text: textwrap.fill(text, 40),
     "reversed": lambda text: text[::-1],
     "words joined by underscores": lambda text: "_".join(text.split()),
     "words joined by hyphens": lambda text: "-".join(text.split()),

@@ -75,8 +75,11 @@ CONVERSATION_BUDGET = 0.005
 # up to 400 characters whole: an injected line in a short file was judged with all of it.
 # Reading 3 cuts as reading 2 and reads a text over 2,000 characters by its pieces alone:
 # on the test split, at the same thresholds, every source is flagged as often as in reading
-# 2, and the lexical view costs about seven-eighths as much on real tool outputs.
-READING = 3
+# 2, and the lexical view costs about seven-eighths as much on real tool outputs. Reading 4
+# also reads each sentence of hard-wrapped prose that a line break cuts: an injection
+# wrapped inside a document is caught about as often as one written on a line of its own,
+# with no more real agent conversations flagged at the same thresholds (models/README.md).
+READING = 4
 PARITY_TEXTS = 400
 PARITY_TOLERANCE = 1e-6
 ROLLOUT_CHECK_TEXTS = 500

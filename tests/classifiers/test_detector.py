@@ -199,7 +199,7 @@ def test_screen_shares_the_model_its_floor_was_chosen_for():
     screen, _ = classifiers["detector"].screen
     assert screen.version == "3"
     assert screen._require_model() is classifiers["operator"]._model
-    assert classifiers["lexical"].inner.version == "6+reading3"
+    assert classifiers["lexical"].inner.version == "6+reading4"
 
 
 def _copy_models(tmp_path):

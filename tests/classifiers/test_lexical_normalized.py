@@ -43,7 +43,7 @@ def test_the_conversation_view_keeps_the_model_its_thresholds_were_calibrated_on
     assert by_name["conversation"].version.endswith(
         f"lexical-{manifest_entry(CONVERSATION_ARTIFACT)['version']}"
     )
-    assert by_name["lexical"].version == f"{manifest_entry(LEXICAL_ARTIFACT)['version']}+reading3"
+    assert by_name["lexical"].version == f"{manifest_entry(LEXICAL_ARTIFACT)['version']}+reading4"
 
 
 @pytest.mark.parametrize("kind", sorted(DISGUISES))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import textwrap
 
 import pytest
 from hypothesis import given, settings
@@ -54,8 +55,44 @@ def test_reading_3_reads_a_long_cut_text_by_its_pieces_alone() -> None:
 
 
 def test_an_unknown_reading_is_refused() -> None:
-    with pytest.raises(ValueError, match="reading 4"):
-        pieces(CODE, reading=4)
+    with pytest.raises(ValueError, match="reading 5"):
+        pieces(CODE, reading=5)
+
+
+PROSE = (
+    "This guide explains how the release process works, how versions are tagged and how the "
+    "changelog is written for each version of the package."
+)
+
+
+def test_reading_4_also_reads_each_sentence_a_line_break_cuts() -> None:
+    """Hard-wrapped prose: the lines as reading 3 cuts them, and each sentence that runs
+    across lines, whole."""
+    body = textwrap.fill(f"{PROSE} {INJECTION} {PROSE}", 40)
+    text = f"{CODE}\n\n{body}\n\n{CODE}"
+    three, four = pieces(text, reading=3), pieces(text, reading=4)
+    assert set(three) < set(four)
+    extra = [text[a:b] for a, b in sorted(set(four) - set(three))]
+    assert all("\n" in piece for piece in extra)
+    assert INJECTION in [" ".join(piece.split()) for piece in extra]
+    assert [a for a, _ in four] == sorted(a for a, _ in four)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["x = parse(config_file)  # the settings", "y = render(template_name, x)  # page"],  # code
+        ["- the first item of the list is here", "- the second item of the list is here"],
+        ["The first sentence ends on this line.", "The second one starts on the next line."],
+        ["Installation of the package from source", "1. Clone the repository and enter it"],
+    ],
+)
+def test_reading_4_joins_no_code_list_finished_sentence_or_block(lines: list[str]) -> None:
+    text = "\n".join([CODE, *lines, CODE])
+    assert pieces(text, reading=4) == pieces(text, reading=3)
+    # nor lines of prose with a blank line between them
+    text = "\n\n".join([CODE, PROSE[:60], PROSE[60:], CODE])
+    assert pieces(text, reading=4) == pieces(text, reading=3)
 
 
 def test_an_inserted_line_is_a_piece_of_its_own() -> None:
@@ -97,7 +134,11 @@ def test_a_long_sentence_is_cut_into_overlapping_windows() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from("ab .!?\n\t。"), min_size=0, max_size=3000))
+@given(
+    st.lists(st.sampled_from(["a", "ab ", "abcd efgh ", ".", "!", "?", " ", "\n", "\n\n", "\t", "。", "- "]))
+    .map("".join)
+    .filter(lambda text: len(text) <= 3000)
+)
 def test_pieces_are_ordered_stripped_ranges_of_the_text(text: str) -> None:
     found = pieces(text)
     for a, b in found:
@@ -115,6 +156,11 @@ def test_pieces_are_ordered_stripped_ranges_of_the_text(text: str) -> None:
     # reading 2 differs only in which texts are cut, not how; reading 3 cuts as reading 2
     assert found in ([], pieces(text, reading=2))
     assert pieces(text, reading=3) == pieces(text, reading=2)
+    # reading 4 adds sentences a line break cuts, each a stripped range in order of its start
+    three, four = pieces(text, reading=3), pieces(text, reading=4)
+    assert set(three) <= set(four) and [a for a, _ in four] == sorted(a for a, _ in four)
+    for a, b in set(four) - set(three):
+        assert "\n" in text[a:b] and not text[a].isspace() and not text[b - 1].isspace()
 
 
 def test_pieces_other_than_the_last_are_at_least_the_minimum() -> None:

@@ -30,9 +30,9 @@ UNDONE = {
     "reversed",
 }
 # Disguises no view needs to undo (a line break is a space to the model), but which the
-# lexical view reads line by line inside a document (classifiers/segments.py): caught alone,
-# open inside a document.
-READ = {"cut into lines of three words"}
+# lexical view reads line by line inside a document (classifiers/segments.py), and in
+# reading 4 as the sentences its line breaks cut.
+READ = {"cut into lines of three words", "hard-wrapped at 40 columns"}
 
 
 def test_every_disguise_is_undone_or_read():

@@ -198,7 +198,7 @@ def test_another_model_version_from_another_models_directory(store, tmp_path, sc
 
     models = models_copy(tmp_path, lower_thresholds)
     new = build_scorer(("secrets", "pii", "lexical"), models_dir=models)
-    assert new.versions["lexical"] == "2-test+reading3"  # the entry serves it in reading 3
+    assert new.versions["lexical"] == "2-test+reading4"  # the entry serves it in reading 4
     result, recorded = replay_store(store, new)
     diff = diff_report(recorded, result, new, str(store))
     old_t = model_thresholds("lexical")
@@ -208,7 +208,7 @@ def test_another_model_version_from_another_models_directory(store, tmp_path, sc
     assert {c["classifier_versions"]["recorded"]["lexical"] for c in diff["conversations"]} == {
         scorer.versions["lexical"]
     }
-    assert diff["classifier_versions"]["lexical"] == "2-test+reading3"
+    assert diff["classifier_versions"]["lexical"] == "2-test+reading4"
 
 
 def test_another_classifier_set(store, tmp_path, scorer):
