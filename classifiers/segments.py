@@ -42,7 +42,8 @@ READINGS = (1, 2, 3, 4)
 PROSE_SHARE = 0.8  # letters and spaces in a line of prose (reading 4)
 
 _SENTENCE_ENDS = frozenset(".!?;。！？；")
-# A sentence ends at a line break only inside a paragraph joined from wrapped lines (reading 4).
+# A sentence end, with the blanks after it: a line break among them only in a run of wrapped
+# lines (reading 4), since a line of its own holds none.
 _SENTENCE_END = re.compile(r"[.!?;](?:[ \t]*\r?\n[ \t]*|[ \t]+)|[。！？；]")
 _LINE_ENDS = frozenset(".!?;:。！？；：")  # a line ending so ends its sentence or introduces what follows
 _OPENS_BLOCK = re.compile(r"[-*+>#|]|\d+[.)]\s")  # a list item, a quote, a heading, a table row
