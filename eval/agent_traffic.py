@@ -33,8 +33,8 @@ from eval.replay_eval import models_option, replay
 from eval.report import write_report
 from training.lib.agent_files import agent_documents
 from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats
-from training.lib.real_text import all_documents
-from training.lib.real_text_lock import machine_drift
+from training.lib.real_text import all_documents, mirror_dir
+from training.lib.real_text_lock import machine_drift, missing_repositories
 
 OUT = Path(__file__).resolve().parent / "out" / "agent_traffic.md"
 ATTACK = frozenset({"prompt_injection", "jailbreak"})
@@ -203,6 +203,21 @@ def report(summary: dict[str, Any], seconds: float, split: str, extra: list[str]
     return lines
 
 
+def refuse_missing_repositories(parser: argparse.ArgumentParser, allowed: bool) -> None:
+    """Stop with a clear error when repositories the lock pins are not fetched here: the
+    coding, research and agent-file conversations would be built without them (a fresh
+    machine builds five agent kinds of eight), and the figures would describe other text.
+    Debian documents that differ by a package's version only are reported, not refused."""
+    absent = missing_repositories()
+    if absent and not allowed:
+        more = f" and {len(absent) - 5} more" if len(absent) > 5 else ""
+        parser.error(
+            f"{len(absent)} repositories of the real-text lock are not fetched here "
+            f"({', '.join(absent[:5])}{more}): bring each with `fetch` into {mirror_dir()} "
+            "($DELTAGUARD_MIRROR), or pass --allow-missing to measure on what this machine holds"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", default="test", choices=("train", "validation", "test"))
@@ -218,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a path the operator vouches for (replay --vouch, repeatable); --vouch agent-files: "
         "the conventions of files written to instruct agents (AGENT_FILE_GLOBS)",
     )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="measure even when repositories the real-text lock pins are not fetched here",
+    )
     args = parser.parse_args(argv)
+    refuse_missing_repositories(parser, args.allow_missing)
     extra: list[str] = []  # replay's options
     shown: list[str] = []  # this command's, for the report
     if args.models:

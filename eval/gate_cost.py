@@ -36,6 +36,7 @@ from deltaguard.classifiers.registry import DEFAULT_NAMES, load_classifiers, mod
 from deltaguard.classifiers.scaled import ThresholdScaled
 from deltaguard.items import Item
 from deltaguard.tools.rollouts import tool_output
+from eval.agent_traffic import refuse_missing_repositories
 from eval.detection_eval import entry_of
 from eval.monitor_cost import agent_traffic_items, tool_item
 from eval.report import write_report
@@ -124,7 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=TOKENS, help="tokens per tool output")
     parser.add_argument("--real", type=int, default=REAL, help="real agent tool outputs timed")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="time real tool outputs even when repositories the real-text lock pins are not fetched here",
+    )
     args = parser.parse_args(argv)
+    if args.real:
+        refuse_missing_repositories(parser, args.allow_missing)
     loaded = load_classifiers(DEFAULT_NAMES)
     default = [c for c in loaded if c.lane == "gate"]
     beside = [c for c in loaded if c.lane == "actions"]

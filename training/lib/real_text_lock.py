@@ -87,6 +87,13 @@ def _machine_documents(documents: Iterable[Document]) -> list[Document]:
     return [*documents, *agent_documents()]
 
 
+def missing_repositories() -> list[str]:
+    """The repositories the lock pins that this machine has not fetched (`fetch`, into
+    real_text.mirror_dir()): conversations and rows are then built without them, and an
+    evaluation measures other text than the one it reports on."""
+    return [source.removeprefix("repo:") for source in machine_drift().missing if source.startswith("repo:")]
+
+
 @functools.cache
 def machine_drift() -> Drift:
     """This machine's real text against the lock, computed once per process (a warning on
