@@ -13,11 +13,12 @@ injection reaches an agent as a tool output:
     clean        the same benign text without it (what the pipeline must allow)
 
 and the conversation is replayed with `deltaguard replay` (delta mode, the default
-pipeline). Reported: the share flagged for prompt_injection or jailbreak at each size,
-the ratio of each size's recall to recall alone, the share of injections caught alone
-still caught, the share caught while their clean carrier is allowed (a pipeline that
-flags the carrier itself "catches" every injection in it), and how often the clean
-carriers are flagged. Writes
+pipeline). `--wrap N` hard-wraps each injection at N columns, alone and inside, as e-mails,
+manual pages and many READMEs are wrapped: its sentences are then cut across lines.
+Reported: the share flagged for prompt_injection or jailbreak at each size, the ratio of
+each size's recall to recall alone, the share of injections caught alone still caught, the
+share caught while their clean carrier is allowed (a pipeline that flags the carrier itself
+"catches" every injection in it), and how often the clean carriers are flagged. Writes
 eval/out/dilution.md and .json.
 """
 
@@ -27,6 +28,7 @@ import argparse
 import json
 import random
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +82,10 @@ def conversation(cid: str, output: str, span: tuple[int, int] | None = None) -> 
     return {**tool_read(cid, TASK, "read_file", output), "labels": {"span": list(span) if span else None}}
 
 
-def build(n: int, seed: int = 7) -> list[dict[str, Any]]:
+def build(n: int, seed: int = 7, wrap: int | None = None) -> list[dict[str, Any]]:
+    """The conversations: each injection alone, in each carrier and each clean carrier;
+    with `wrap`, the injection hard-wrapped at that many columns (as e-mails, manual pages
+    and many READMEs are), alone and inside."""
     from training.lib.detection_data import all_rows
 
     rng = random.Random(seed)
@@ -97,6 +102,8 @@ def build(n: int, seed: int = 7) -> list[dict[str, Any]]:
     convs = []
     for i, a in enumerate(attacks):
         sentence = " ".join(a.text.split())
+        if wrap:
+            sentence = textwrap.fill(sentence, wrap)
         convs.append(conversation(f"{i}:alone:{a.source}", sentence, (0, len(sentence))))
         for size in SIZES:
             draw = rng if size in LONG_SIZES else random.Random(f"{seed}:{i}:{size}")
@@ -191,9 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=200, help="injections sampled")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
+    parser.add_argument("--wrap", type=int, help="hard-wrap each injection at this many columns")
     args = parser.parse_args(argv)
     extra = models_option(args.models)
-    convs = build(args.n)
+    convs = build(args.n, wrap=args.wrap)
     verdicts = replay_conversations(convs, args.out, extra)
     summary = summarise(verdicts, {c["id"]: c["labels"]["span"] for c in convs})
     args.out.parent.mkdir(parents=True, exist_ok=True)
