@@ -27,6 +27,6 @@ def test_thresholds_rise_to_the_floors_and_never_fall():
     assert entry["metrics_measured_at"]["untrusted_thresholds"] == before
     assert entry["validation_conversations_flagged"]["tool"] == {"agent_files": 0.5, "coding": 0.0}
     # the floors were read as the recipe reads: the entry now serves the model so
-    assert entry["reading"] == READING == 3
+    assert entry["reading"] == READING == 4
     raise_entry(entry, floors)
     assert entry["metrics_measured_at"]["untrusted_thresholds"] == before
