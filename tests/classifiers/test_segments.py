@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deltaguard.classifiers import segments
 from deltaguard.classifiers.segments import (
     LONG_TEXT_CHARS,
     MIN_PIECE_CHARS,
@@ -167,3 +168,12 @@ def test_pieces_other_than_the_last_are_at_least_the_minimum() -> None:
     text = "\n".join(["ok", "fine", "x" * 50, "y", "z" * 60, "end"] * 20)
     found = pieces(text)
     assert all(b - a >= MIN_PIECE_CHARS for a, b in found[:-1])
+
+
+@pytest.mark.parametrize("char", [chr(c) for c in range(128) if chr(c) not in "={};_"])
+def test_ascii_lines_are_read_for_prose_as_the_pattern_reads_any_line(char: str) -> None:
+    """`_prose` counts an ASCII line's letters and spaces by bytes, any other line by the
+    pattern. Five of a character in 20 decide it: prose only if it is a letter or a space."""
+    line = "abcdefghijklmno" + char * 5
+    assert segments._prose(line) == (segments._NOT_PROSE.match(char) is None)
+    assert segments._prose(line + "é") == segments._prose(line + "e")  # the pattern's way
