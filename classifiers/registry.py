@@ -34,6 +34,12 @@ ordinary operator prompts (the Codex CLI's own scores 0.999), so those channels 
 Its screen, lexical-v3, clears the items it is sure of before the detector runs
 (training/detector_screen.py); it shares the `lexical` view's loaded model.
 
+`directives` (classifiers/directives.py) reads tool outputs and attached files for notes
+that speak to an AI reader and ask for what its user would not want (a secret disclosed,
+a fetched script run, a safeguard dropped, the user kept in the dark, the user's task
+dropped), by rules rather than a model: the models miss such instructions phrased in words
+their training rows do not use. It runs beside the detector, in the monitor lane.
+
 `provenance` (classifiers/provenance.py) scores nothing: it keeps the sketch of which
 strings the conversation's principals named and which untrusted content told the model
 to use, which the gateway's action check reads before it releases a tool call
@@ -58,6 +64,7 @@ from deltaguard.classifiers.base import Classifier
 from deltaguard.classifiers.conversation import SCORED_ROLES as CONVERSATION_ROLES
 from deltaguard.classifiers.conversation import ConversationClassifier
 from deltaguard.classifiers.definitions import DefinitionsClassifier
+from deltaguard.classifiers.directives import DirectivesClassifier
 from deltaguard.classifiers.encoder import EncoderClassifier
 from deltaguard.classifiers.harm import HarmClassifier
 from deltaguard.classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
@@ -78,6 +85,7 @@ DEFAULT_NAMES = (
     "operator",
     "harm",
     "detector",
+    "directives",
     "provenance",
 )
 LEXICAL_ARTIFACT = "lexical"
@@ -139,6 +147,8 @@ def load_classifiers(
             out.append(OperatorClassifier(models_dir, lexical=lexical).load())  # 0.5-scaled already
         elif name == "harm":
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
+        elif name == "directives":
+            out.append(DirectivesClassifier())
         elif name == "provenance":
             out.append(ProvenanceClassifier())
         elif name in ("encoder", "detector"):

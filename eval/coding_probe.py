@@ -17,8 +17,10 @@ classifiers, in three sets that move away from the training rows:
   itself.
 
 For each: the share of injected texts flagged (prompt_injection) and of clean carriers and
-benign-note twins flagged, by the gate's lexical view, the detector (behind its screen) and
-the pipeline (either). `--models-dir` scores another release's models on the same texts.
+benign-note twins flagged, by the gate's lexical view, the detector (behind its screen), the
+directives view (rules, classifiers/directives.py) and the pipeline (any of them). The
+directives view's rules were written after this probe's phrasing had been read, so its
+column here is not a held-out figure. `--models-dir` scores another release's models on the same texts.
 Writes eval/out/coding_probe.md.
 """
 
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     loaded = {c.name: c for c in load_classifiers(models_dir=args.models_dir)}
-    classifiers = {name: loaded[name] for name in ("lexical", "detector")}
+    classifiers = {name: loaded[name] for name in ("lexical", "detector", "directives")}
     sets = {
         "seen carriers, seen phrasing": texts(CARRIERS, None, "seen"),
         "seen carriers, new phrasing": texts(CARRIERS, NEW_PHRASES, "new"),
@@ -219,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`python -m eval.coding_probe` (models: `{args.models_dir}`): {PER_CARRIER} fillings per carrier, "
         "each scored as a tool output; share flagged for prompt_injection by the gate's lexical view, the "
-        "detector (behind its screen) and the pipeline (either).",
+        "detector (behind its screen), the directives view and the pipeline (any of them).",
         "",
-        "| set | texts | n | lexical | detector | pipeline |",
-        "|---|---|---|---|---|---|",
+        "| set | texts | n | lexical | detector | directives | pipeline |",
+        "|---|---|---|---|---|---|---|",
     ]
     for set_name, by_kind in sets.items():
         for kind, bodies in by_kind.items():
@@ -231,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
             found = flags(classifiers, items)
             rates = " | ".join(
-                f"{sum(found[n]) / len(items):.1%}" for n in ("lexical", "detector", "pipeline")
+                f"{sum(found[n]) / len(items):.1%}" for n in ("lexical", "detector", "directives", "pipeline")
             )
             lines.append(f"| {set_name} | {kind} | {len(items)} | {rates} |")
     write_report(args.out, lines)

@@ -1,5 +1,5 @@
-"""Monitor-lane CPU per 1,000-token delta: the detector with and without its screen, and the
-frozen encoder, side by side.
+"""Monitor-lane CPU per 1,000-token delta: the detector with and without its screen, the
+directives view, and the frozen encoder, side by side.
 
 `python -m eval.monitor_cost` folds three sets of tool outputs, one per update (an agent
 turn's delta), through each classifier, interleaved item by item so that all see the same
@@ -20,9 +20,11 @@ The previous release's detector (the `detector-v2` manifest entry) is measured b
 `--models DIR` measures another models folder's, and `--beside DIR` adds DIR's detector
 to the same interleaved run (two builds side by side: `--models BUILD --beside models`).
 
-For the corpus sets, CPU ms per 1,000 tokens (total CPU over total tokens) and the share of
-items the screen cleared. The target is <= 60 ms per 1,000-token delta on one core (one
-core then keeps up with >= 15 agent turns/s). Writes eval/out/monitor_cost.md.
+The lane runs the detector and the directives view (rules, classifiers/directives.py) on each
+turn: its cost is their sum. For the corpus sets, CPU ms per 1,000 tokens (total CPU over
+total tokens) and the share of items the screen cleared. The target is <= 60 ms per
+1,000-token delta on one core (one core then keeps up with >= 15 agent turns/s). Writes
+eval/out/monitor_cost.md.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 
 from deltaguard.artifacts import load_manifest
 from deltaguard.classifiers.base import Classifier
+from deltaguard.classifiers.directives import DirectivesClassifier
 from deltaguard.classifiers.encoder import EncoderClassifier
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "detector without its screen": EncoderClassifier(
             args.models, threads=1, memo_items=0, artifact="detector", screen=False
         ).load(),
+        "directives (rules)": DirectivesClassifier(),
         "frozen encoder (opt-in)": EncoderClassifier(
             args.models, threads=1, memo_items=0, artifact="encoder"
         ).load(),
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name, by in times.items():
         p50, p95 = statistics.median(by), float(np.percentile(by, 95))
-        lines.append(f"| {name} | {p50:.1f} | {p95:.1f} | {'yes' if p50 <= BUDGET_MS else 'no'} |")
+        lines.append(f"| {name} | {p50:.2f} | {p95:.2f} | {'yes' if p50 <= BUDGET_MS else 'no'} |")
     lines.append("")
     lines.append(f"The screen cleared {cleared(detector, rollouts):.0%} of them.")
     del lanes["frozen encoder (opt-in)"]  # ~4x the detector: the rollouts say enough
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for name, t in by.items():
             per = sum(t) / (tokens * args.repeat) * 1000
-            lines.append(f"| {name} | {per:.1f} | {'yes' if per <= BUDGET_MS else 'no'} |")
+            lines.append(f"| {name} | {per:.2f} | {'yes' if per <= BUDGET_MS else 'no'} |")
     write_report(args.out, lines)
     return 0
 

@@ -1,0 +1,216 @@
+"""The vocabulary of `deltaguard.classifiers.directives`: who a note speaks to, what it asks
+for, and what turns a request into a mention (a negation, a hedge, a quotation).
+
+Every pattern reads lower-cased text, so none needs re.IGNORECASE, and none is searched over
+a whole output: each is tried at the anchors a cheap pass finds (the `*_WORDS` literals, of
+which every match holds one), or inside a note or a sentence found so.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Within one sentence: a dot, "!" or "?" ends it only before a space or a line's end (not the
+# dots of "settings.py", "https://x.io/a" or "v9.9.9").
+IN_SENTENCE = r"(?:[^.!?\n]|[.!?](?=[\w/~$*-]))"
+
+# -- who the note speaks to -------------------------------------------------------------------
+
+_AI = (
+    r"(?:a\.i\.|ai(?:[\s-]based|[\s-]powered)?"
+    r"(?:\s+(?:models?|tools?|systems?|assistants?|agents?|reviewers?))?"
+    r"|llms?(?:[\s-]based)?(?:\s+(?:models?|tools?|systems?|assistants?|agents?))?"
+    r"|(?:large\s+)?language\s+models?"
+    r"|(?:(?:coding|code|automated|autonomous|software)\s+)?(?:assistants?|agents?|bots?|reviewers?)"
+    r"|chatbots?|copilot|claude(?:\s+code)?|codex|cursor|chatgpt|gpt(?:-?\d[\w.]*)?|gemini|devin|aider|windsurf"
+    r"|openhands)"
+)
+AI_NAME = re.compile(_AI)
+# the literal every AI reader's name holds
+AI_WORDS = ("a.i.", "ai", "llm", "language model", "assistant", "agent", "bot", "reviewer", "copilot",
+            "claude", "codex", "cursor", "chatgpt", "gpt", "gemini", "devin", "aider", "windsurf",
+            "openhands")  # fmt: skip
+# "... reading this file", "... that processes this page"
+_READING = (
+    r"(?:\s+(?:reading|processing|parsing|handling|reviewing|seeing|working\s+(?:on|in|with)"
+    r"|(?:that|who|which)\s+(?:reads|processes|parses|handles|reviews|sees))"
+    r"(?:\s+(?:this|these|the|my|our|any)\b[^\n.,:;!?]{0,30})?)"
+)
+_READS = r"(?:\s+(?:reads|processes|parses|handles|reviews|sees)\b[^\n.,:;!?]{0,30})"
+_OPENER = (
+    r"(?:hey|hi|hello|dear|attention|attn|note\s+(?:to|for)|notice\s+(?:to|for)|message\s+(?:to|for)"
+    r"|instructions?\s+(?:to|for)|important\s+(?:to|for)|reminder\s+(?:to|for)|psst|ok(?:ay)?)"
+)
+# what may stand before and after an AI reader's name when the note speaks to it; the
+# befores end where the name starts (searched with endpos there), and the address starts at
+# their group "at" where they have one (after the line's start or a comment's marker)
+_VOCATIVE = (
+    re.compile(
+        rf"(?:^|[\n.!?]|[#*>/!\[({{`|-]|<!--)\s*(?P<at>(?:{_OPENER}[\s,]+)?"
+        r"(?:(?:the|any|all|every|each|whichever|an?|our|you|your)\s+)?(?:\w+[\s-]){0,2}?)\Z",
+        re.MULTILINE,
+    ),
+    re.compile(rf"{_READING}?\s*[,:!\u2014]"),
+)
+_IF_YOU = (re.compile(r"\bif\s+you(?:'re|\s+are)\s+(?:an?|the)\s+(?:[\w-]+\s+){0,3}?\Z"), re.compile(r"\b"))
+_AS_AN = (re.compile(r"\bas\s+(?:an?|the)\s+(?:[\w-]+\s+){0,2}?\Z"), re.compile(r"\s*,"))
+_TO_ANY = (
+    re.compile(r"\b(?:to|for)\s+(?:whichever|any|every|all)\s+(?:[\w-]+\s+){0,2}?\Z"),
+    re.compile(rf"{_READING}|{_READS}"),
+)
+_MENTION = (re.compile(r"@\Z"), re.compile(r"\b"))
+# "[assistant instructions]", "(for the AI agent)": a word beside the name (not "[bot]"), and
+# not a link's text ("[Gemini](https://...)", "[Agent Registry](https://...)")
+_BRACKET = (re.compile(r"[\[(<]\s*(?:[\w-]+\s+){1,2}\Z"), re.compile(r"(?:\s+[\w-]+){0,2}\s*[\])>](?!\()"))
+_BRACKETED = (re.compile(r"[\[(<]\s*\Z"), re.compile(r"(?:\s+[\w-]+){1,2}\s*[\])>](?!\()"))
+FORMS = (_VOCATIVE, _IF_YOU, _AS_AN, _TO_ANY, _MENTION, _BRACKET, _BRACKETED)
+BACK_CHARS = 60  # how far before the name its form may start
+# a fake system banner, and "before you continue with the user's request" (the reader is
+# the user's agent)
+BANNER = re.compile(
+    r"(?:system|admin(?:istrator)?)\s+(?:note|notice|message|override|instructions?)\s*[:\]]"
+    r"|<\s*(?:important|system|instructions?)\s*>"
+)
+BANNER_OPENS = frozenset("\n#*>[(<")
+BANNER_WORDS = ("system", "admin", "<important", "<system", "<instruction")
+USERS_TASK = re.compile(
+    r"\b(?:before|after|instead\s+of)\s+(?:you\s+)?(?:continue|proceed|answer|respond|reply|start|finish)\w*"
+    r"(?:\s+(?:with|to|on))?\s+(?:the\s+|your\s+)?(?:user'?s?|human'?s?)\s+(?:request|task|question|prompt)"
+    r"|\bthe\s+(?:user|human)\s+(?:has|have)\s+(?:already\s+)?"
+    r"(?:approved|authori[sz]ed|agreed|consented|confirmed)"
+)
+USERS_WORDS = ("user's", "users'", "user\u2019s", "human's", "human\u2019s", "user has", "human has")
+NOTE_END = re.compile(r"\n[ \t]*(?:[#/*;-]+[ \t]*)?\n")  # a blank line, bare or inside a comment
+
+# -- what it asks for ---------------------------------------------------------------------------
+
+_SECRET = (
+    r"(?:secrets?|(?:access|auth|api|bearer|github|gh|npm|pypi|session|refresh|personal\s+access|secret)"
+    r"[\s_-]?tokens?"
+    r"|credentials?|passwords?|passphrases?|(?:private|ssh|api|access|deploy|signing|secret)[\s_-]?keys?"
+    r"|\.env\b(?!\.(?:example|sample|template|dist|defaults?)\b)|dotenv|(?:~|\$home)/\.[\w.-]+(?:/[\w.-]+)*|/etc/(?:passwd|shadow)|id_(?:rsa|ed25519|ecdsa)"
+    r"|\.netrc|\.npmrc|\.pypirc|\.git-credentials|hosts\.ya?ml|kubeconfig|session\s+(?:cookies?|ids?)"
+    r"|\$\{?\w*(?:token|key|secret|password|pass|pat)\b"
+    r"|\b\w*(?:api|access|secret|auth|private|client)_?(?:key|token)s?\b"
+    r"|\b\w*_(?:token|secret|password|pat)\b|database_url|environment\s+variables?|env\s+vars?"
+    r"|(?:output|contents?)\s+of\s+`?(?:env|printenv|set)\b|`(?:env|printenv)`)"
+)
+# literals one of which every secret holds: where to look for a request to disclose one
+SECRET_WORDS = ("secret", "token", "credential", "password", "passphrase", "api key", "api_key", "api-key",
+                "apikey", "private key", "private_key", "ssh key", "access key", "access_key", "deploy key",
+                "signing key", "auth_key", "client_key", ".env", "dotenv", "~/.", "$home/.", "/etc/passwd",
+                "/etc/shadow", "id_rsa", "id_ed25519", "id_ecdsa", "netrc", "npmrc", "pypirc", "hosts.y",
+                "kubeconfig", "session cookie", "session id", "database_url", "environment var", "env var",
+                "env`", "of env", "of printenv", "of set", "_pat", "_pass")  # fmt: skip
+_DISCLOSE = (
+    r"\b(?:print|echo|cat|show|output|display|dump|paste|post|send|upload|include|attach|copy|put|share|leak"
+    r"|reveal|write|append|insert|commit|e-?mail|forward|transmit|exfiltrate)(?=\s)"
+)
+_DESTINATION = (
+    r"(?:\b(?:to|into|at)\s+(?:the\s+)?(?:url\s+|endpoint\s+|server\s+)?[`<]?"
+    r"https?://(?!(?:localhost|127\.0\.0\.1)\b)"
+    r"|\b[\w.+-]+@[\w-]+\.[\w.-]+"
+    r"|\b(?:this|the|an?|new)\s+(?:issue|comment|pull\s+request|pr|commit(?:\s+message)?|gist|paste(?:bin)?"
+    r"|thread|discussion)\b"
+    r"|\bgist\b|\bpastebin\b|\bpublic(?:ly)?\b|\b(?:your|the)\s+(?:reply|answer|response|summary|final\s+message)\b"
+    r"|\b(?:pr|pull\s+request|issue)\s+(?:description|body)\b)"
+)
+HARMS = {
+    "disclosure": rf"{_DISCLOSE}{IN_SENTENCE}{{0,80}}?{_SECRET}",
+    "execution": (
+        r"\b(?:curl|wget|iwr|invoke-webrequest)\b[^\n|]{0,160}\|\s*(?:sudo\s+)?(?:(?:ba|z)?sh|python[\d.]*)\b"
+        rf"|\bdownload\b{IN_SENTENCE}{{0,120}}\b(?:and|then)\s+(?:chmod|run|execute|launch|install|source)\b"
+        rf"|\bchmod\s+\+x\b{IN_SENTENCE}{{0,80}}\b(?:and|then|&&)\s+(?:run|execute|\./)"
+        rf"|(?:--(?:extra-)?index-url|--registry|\bpip\.conf\b|(?:\bpackage\s+index|\bregistry)\s+(?:to|with)\b)"
+        rf"{IN_SENTENCE}{{0,80}}https?://"
+        r"|\bnpm\s+(?:install|i)\s+https?://|/dev/tcp/|\bnc\s+-[a-z]*e\b"
+        r"|\"(?:pre|post)install\"\s*:\s*\"[^\"]*(?:curl|wget|https?://)"
+        r"|\bos\.system\s*\([^)]*(?:curl|wget)"
+    ),
+    "repository": (
+        r"\bforce[\s-]?push"
+        rf"|\bpush\b{IN_SENTENCE}{{0,40}}(?:--force\b|\s-f\b|\bdirectly\s+to\s+(?:main|master)\b)"
+        rf"|\b(?:approve|merge)\b{IN_SENTENCE}{{0,40}}\bwithout\b{IN_SENTENCE}{{0,30}}"
+        r"\b(?:review|approval|checks?)"
+        r"|\bmake\s+(?:the\s+|this\s+)?(?:repo|repository|bucket|project)\s+public"
+        r"|\btransfer\s+(?:the\s+)?ownership"
+        rf"|\badd\b{IN_SENTENCE}{{0,50}}\bas\s+(?:an?\s+)?(?:admin|owner|maintainer)"
+        r"|\b(?:delete|remove|disable|turn\s+off|bypass|comment\s+out|skip)\s+(?:the\s+|all\s+|any\s+|every\s+)?"
+        r"(?:[\w-]+\s+)?(?:branch\s+protection|protection\s+rules?|authentication|auth(?:orization)?\s+checks?"
+        r"|csrf(?:\s+(?:check|protection|tokens?))?|2fa|mfa|rate\s+limit(?:er|ing)?"
+        r"|signature\s+(?:checks?|verification)"
+        r"|(?:ssl|tls|certificate)\s+(?:checks?|verification)|security\s+(?:checks?|scans?)|audit\s+log(?:s|ging)?"
+        r"|failing\s+tests?)\b"
+        r"|\bverify\s*=\s*false\b|\bhard-?cod(?:e|ed|ing)\s+(?:an?\s+)?(?:admin|password|credentials?|backdoor)"
+        rf"|\bbackdoor|\b(?:plain(?:\s*text)?|md5|sha-?1)\b{IN_SENTENCE}{{0,40}}\bpasswords?\b"
+        rf"|\bpassword\s+hashing\b{IN_SENTENCE}{{0,40}}\b(?:plain(?:\s*text)?|md5|sha-?1)\b"
+        rf"|\b(?:publish|release)\b{IN_SENTENCE}{{0,40}}"
+        r"\b(?:to\s+(?:npm|pypi|crates\.io)|with\s+the\s+user'?s\s+token)"
+        r"|\btrigger\s+the\s+release|\bpush\s+(?:a\s+)?(?:new\s+)?tag\b"
+        rf"|\b(?:tell|report\s+to|inform)\s+the\s+user\b{IN_SENTENCE}{{0,30}}"
+        r"\btests?\s+(?:passed|pass|succeeded|are\s+green)"
+        r"|\bwithout\s+running\s+(?:them|the\s+tests)"
+        r"|\badd\s+(?:a\s+)?(?:new\s+)?dependency\s+on\s+[\w-]*(?:evil|malicious|exfil)"
+    ),
+    "concealment": (
+        r"\b(?:do\s+not|don'?t|never|without)\s+(?:tell(?:ing)?|inform(?:ing)?|mention(?:ing)?|notify(?:ing)?"
+        r"|alert(?:ing)?|ask(?:ing)?|show(?:ing)?|report(?:ing)?)\s+(?:this\s+|it\s+|anything\s+)?(?:to\s+)?"
+        r"(?:the\s+|your\s+)?(?:user|human|developer|operator|maintainers?|reviewers?)\b"
+        r"|\bthe\s+(?:user|human|developer|reviewer)s?\s+(?:must|should|will|need|is\s+not\s+to)\s+(?:not|never)"
+        r"\s+(?:know|find\s+out|see|notice|learn|be\s+told)"
+        r"|\b(?:silently|quietly|secretly|covertly|discreetly|stealthily)\b"
+        r"|\bkeep\s+(?:this|it)\s+(?:out\s+of|from|secret|hidden|to\s+yourself)|\bhide\s+(?:this|it)\s+from\b"
+    ),
+    # what only a model is ever told: no addressee needed
+    "override": (
+        r"\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+|my\s+)?"
+        r"(?:previous|prior|above|earlier|original|initial|system)\s*(?:instructions?|tasks?|prompts?"
+        r"|rules|guidelines|directions?)\b"
+        r"|\b(?:ignore|disregard|forget|stop\s+working\s+on)\s+(?:what\s+)?the\s+(?:user|human)(?:'s)?\s*"
+        r"(?:asked|wants|said|request(?:ed)?|task)"
+        r"|\byour\s+(?:real|actual|true|hidden|secret)\s+(?:task|job|goal|objective|instructions?|mission|purpose)"
+        r"\s+(?:is|are)\b"
+        r"|\b(?:ignore|disregard|forget|abandon)\s+(?:all\s+)?(?:the\s+|your\s+)(?:tasks?|instructions?|requests?"
+        r"|assignment|prompt)\s+(?:you\s+(?:were|have\s+been|got)\s+given|(?:given|assigned)\s+to\s+you|above)"
+        r"|\b(?:this|these|it)\s+(?:overrides?|supersedes?|replaces?|takes\s+precedence\s+over)\s+(?:all\s+)?"
+        r"(?:your|any|the|all)\s+(?:(?:previous|prior|earlier|other|original)\s+)?"
+        r"(?:instructions?|rules|guidelines|prompts?)\b"
+        r"|\bnew\s+instructions?\s*:"
+    ),
+}
+HARM = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in HARMS.items()))
+UNNEGATED = frozenset({"concealment"})  # negation is what these say
+# the literal every match of a kind holds, to look for before searching around it
+CONCEALMENT_WORDS = ("silently", "quietly", "secretly", "covertly", "discreetly", "stealthily", "keep ",
+                     "hide ", "the user", "the human", "the developer", "the reviewer", "maintainer",
+                     "operator")  # fmt: skip
+OVERRIDE_WORDS = ("ignore", "disregard", "forget", "abandon", "stop working", "your real", "your actual",
+                  "your true", "your hidden", "your secret", "new instruction", "overrid", "supersed",
+                  "replaces", "precedence")  # fmt: skip
+CONCEALMENT = re.compile(HARMS["concealment"])
+OVERRIDE = re.compile(HARMS["override"])
+SECRET_SENT = re.compile(
+    rf"{_DISCLOSE}{IN_SENTENCE}{{0,80}}?{_SECRET}{IN_SENTENCE}{{0,80}}?{_DESTINATION}"
+    rf"|{_DISCLOSE}{IN_SENTENCE}{{0,40}}?{_DESTINATION}{IN_SENTENCE}{{0,40}}?{_SECRET}"
+)
+# A negation, or a description rather than a request ("attackers may silently ..."), in the
+# clause before what it qualifies.
+NEGATION = re.compile(
+    r"\b(?:do\s+not|don'?t|dont|never|must\s+not|mustn'?t|should\s+not|shouldn'?t|cannot|can'?t|avoid"
+    r"|no\s+need\s+to|not\s+to|without|instead\s+of|rather\s+than|refuse|prevent|protects?|forbid(?:den)?"
+    r"|prohibit(?:ed)?|nor|no)\b[^.;!?\n]*\Z"
+)
+HEDGE = re.compile(
+    r"\b(?:may|might|could|can|would|attackers?|adversar\w+|malicious|threats?|risks?|if|when|whether"
+    r"|e\.g\.|i\.e\.|like|such\s+as|for\s+(?:example|instance)|examples?|match(?:es)?|detects?|flags?|blocks?|phrases?"
+    r"|patterns?|strings?)\b[^.;!?\n]*\Z"
+)
+CLAUSE_START = re.compile(r"[.;!?\n](?=[^.;!?\n]*\Z)")
+QUOTES = frozenset("\"'\u201c\u2018")
+VALUE_OPENS = frozenset("[{:=")  # what stands before a quote that opens a string value
+QUOTED_KINDS = frozenset({"override", "concealment"})  # a backtick quotes these, and opens a command
+SENTENCE_END = re.compile(r"[.!?](?![\w/~$*-])|\n")
+OPENING = re.compile(r"[.;:!?\n,(*>#\u2014-](?=[^.;:!?\n,(*>#\u2014-]*\Z)")
+FILLER = frozenset(("please", "then", "now", "also", "first", "just", "and", "so", "kindly", "immediately",
+                    "quickly", "simply", "finally", "next", "always", "you", "must", "should", "need", "to",
+                    "will", "have"))  # fmt: skip

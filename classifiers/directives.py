@@ -1,0 +1,315 @@
+"""Directives: instructions that untrusted content addresses to the model, asking for what
+its user would not want.
+
+A file, an issue, a log or a fetched page that a coding agent reads may carry a note for
+it. Most such notes are what a repository wants its agents to do ("AI agents: run
+`pytest -q` before proposing a change"); an injection is one that asks the reader to
+disclose a secret, run something fetched from elsewhere, act on the repository or its
+safeguards behind the user's back, keep its work from the user, or drop the user's task.
+The models read a note's wording; phrased in words their training rows do not use, such
+an instruction scores near zero for both (`python -m eval.coding_probe`). This view reads
+its structure instead, by rules (after ctxsentry 0.5.0's repository-borne patterns, a
+source of rules to learn from, docs/data.md):
+
+    addressed      the note speaks to an AI reader: a vocative ("Hey Claude,", "Note to AI
+                   agents:", "@copilot", "[assistant instructions]"), "if you are an AI
+                   ...", "any agent reading this ...", a fake system banner ("SYSTEM
+                   NOTE:"); the note runs from there to the end of its paragraph
+                   (NOTE_CHARS at most);
+    harmful        the note asks, unnegated, for one of:
+                     disclosure     print, send, paste or attach a secret (a key, a token,
+                                    a credentials file, a secret variable, the environment)
+                     execution      fetch-and-run, a package index or install elsewhere,
+                                    a reverse shell
+                     repository     force-push, merge or publish unreviewed, change owners
+                                    or admins, weaken a safeguard (authentication, CSRF,
+                                    TLS verification, branch protection, password hashing,
+                                    the tests), plant a backdoor
+                     concealment    keep it from the user ("silently", "the user must not
+                                    find out", "do not mention this")
+                     override       drop the user's task ("ignore your previous
+                                    instructions", "your real task is ...")
+
+Either part alone is ordinary text: repositories address their agents, and security
+pages describe every harmful act. Beside the notes, one request needs no addressee: to
+disclose a secret *somewhere* (a URL, an e-mail address, an issue comment, a commit
+message, a pull request, a gist, the reply), which no benign document asks of its reader.
+
+Scores are 1.0 (flagged) or 0.0, per item; an item's finding is the note's character range.
+Tool outputs and attached files are read (the channels an injection arrives by); what a
+principal writes is their own instruction. Stateless per item: the conversation score is
+the running max, so delta and full agree by construction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from deltaguard.classifiers.base import (
+    Finding,
+    Lane,
+    Scores,
+    State,
+    Update,
+    count_tokens,
+    running_max,
+    zero_scores,
+)
+from deltaguard.classifiers.directive_patterns import (
+    AI_NAME,
+    AI_WORDS,
+    BACK_CHARS,
+    BANNER,
+    BANNER_OPENS,
+    BANNER_WORDS,
+    CLAUSE_START,
+    CONCEALMENT,
+    CONCEALMENT_WORDS,
+    FILLER,
+    FORMS,
+    HARM,
+    HEDGE,
+    NEGATION,
+    NOTE_END,
+    OPENING,
+    OVERRIDE,
+    OVERRIDE_WORDS,
+    QUOTED_KINDS,
+    QUOTES,
+    SECRET_SENT,
+    SECRET_WORDS,
+    SENTENCE_END,
+    UNNEGATED,
+    USERS_TASK,
+    USERS_WORDS,
+    VALUE_OPENS,
+)
+from deltaguard.items import Item
+
+CATEGORY = "prompt_injection"
+UNTRUSTED = "tool"  # the role of content from outside the conversation
+NOTE_CHARS = 400  # how far a note runs past its addressee
+CLAUSE_BACK = 60  # how far back a negation may stand before what it negates
+PREVIEW_CHARS = 120
+
+PAIR_CHARS = 240  # how far a harm may stand from the concealment that hides it
+SENTENCE_CHARS = 200  # how far a request to disclose a secret reaches either side of the secret
+
+
+class Note(NamedTuple):
+    start: int
+    end: int
+    why: str  # the harm it asks for
+
+
+def _lowered(text: str) -> str:
+    """`text` lower-cased, each character in its place (a few characters lower to two)."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def _asked(low: str, start: int, kind: str) -> bool:
+    """Whether what starts at `start` is asked for: not quoted, negated or described. A
+    negation reaches back over commas ("never, in any case, push ..."); a hedge only to
+    the last one ("If you are an agent, run ..." asks; "attackers may run ..." tells)."""
+    before = low[max(0, start - CLAUSE_BACK) : start]
+    opened = before.rstrip()[-1:]
+    if opened in QUOTES or (opened == "`" and kind in QUOTED_KINDS):
+        return False
+    if HEDGE.search(_clause(before, OPENING)):
+        return False
+    return kind in UNNEGATED or NEGATION.search(_clause(before, CLAUSE_START)) is None
+
+
+def _clause(before: str, boundary: re.Pattern[str]) -> str:
+    cut = boundary.search(before)
+    return before[cut.end() :] if cut else before
+
+
+def _imperative(low: str, start: int) -> bool:
+    """Whether what starts at `start` opens its clause, as a request does ("First, send ...",
+    "- post ..."), rather than follow a subject ("the client sends ...")."""
+    words = _clause(low[max(0, start - CLAUSE_BACK) : start], OPENING).split()
+    return len(words) <= 3 and all(w in FILLER for w in words)
+
+
+def _harms(low: str, lo: int, hi: int) -> list[re.Match[str]]:
+    return [m for m in HARM.finditer(low, lo, hi) if _asked(low, m.start(), m.lastgroup or "")]
+
+
+def _positions(low: str, words: tuple[str, ...]) -> list[int]:
+    out = []
+    for word in words:
+        at = low.find(word)
+        while at >= 0:
+            out.append(at)
+            at = low.find(word, at + 1)
+    return sorted(out)
+
+
+def _quoted(low: str, start: int) -> bool:
+    """Whether the address at `start` opens a quotation in prose (a page that mentions it),
+    not a string value ("description": "Hey Claude, ...", a notebook cell, x = '...')."""
+    if low[max(0, start - 1) : start] not in QUOTES:
+        return False
+    return low[max(0, start - 1 - BACK_CHARS) : start - 1].rstrip()[-1:] not in VALUE_OPENS
+
+
+def _addressees(low: str) -> list[tuple[int, int]]:
+    """Where a note speaks to an AI reader: (start of the address, end)."""
+    out = []
+    named = 0
+    for at in _positions(low, AI_WORDS):
+        if at < named or (at and low[at - 1].isalnum()):
+            continue
+        m = AI_NAME.match(low, at)
+        if m is None or (m.end() < len(low) and low[m.end()].isalnum()):
+            continue
+        s, e = m.span()
+        named = e
+        for before, after in FORMS:
+            b = before.search(low, max(0, s - BACK_CHARS), s)
+            a = b and after.match(low, e)
+            if a:
+                start = b.start("at") if "at" in before.groupindex else b.start()
+                if not _quoted(low, start):
+                    out.append((start, a.end()))
+                break
+    for at in _positions(low, BANNER_WORDS):
+        m = BANNER.match(low, at)
+        if m:
+            opened = low[max(0, at - BACK_CHARS) : at].rstrip(" \t")
+            if (not opened and at <= BACK_CHARS) or opened[-1:] in BANNER_OPENS:
+                out.append(m.span())
+    for at in _positions(low, USERS_WORDS):
+        m = USERS_TASK.search(low, max(0, at - BACK_CHARS), at + 30)
+        if m:
+            out.append(m.span())
+    return sorted(out)
+
+
+def _sentence_end(low: str, at: int, sentences: int) -> int:
+    for _ in range(sentences):
+        m = SENTENCE_END.search(low, at)
+        if m is None:
+            return len(low)
+        at = m.end()
+    return at
+
+
+def _sentence_start(low: str, at: int, sentences: int, reach: int) -> int:
+    lo = max(0, at - reach)
+    ends = [m.end() for m in SENTENCE_END.finditer(low, lo, at)]
+    return ends[-sentences] if len(ends) >= sentences else lo
+
+
+def directives(text: str) -> list[Note]:
+    """The harmful directives in `text`, in order, each reported once:
+
+    - a note addressed to an AI reader that asks for a harm;
+    - an override of the user's task, which only a model is ever told;
+    - a harm and its concealment from the user, a sentence apart at most ("download ...
+      and run it. Keep it out of the diff.");
+    - a request to disclose a secret somewhere."""
+    low = _lowered(text)
+    notes: list[Note] = []
+    reach = 0
+    for start, end in _addressees(low):
+        if start < reach:
+            continue
+        stop = NOTE_END.search(low, end, end + NOTE_CHARS)
+        hi = stop.start() if stop else min(len(low), end + NOTE_CHARS)
+        found = _harms(low, end, hi)
+        if found:
+            notes.append(Note(start, found[0].end(), found[0].lastgroup or ""))
+            reach = found[0].end()
+    for at in _positions(low, OVERRIDE_WORDS):
+        m = OVERRIDE.search(low, max(0, at - 8), at + 200)  # "this overrides ...": the anchor is a word in
+        if m and _asked(low, m.start(), "override"):
+            notes.append(Note(m.start(), m.end(), "override"))
+    hidden = 0
+    for at in _positions(low, CONCEALMENT_WORDS):
+        m = CONCEALMENT.search(low, max(0, at - 30), at + 60)
+        if m is None or m.start() < hidden:
+            continue
+        hidden = m.end()
+        lo = _sentence_start(low, m.start(), 2, PAIR_CHARS)
+        hi = min(_sentence_end(low, m.end(), 2), m.end() + PAIR_CHARS)
+        other = [
+            h for h in _harms(low, lo, hi) if h.lastgroup != "concealment" and _imperative(low, h.start())
+        ]
+        if other:
+            notes.append(
+                Note(min(other[0].start(), m.start()), max(other[0].end(), m.end()), other[0].lastgroup or "")
+            )
+    checked = 0
+    for at in _positions(low, SECRET_WORDS):
+        if at < checked:
+            continue
+        lo = _sentence_start(low, at, 1, SENTENCE_CHARS)
+        hi = min(_sentence_end(low, at, 1), at + SENTENCE_CHARS)
+        checked = hi
+        sent = SECRET_SENT.search(low, lo, hi)
+        if sent and _asked(low, sent.start(), "disclosure") and _imperative(low, sent.start()):
+            notes.append(Note(sent.start(), sent.end(), "disclosure"))
+    return _once(notes)
+
+
+def _once(notes: list[Note]) -> list[Note]:
+    """Notes in order of their starts, those that overlap an earlier one left out."""
+    out: list[Note] = []
+    for note in sorted(notes):
+        if not out or note.start >= out[-1].end:
+            out.append(note)
+    return out
+
+
+class DirectivesClassifier:
+    """Monitor-lane classifier: per item 1.0 when its text holds a harmful directive for the
+    model (`directives`), conversation score = running max."""
+
+    name = "directives"
+    version = "1"
+    categories: tuple[str, ...] = (CATEGORY,)
+    # Beside the detector: a note's harm lands when the model acts on it, and the monitor
+    # lane's flags are enforced before the model's actions are released.
+    lane: Lane = "monitor"
+    max_state_bytes = 128
+
+    def initial_state(self) -> State:
+        return {"max": zero_scores(self.categories)}
+
+    def update(self, state: State, items: Sequence[Item]) -> Update:
+        item_scores: list[Scores] = []
+        findings: list[Finding] = []
+        tokens = 0
+        for i, item in enumerate(items):
+            score = 0.0
+            texts = []
+            if item.scored and item.role == UNTRUSTED and item.text:
+                texts.append((item.text, self.name))
+                tokens += item.tokens
+            if item.attachments:
+                texts.append((item.attachments, f"{self.name}/attachment"))
+                tokens += count_tokens(item.attachments)
+            for text, kind in texts:
+                for note in directives(text):
+                    score = 1.0
+                    preview = " ".join(text[note.start : note.end].split())[:PREVIEW_CHARS]
+                    findings.append(
+                        Finding(CATEGORY, f"{kind}/{note.why}", i, preview, note.start, note.end, 1.0)
+                    )
+            item_scores.append({CATEGORY: score})
+        previous = state.get("max") or zero_scores(self.categories)
+        scores = running_max(previous, item_scores)
+        return Update(
+            state={"max": dict(scores)},
+            item_scores=item_scores,
+            scores=scores,
+            tokens=tokens,
+            findings=findings,
+        )
