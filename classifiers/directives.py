@@ -35,7 +35,7 @@ pages describe every harmful act. Beside the notes, one request needs no address
 disclose a secret *somewhere* (a URL, an e-mail address, an issue comment, a commit
 message, a pull request, a gist, the reply), which no benign document asks of its reader.
 
-Scores are 1.0 (flagged) or 0.0, per item; an item's finding is the note's character range.
+Scores are NOTE_SCORE (flagged) or 0.0, per item; an item's finding is the note's range.
 Tool outputs and attached files are read (the channels an injection arrives by); what a
 principal writes is their own instruction. Stateless per item: the conversation score is
 the running max, so delta and full agree by construction.
@@ -93,6 +93,10 @@ UNTRUSTED = "tool"  # the role of content from outside the conversation
 NOTE_CHARS = 400  # how far a note runs past its addressee
 CLAUSE_BACK = 60  # how far back a negation may stand before what it negates
 PREVIEW_CHARS = 120
+# A rule's verdict, as the pii view scores its rule-validated ids: over every threshold a
+# policy sets at 0.9 or less, and off under a stricter one.
+NOTE_SCORE = 0.9
+LINE_CHARS = 400  # a line longer than this (minified JSON, a one-line page) is reported by its sentences
 
 PAIR_CHARS = 240  # how far a harm may stand from the concealment that hides it
 SENTENCE_CHARS = 200  # how far a request to disclose a secret reaches either side of the secret
@@ -214,7 +218,11 @@ def directives(text: str) -> list[Note]:
     - an override of the user's task, which only a model is ever told;
     - a harm and its concealment from the user, a sentence apart at most ("download ...
       and run it. Keep it out of the diff.");
-    - a request to disclose a secret somewhere."""
+    - a request to disclose a secret somewhere.
+
+    A note's range covers the lines it spans, as the lexical view's located findings do (the
+    unit a reviewer reads and a sanitiser removes); in a line longer than LINE_CHARS, its
+    sentences."""
     low = _lowered(text)
     notes: list[Note] = []
     reach = 0
@@ -256,20 +264,39 @@ def directives(text: str) -> list[Note]:
         sent = SECRET_SENT.search(low, lo, hi)
         if sent and _asked(low, sent.start(), "disclosure") and _imperative(low, sent.start()):
             notes.append(Note(sent.start(), sent.end(), "disclosure"))
-    return _once(notes)
+    return _once([_whole(low, note) for note in notes])
+
+
+def _whole(low: str, note: Note) -> Note:
+    """`note` widened to the lines it spans, or in a long line to its sentences."""
+    start = low.rfind("\n", 0, note.start) + 1
+    end = low.find("\n", note.end)
+    end = len(low) if end < 0 else end
+    if note.start - start > LINE_CHARS:
+        start = _sentence_start(low, note.start, 1, LINE_CHARS)
+    if end - note.end > LINE_CHARS:
+        end = _sentence_end(low, note.end, 1)
+    while start < note.start and low[start].isspace():
+        start += 1
+    while end > note.end and low[end - 1].isspace():
+        end -= 1
+    return Note(start, end, note.why)
 
 
 def _once(notes: list[Note]) -> list[Note]:
-    """Notes in order of their starts, those that overlap an earlier one left out."""
+    """Notes in order of their starts, those that overlap an earlier one merged into it."""
     out: list[Note] = []
     for note in sorted(notes):
-        if not out or note.start >= out[-1].end:
+        if out and note.start < out[-1].end:
+            last = out[-1]
+            out[-1] = Note(last.start, max(last.end, note.end), last.why)
+        else:
             out.append(note)
     return out
 
 
 class DirectivesClassifier:
-    """Monitor-lane classifier: per item 1.0 when its text holds a harmful directive for the
+    """Monitor-lane classifier: per item NOTE_SCORE when its text holds a harmful directive for the
     model (`directives`), conversation score = running max."""
 
     name = "directives"
@@ -298,10 +325,10 @@ class DirectivesClassifier:
                 tokens += count_tokens(item.attachments)
             for text, kind in texts:
                 for note in directives(text):
-                    score = 1.0
+                    score = NOTE_SCORE
                     preview = " ".join(text[note.start : note.end].split())[:PREVIEW_CHARS]
                     findings.append(
-                        Finding(CATEGORY, f"{kind}/{note.why}", i, preview, note.start, note.end, 1.0)
+                        Finding(CATEGORY, f"{kind}/{note.why}", i, preview, note.start, note.end, NOTE_SCORE)
                     )
             item_scores.append({CATEGORY: score})
         previous = state.get("max") or zero_scores(self.categories)
