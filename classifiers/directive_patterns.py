@@ -211,6 +211,7 @@ VALUE_OPENS = frozenset("[{:=")  # what stands before a quote that opens a strin
 QUOTED_KINDS = frozenset({"override", "concealment"})  # a backtick quotes these, and opens a command
 SENTENCE_END = re.compile(r"[.!?](?![\w/~$*-])|\n")
 OPENING = re.compile(r"[.;:!?\n,(*>#\u2014-](?=[^.;:!?\n,(*>#\u2014-]*\Z)")
+# the words that may open a request before its verb ("please", "you must", "run `echo ...`")
 FILLER = frozenset(("please", "then", "now", "also", "first", "just", "and", "so", "kindly", "immediately",
                     "quickly", "simply", "finally", "next", "always", "you", "must", "should", "need", "to",
-                    "will", "have"))  # fmt: skip
+                    "will", "have", "run", "execute", "type", "`", "run`", "execute`", "type`"))  # fmt: skip
