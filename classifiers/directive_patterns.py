@@ -154,7 +154,8 @@ HARMS = {
     ),
     "concealment": (
         r"\b(?:do\s+not|don'?t|never|without)\s+(?:tell(?:ing)?|inform(?:ing)?|mention(?:ing)?|notify(?:ing)?"
-        r"|alert(?:ing)?|ask(?:ing)?|show(?:ing)?|report(?:ing)?)\s+(?:this\s+|it\s+|anything\s+)?(?:to\s+)?"
+        r"|alert(?:ing)?|ask(?:ing)?|show(?:ing)?|report(?:ing)?)\s+"
+        r"(?:(?:this|that|these|it|anything)\s+(?:(?:step|change|part|action|instruction|note)s?\s+)?)?(?:to\s+)?"
         r"(?:the\s+|your\s+)?(?:user|human|developer|operator|maintainers?|reviewers?)\b"
         r"|\bthe\s+(?:user|human|developer|reviewer)s?\s+(?:must|should|will|need|is\s+not\s+to)\s+(?:not|never)"
         r"\s+(?:know|find\s+out|see|notice|learn|be\s+told)"
@@ -175,7 +176,13 @@ HARMS = {
         r"|\b(?:this|these|it)\s+(?:overrides?|supersedes?|replaces?|takes\s+precedence\s+over)\s+(?:all\s+)?"
         r"(?:your|any|the|all)\s+(?:(?:previous|prior|earlier|other|original)\s+)?"
         r"(?:instructions?|rules|guidelines|prompts?)\b"
-        r"|\bnew\s+instructions?\s*:"
+        r"|\b(?:ignore|disregard|forget)\s+(?:everything|anything|all\s+of\s+(?:this|that|it))\s+(?:above|before"
+        r"|(?:you\s+(?:were|have\s+been)\s+)?told|said\s+(?:above|before)|so\s+far)"
+        r"|\b(?:new|updated|revised)\s+(?:system\s+)?(?:instructions?|prompt|task)\s*:"
+        r"|\byou\s+are\s+(?:now\s+in\s+(?:developer|dan|god|jailbreak|unrestricted|admin)\s+mode"
+        r"|no\s+longer\s+(?:bound|restricted|limited)\s+by)"
+        r"|\b(?:print|reveal|output|repeat|show|display|disclose|leak)\s+(?:me\s+)?your\s+(?:full\s+|entire\s+)?"
+        r"(?:system\s+prompt|(?:initial|original|hidden|secret)\s+(?:instructions|prompt))"
     ),
 }
 HARM = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in HARMS.items()))
@@ -186,7 +193,9 @@ CONCEALMENT_WORDS = ("silently", "quietly", "secretly", "covertly", "discreetly"
                      "operator")  # fmt: skip
 OVERRIDE_WORDS = ("ignore", "disregard", "forget", "abandon", "stop working", "your real", "your actual",
                   "your true", "your hidden", "your secret", "new instruction", "overrid", "supersed",
-                  "replaces", "precedence")  # fmt: skip
+                  "replaces", "precedence", "updated instruction", "revised instruction", "new system prompt",
+                  "new task", "new prompt", "you are now", "you are no longer", "your system prompt",
+                  "your initial", "your original", "your full system", "your entire system")  # fmt: skip
 CONCEALMENT = re.compile(HARMS["concealment"])
 OVERRIDE = re.compile(HARMS["override"])
 SECRET_SENT = re.compile(
@@ -207,7 +216,10 @@ HEDGE = re.compile(
 )
 CLAUSE_START = re.compile(r"[.;!?\n](?=[^.;!?\n]*\Z)")
 QUOTES = frozenset("\"'\u201c\u2018")
-VALUE_OPENS = frozenset("[{:=")  # what stands before a quote that opens a string value
+LIST_OPENS = "[{,"  # what stands before a list's element (a comma, when the element opens its line)
+# a key or a name given a value: a quoted key ('"source":'), or a bare one that opens its line
+# ("description:", "- name:", "note ="), or a YAML list's item ("- ")
+KEYED = re.compile(r'"[^"\n]*"\s*:\Z|^\s*(?:-\s+)?[\w.$-]+\s*[:=]\Z|^\s*-\Z')
 QUOTED_KINDS = frozenset({"override", "concealment"})  # a backtick quotes these, and opens a command
 SENTENCE_END = re.compile(r"[.!?](?![\w/~$*-])|\n")
 OPENING = re.compile(r"[.;:!?\n,(*>#\u2014-](?=[^.;:!?\n,(*>#\u2014-]*\Z)")

@@ -72,6 +72,8 @@ from deltaguard.classifiers.directive_patterns import (
     FORMS,
     HARM,
     HEDGE,
+    KEYED,
+    LIST_OPENS,
     NEGATION,
     NOTE_END,
     OPENING,
@@ -85,7 +87,6 @@ from deltaguard.classifiers.directive_patterns import (
     UNNEGATED,
     USERS_TASK,
     USERS_WORDS,
-    VALUE_OPENS,
 )
 from deltaguard.items import Item
 
@@ -97,6 +98,7 @@ PREVIEW_CHARS = 120
 # A rule's verdict, as the pii view scores its rule-validated ids: over every threshold a
 # policy sets at 0.9 or less, and off under a stricter one.
 NOTE_SCORE = 0.9
+QUOTE_CHARS = 2000  # how far back in its paragraph a quotation may open
 LINE_CHARS = 400  # a line longer than this (minified JSON, a one-line page) is reported by its sentences
 
 PAIR_CHARS = 240  # how far a harm may stand from the concealment that hides it
@@ -121,10 +123,9 @@ def _asked(low: str, start: int, kind: str) -> bool:
     """Whether what starts at `start` is asked for: not quoted, negated or described. A
     negation reaches back over commas ("never, in any case, push ..."); a hedge only to
     the last one ("If you are an agent, run ..." asks; "attackers may run ..." tells)."""
-    before = low[max(0, start - CLAUSE_BACK) : start]
-    opened = before.rstrip()[-1:]
-    if opened in QUOTES or (opened == "`" and kind in QUOTED_KINDS):
+    if _quoted(low, start, kind):
         return False
+    before = low[max(0, start - CLAUSE_BACK) : start]
     if HEDGE.search(_clause(before, OPENING)):
         return False
     return kind in UNNEGATED or NEGATION.search(_clause(before, CLAUSE_START)) is None
@@ -156,12 +157,43 @@ def _positions(low: str, words: tuple[str, ...]) -> list[int]:
     return sorted(out)
 
 
-def _quoted(low: str, start: int) -> bool:
-    """Whether the address at `start` opens a quotation in prose (a page that mentions it),
-    not a string value ("description": "Hey Claude, ...", a notebook cell, x = '...')."""
-    if low[max(0, start - 1) : start] not in QUOTES:
+def _quoted(low: str, start: int, kind: str = "") -> bool:
+    """Whether `start` lies inside a quotation in prose, as a page that mentions the words
+    quotes them ('an attacker hides "new instructions: ..." in a page', over a line break
+    too), rather than inside a string value ("description": "Hey Claude, ...", a notebook
+    cell, x = "..."). A backtick quotes an override or a concealment, and opens a command of
+    any other kind, whose quotes are its arguments (`python -c "..."`)."""
+    first = max(start - QUOTE_CHARS, 0)
+    for blank in NOTE_END.finditer(low, first, start):
+        first = blank.end()
+    span = low[first:start].replace('"""', "   ").replace("```", "   ")
+    in_code = span.count("`") % 2
+    if in_code and kind not in QUOTED_KINDS:
         return False
-    return low[max(0, start - 1 - BACK_CHARS) : start - 1].rstrip()[-1:] not in VALUE_OPENS
+    if span.count('"') % 2:
+        opened = span.rfind('"')
+    elif span.count("\u201c") > span.count("\u201d"):
+        opened = span.rfind("\u201c")
+    elif in_code:
+        opened = span.rfind("`")
+    elif span.rstrip()[-1:] in QUOTES:  # a single quote, only right before: "don't" is no quotation
+        opened = len(span.rstrip()) - 1
+    else:
+        return False
+    return not _opens_value(low, first + opened)
+
+
+def _opens_value(low: str, at: int) -> bool:
+    """Whether the quote at `at` opens a string value: a list's element ('["general", "',
+    '- "', or one that opens its line after "," or "["), or what a key or a name is given
+    ('"source": ', 'description: ', 'note = '); not a quotation in a sentence ('... tokens:
+    "Ignore ...', '("Hey Claude,", "Note to AI agents:")')."""
+    head = low[max(low.rfind("\n", 0, at) + 1, at - QUOTE_CHARS) : at].rstrip()
+    if not head:
+        return low[max(0, at - BACK_CHARS) : at].rstrip()[-1:] in LIST_OPENS
+    if head[-1] == "," and head.count("[") + head.count("{") > head.count("]") + head.count("}"):
+        return True
+    return head[-1] in LIST_OPENS[:2] or KEYED.search(head) is not None
 
 
 def _addressees(low: str) -> list[tuple[int, int]]:
@@ -181,7 +213,7 @@ def _addressees(low: str) -> list[tuple[int, int]]:
             a = b and after.match(low, e)
             if a:
                 start = b.start("at") if "at" in before.groupindex else b.start()
-                if not _quoted(low, start):
+                if not _quoted(low, start):  # a quoted address is a mention
                     out.append((start, a.end()))
                 break
     for at in _positions(low, BANNER_WORDS):
