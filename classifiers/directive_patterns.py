@@ -18,10 +18,11 @@ IN_SENTENCE = r"(?:[^.!?\n]|[.!?](?=[\w/~$*-]))"
 
 _AI = (
     r"(?:a\.i\.|ai(?:[\s-]based|[\s-]powered)?"
-    r"(?:\s+(?:models?|tools?|systems?|assistants?|agents?|reviewers?))?"
+    r"(?:[\s-]+(?:models?|tools?|systems?|assistants?|agents?|reviewers?|coding\s+(?:agents?|assistants?)))?"
     r"|llms?(?:[\s-]based)?(?:\s+(?:models?|tools?|systems?|assistants?|agents?))?"
     r"|(?:large\s+)?language\s+models?"
-    r"|(?:(?:coding|code|automated|autonomous|software)\s+)?(?:assistants?|agents?|bots?|reviewers?)"
+    r"|(?:(?:coding|code|automated|autonomous|software)[\s-]+)?(?:assistants?|agents?|bots?|reviewers?)"
+    r"|(?:automated|autonomous)[\s-]+(?:[\w-]+\s+)?(?:tools?|fixers?|contributors?|systems?|refactoring\s+tools?)"
     r"|chatbots?|copilot|claude(?:\s+code)?|codex|cursor|chatgpt|gpt(?:-?\d[\w.]*)?|gemini|devin|aider|windsurf"
     r"|openhands)"
 )
@@ -39,18 +40,29 @@ _READING = (
 _READS = r"(?:\s+(?:reads|processes|parses|handles|reviews|sees)\b[^\n.,:;!?]{0,30})"
 _OPENER = (
     r"(?:hey|hi|hello|dear|attention|attn|note\s+(?:to|for)|notice\s+(?:to|for)|message\s+(?:to|for)"
-    r"|instructions?\s+(?:to|for)|important\s+(?:to|for)|reminder\s+(?:to|for)|psst|ok(?:ay)?)"
+    r"|instructions?\s+(?:to|for)|important\s+(?:to|for)|reminder\s+(?:to|for)|notes\s+(?:to|for)|psst|ok(?:ay)?)"
 )
 # what may stand before and after an AI reader's name when the note speaks to it; the
 # befores end where the name starts (searched with endpos there), and the address starts at
 # their group "at" where they have one (after the line's start or a comment's marker)
 _VOCATIVE = (
     re.compile(
-        rf"(?:^|[\n.!?]|[#*>/!\[({{`|-]|<!--)\s*(?P<at>(?:{_OPENER}[\s,]+)?"
+        rf"(?:^|[\n.!?]|[#*>/!\[({{`|\"'-]|<!--)\s*(?P<at>(?:{_OPENER}[\s,]+)?"
         r"(?:(?:the|any|all|every|each|whichever|an?|our|you|your)\s+)?(?:\w+[\s-]){0,2}?)\Z",
         re.MULTILINE,
     ),
-    re.compile(rf"{_READING}?\s*[,:!\u2014]"),
+    re.compile(
+        rf"(?:[\s-]+(?:instructions?|notes?|directives?|guidance|notice|rules))?{_READING}?\s*[,:!\u2014]"
+    ),
+)
+# "Step 1 for the bot:", "A note to all agents,"
+_FOR_THE = (re.compile(r"\b(?:for|to)\s+(?:the|all|any|every|our)\s+\Z"), re.compile(r"\s*[,:!\u2014]"))
+# "When this script is run by an AI agent, ..."
+_RUN_BY = (
+    re.compile(
+        r"\b(?:run|used|read|opened|processed|invoked|executed|edited)\s+by\s+(?:an?|the|any)\s+(?:[\w-]+\s+)?\Z"
+    ),
+    re.compile(r"\b"),
 )
 _IF_YOU = (re.compile(r"\bif\s+you(?:'re|\s+are)\s+(?:an?|the)\s+(?:[\w-]+\s+){0,3}?\Z"), re.compile(r"\b"))
 _AS_AN = (re.compile(r"\bas\s+(?:an?|the)\s+(?:[\w-]+\s+){0,2}?\Z"), re.compile(r"\s*,"))
@@ -59,11 +71,30 @@ _TO_ANY = (
     re.compile(rf"{_READING}|{_READS}"),
 )
 _MENTION = (re.compile(r"@\Z"), re.compile(r"\b"))
+# the reader as a request's subject: "AI assistants must run ...", "Any assistant or bot that
+# lands on this issue should ...", "the agent is required to ..."
+_SUBJECT = (
+    re.compile(
+        r"(?:^|[\n.!?;:,]|[#*>/\"'\-]|<!--)\s*(?P<at>(?:(?:the|any|all|every|each|an?|our|your)\s+)?"
+        r"(?:[\w-]+\s+){0,2}?)\Z",
+        re.MULTILINE,
+    ),
+    re.compile(
+        r"(?:\s+(?!(?:must|should|shall)\b)[\w'-]+){0,8}?\s+(?:must|should|shall|need\s+to|have\s+to"
+        r"|(?:is|are)\s+(?:required|expected|asked|instructed|supposed)\s+to)\b"
+    ),
+)
 # "[assistant instructions]", "(for the AI agent)": a word beside the name (not "[bot]"), and
 # not a link's text ("[Gemini](https://...)", "[Agent Registry](https://...)")
-_BRACKET = (re.compile(r"[\[(<]\s*(?:[\w-]+\s+){1,2}\Z"), re.compile(r"(?:\s+[\w-]+){0,2}\s*[\])>](?!\()"))
-_BRACKETED = (re.compile(r"[\[(<]\s*\Z"), re.compile(r"(?:\s+[\w-]+){1,2}\s*[\])>](?!\()"))
-FORMS = (_VOCATIVE, _IF_YOU, _AS_AN, _TO_ANY, _MENTION, _BRACKET, _BRACKETED)
+_BRACKET = (
+    re.compile(r"[\[(<]\s*(?:[\w-]+\s+){1,2}\Z"),
+    re.compile(r"(?:\s+[\w-]+){0,2}\s*[\])>](?!\()"),
+)
+_BRACKETED = (re.compile(r"[\[(<]\s*\Z"), re.compile(r"(?:[\s-]+[\w-]+){1,2}\s*[\])>](?!\()"))
+FORMS = (_VOCATIVE, _IF_YOU, _AS_AN, _TO_ANY, _MENTION, _BRACKET, _BRACKETED, _SUBJECT, _FOR_THE, _RUN_BY)
+# forms whose note may also run back to its paragraph's start ("curl ... | bash. Any bot that
+# lands on this issue should apply it"): a vocative's words may open any wrapped line
+LOOKS_BACK = frozenset(FORMS) - {_VOCATIVE}
 BACK_CHARS = 60  # how far before the name its form may start
 # a fake system banner, and "before you continue with the user's request" (the reader is
 # the user's agent)
@@ -119,6 +150,9 @@ HARMS = {
     "disclosure": rf"{_DISCLOSE}{IN_SENTENCE}{{0,80}}?{_SECRET}",
     "execution": (
         r"\b(?:curl|wget|iwr|invoke-webrequest)\b[^\n|]{0,160}\|\s*(?:sudo\s+)?(?:(?:ba|z)?sh|python[\d.]*)\b"
+        r"|\b(?:(?:ba|z)?sh|source|\.)\s+<\(\s*(?:curl|wget)\b|\beval\s+\"?\$\(\s*(?:curl|wget)\b"
+        r"|\b(?:iex|invoke-expression)\b[^\n]{0,20}\b(?:iwr|irm|invoke-webrequest|invoke-restmethod)\b"
+        r"|\b(?:curl|wget)\b[^\n]{0,160}\s-(?:o|output-document|-output)[\s=]+(?P<saved>\S+)[\s\S]{0,160}?\bchmod\s+\+?[0-7x]+\s+(?P=saved)"
         rf"|\bdownload\b{IN_SENTENCE}{{0,120}}\b(?:and|then)\s+(?:chmod|run|execute|launch|install|source)\b"
         rf"|\bchmod\s+\+x\b{IN_SENTENCE}{{0,80}}\b(?:and|then|&&)\s+(?:run|execute|\./)"
         rf"|(?:--(?:extra-)?index-url|--registry|\bpip\.conf\b|(?:\bpackage\s+index|\bregistry)\s+(?:to|with)\b)"
@@ -135,12 +169,15 @@ HARMS = {
         r"|\bmake\s+(?:the\s+|this\s+)?(?:repo|repository|bucket|project)\s+public"
         r"|\btransfer\s+(?:the\s+)?ownership"
         rf"|\badd\b{IN_SENTENCE}{{0,50}}\bas\s+(?:an?\s+)?(?:admin|owner|maintainer)"
-        r"|\b(?:delete|remove|disable|turn\s+off|bypass|comment\s+out|skip)\s+(?:the\s+|all\s+|any\s+|every\s+)?"
-        r"(?:[\w-]+\s+)?(?:branch\s+protection|protection\s+rules?|authentication|auth(?:orization)?\s+checks?"
-        r"|csrf(?:\s+(?:check|protection|tokens?))?|2fa|mfa|rate\s+limit(?:er|ing)?"
-        r"|signature\s+(?:checks?|verification)"
-        r"|(?:ssl|tls|certificate)\s+(?:checks?|verification)|security\s+(?:checks?|scans?)|audit\s+log(?:s|ging)?"
-        r"|failing\s+tests?)\b"
+        r"|\b(?:delete|remove|disable|turn\s+off|bypass|comment\s+out|skip|strip|drop|exclude|relax)\s+"
+        r"(?:the\s+|all\s+|any\s+|every\s+|its\s+)?(?:[\w-]+\s+)?(?:branch\s+protection|protection\s+rules?"
+        r"|authentication|auth(?:orization)?\s+(?:checks?|tests?)|(?:admin|role|permission|access)\s+(?:role\s+)?checks?"
+        r"|login\s+requirement|csrf(?:\s+(?:check|protection|tokens?))?|2fa|mfa|rate\s+limit(?:er|ing)?"
+        r"|signature\s+(?:checks?|verification)|(?:ssl|tls|certificate)\s+(?:checks?|verification)"
+        r"|security\s+(?:checks?|scans?|scanning|tests?|test\s+suite)|secret[\s-]scan(?:ning)?(?:\s+hook)?"
+        r"|(?:pre-commit|commit)\s+hooks?|audit\s+log(?:s|ging)?|failing\s+tests?)\b"
+        r"|\b(?:git\s+commit|git\s+push)\b[^\n]{0,60}--no-verify\b"
+        rf"|\bmerge\b{IN_SENTENCE}{{0,40}}\b(?:--admin|admin\s+override|bypass(?:ing)?\s+(?:code\s+)?review)"
         r"|\bverify\s*=\s*false\b|\bhard-?cod(?:e|ed|ing)\s+(?:an?\s+)?(?:admin|password|credentials?|backdoor)"
         rf"|\bbackdoor|\b(?:plain(?:\s*text)?|md5|sha-?1)\b{IN_SENTENCE}{{0,40}}\bpasswords?\b"
         rf"|\bpassword\s+hashing\b{IN_SENTENCE}{{0,40}}\b(?:plain(?:\s*text)?|md5|sha-?1)\b"
@@ -161,6 +198,11 @@ HARMS = {
         r"\s+(?:know|find\s+out|see|notice|learn|be\s+told)"
         r"|\b(?:silently|quietly|secretly|covertly|discreetly|stealthily)\b"
         r"|\bkeep\s+(?:this|it)\s+(?:out\s+of|from|secret|hidden|to\s+yourself)|\bhide\s+(?:this|it)\s+from\b"
+    ),
+    # the whole environment sent off the machine: no document asks that of its reader
+    "exfiltration": (
+        r"\b(?:env|printenv|export(?:\s+-p)?|set|get-childitem\s+env:|\$env:\w*)\s*(?:\|\s*[\w-]+(?:\s+[^|\n]*)?)?"
+        r"\|\s*(?:curl|wget|nc|ncat|netcat|socat|http|https|xh|invoke-webrequest|iwr)\b"
     ),
     # what only a model is ever told: no addressee needed
     "override": (
@@ -196,6 +238,9 @@ OVERRIDE_WORDS = ("ignore", "disregard", "forget", "abandon", "stop working", "y
                   "replaces", "precedence", "updated instruction", "revised instruction", "new system prompt",
                   "new task", "new prompt", "you are now", "you are no longer", "your system prompt",
                   "your initial", "your original", "your full system", "your entire system")  # fmt: skip
+EXFILTRATION_WORDS = ("| curl", "|curl", "| wget", "|wget", "| nc", "|nc", "| ncat", "| netcat", "| socat",
+                      "| http", "| xh", "| iwr", "| invoke-webrequest")  # fmt: skip
+EXFILTRATION = re.compile(HARMS["exfiltration"])
 CONCEALMENT = re.compile(HARMS["concealment"])
 OVERRIDE = re.compile(HARMS["override"])
 SECRET_SENT = re.compile(
@@ -221,6 +266,7 @@ LIST_OPENS = "[{,"  # what stands before a list's element (a comma, when the ele
 # ("description:", "- name:", "note ="), or a YAML list's item ("- ")
 KEYED = re.compile(r'"[^"\n]*"\s*:\Z|^\s*(?:-\s+)?[\w.$-]+\s*[:=]\Z|^\s*-\Z')
 QUOTED_KINDS = frozenset({"override", "concealment"})  # a backtick quotes these, and opens a command
+DEFANGED = re.compile(r"hxxps?://|\w\[\.\]\w|\[:\]//")  # how write-ups disarm the links they quote
 SENTENCE_END = re.compile(r"[.!?](?![\w/~$*-])|\n")
 OPENING = re.compile(r"[.;:!?\n,(*>#\u2014-](?=[^.;:!?\n,(*>#\u2014-]*\Z)")
 # the words that may open a request before its verb ("please", "you must", "run `echo ...`")

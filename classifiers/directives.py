@@ -68,12 +68,16 @@ from deltaguard.classifiers.directive_patterns import (
     CLAUSE_START,
     CONCEALMENT,
     CONCEALMENT_WORDS,
+    DEFANGED,
+    EXFILTRATION,
+    EXFILTRATION_WORDS,
     FILLER,
     FORMS,
     HARM,
     HEDGE,
     KEYED,
     LIST_OPENS,
+    LOOKS_BACK,
     NEGATION,
     NOTE_END,
     OPENING,
@@ -98,6 +102,12 @@ PREVIEW_CHARS = 120
 # A rule's verdict, as the pii view scores its rule-validated ids: over every threshold a
 # policy sets at 0.9 or less, and off under a stricter one.
 NOTE_SCORE = 0.9
+# what no document asks of its reader, looked for without an addressee: (kind, anchors, pattern,
+# how far before its anchor a match may start)
+ALONE_SEARCHES = (
+    ("override", OVERRIDE_WORDS, OVERRIDE, 8),
+    ("exfiltration", EXFILTRATION_WORDS, EXFILTRATION, 80),
+)
 QUOTE_CHARS = 2000  # how far back in its paragraph a quotation may open
 LINE_CHARS = 400  # a line longer than this (minified JSON, a one-line page) is reported by its sentences
 
@@ -166,7 +176,7 @@ def _quoted(low: str, start: int, kind: str = "") -> bool:
     first = max(start - QUOTE_CHARS, 0)
     for blank in NOTE_END.finditer(low, first, start):
         first = blank.end()
-    span = low[first:start].replace('"""', "   ").replace("```", "   ")
+    span = low[first:start].replace('"""', "   ").replace("```", "   ").replace("``", " `")
     in_code = span.count("`") % 2
     if in_code and kind not in QUOTED_KINDS:
         return False
@@ -196,8 +206,9 @@ def _opens_value(low: str, at: int) -> bool:
     return head[-1] in LIST_OPENS[:2] or KEYED.search(head) is not None
 
 
-def _addressees(low: str) -> list[tuple[int, int]]:
-    """Where a note speaks to an AI reader: (start of the address, end)."""
+def _addressees(low: str) -> list[tuple[int, int, bool]]:
+    """Where a note speaks to an AI reader: (start of the address, end, whether the note may
+    run back to its paragraph's start)."""
     out = []
     named = 0
     for at in _positions(low, AI_WORDS):
@@ -214,18 +225,18 @@ def _addressees(low: str) -> list[tuple[int, int]]:
             if a:
                 start = b.start("at") if "at" in before.groupindex else b.start()
                 if not _quoted(low, start):  # a quoted address is a mention
-                    out.append((start, a.end()))
+                    out.append((start, a.end(), (before, after) in LOOKS_BACK))
                 break
     for at in _positions(low, BANNER_WORDS):
         m = BANNER.match(low, at)
         if m:
             opened = low[max(0, at - BACK_CHARS) : at].rstrip(" \t")
             if (not opened and at <= BACK_CHARS) or opened[-1:] in BANNER_OPENS:
-                out.append(m.span())
+                out.append((*m.span(), True))
     for at in _positions(low, USERS_WORDS):
         m = USERS_TASK.search(low, max(0, at - BACK_CHARS), at + 30)
         if m:
-            out.append(m.span())
+            out.append((*m.span(), True))
     return sorted(out)
 
 
@@ -253,25 +264,34 @@ def directives(text: str) -> list[Note]:
       and run it. Keep it out of the diff.");
     - a request to disclose a secret somewhere.
 
-    A note's range covers the lines it spans, as the lexical view's located findings do (the
-    unit a reviewer reads and a sanitiser removes); in a line longer than LINE_CHARS, its
-    sentences."""
+    A note that writes an indicator defanged ("hxxps://", "example[.]com") describes an
+    attack, as only a write-up does. A note's range covers the lines it spans, as the lexical
+    view's located findings do (the unit a reviewer reads and a sanitiser removes); in a line
+    longer than LINE_CHARS, its sentences."""
     low = _lowered(text)
     notes: list[Note] = []
     reach = 0
-    for start, end in _addressees(low):
+    for start, end, back in _addressees(low):
         if start < reach:
             continue
         stop = NOTE_END.search(low, end, end + NOTE_CHARS)
         hi = stop.start() if stop else min(len(low), end + NOTE_CHARS)
-        found = _harms(low, end, hi)
+        # a note that names its reader as a request's subject ("... | bash, and any bot that lands
+        # here should apply it") may point back at what comes before it in its paragraph
+        lo = max(start - NOTE_CHARS, reach) if back else start
+        for blank in NOTE_END.finditer(low, lo, start):
+            lo = blank.end()
+        found = _harms(low, lo, hi)
         if found:
-            notes.append(Note(start, found[0].end(), found[0].lastgroup or ""))
-            reach = found[0].end()
-    for at in _positions(low, OVERRIDE_WORDS):
-        m = OVERRIDE.search(low, max(0, at - 8), at + 200)  # "this overrides ...": the anchor is a word in
-        if m and _asked(low, m.start(), "override"):
-            notes.append(Note(m.start(), m.end(), "override"))
+            notes.append(
+                Note(min(start, found[0].start()), max(end, found[0].end()), found[0].lastgroup or "")
+            )
+            reach = max(end, found[0].end())
+    for kind, words, pattern, back in ALONE_SEARCHES:
+        for at in _positions(low, words):
+            m = pattern.search(low, max(0, at - back), at + 200)  # the anchor may stand inside the match
+            if m and _asked(low, m.start(), kind):
+                notes.append(Note(m.start(), m.end(), kind))
     hidden = 0
     for at in _positions(low, CONCEALMENT_WORDS):
         m = CONCEALMENT.search(low, max(0, at - 30), at + 60)
@@ -297,7 +317,8 @@ def directives(text: str) -> list[Note]:
         sent = SECRET_SENT.search(low, lo, hi)
         if sent and _asked(low, sent.start(), "disclosure") and _imperative(low, sent.start()):
             notes.append(Note(sent.start(), sent.end(), "disclosure"))
-    return _once([_whole(low, note) for note in notes])
+    widened = (_whole(low, note) for note in notes)
+    return _once([n for n in widened if not DEFANGED.search(low, n.start, n.end)])
 
 
 def _whole(low: str, note: Note) -> Note:
