@@ -53,6 +53,8 @@ _VOCATIVE = (
     ),
     re.compile(
         rf"(?:[\s-]+(?:instructions?|notes?|directives?|guidance|notice|rules))?{_READING}?\s*[,:!\u2014]"
+        # "bots reading history:": a participle's object of any words, when a colon closes the address
+        r"|\s+(?:reading|processing|parsing|handling|reviewing|working\s+(?:on|in|with))\s+[^\n.,:;!?]{1,40}:"
     ),
 )
 # "Step 1 for the bot:", "A note to all agents,"
@@ -81,7 +83,7 @@ _SUBJECT = (
     ),
     re.compile(
         r"(?:\s+(?!(?:must|should|shall)\b)[\w'-]+){0,8}?\s+(?:must|should|shall|need\s+to|have\s+to"
-        r"|(?:is|are)\s+(?:required|expected|asked|instructed|supposed)\s+to)\b"
+        r"|(?:is|are)\s+(?:required|expected|asked|instructed|supposed|authori[sz]ed|allowed|permitted)\s+to)\b"
     ),
 )
 # "[assistant instructions]", "(for the AI agent)": a word beside the name (not "[bot]"), and
@@ -90,7 +92,8 @@ _BRACKET = (
     re.compile(r"[\[(<]\s*(?:[\w-]+\s+){1,2}\Z"),
     re.compile(r"(?:\s+[\w-]+){0,2}\s*[\])>](?!\()"),
 )
-_BRACKETED = (re.compile(r"[\[(<]\s*\Z"), re.compile(r"(?:[\s-]+[\w-]+){1,2}\s*[\])>](?!\()"))
+# ... or only the name, and a colon: "NOTE(ai-assistant):"
+_BRACKETED = (re.compile(r"[\[(<]\s*\Z"), re.compile(r"(?:[\s-]+[\w-]+){1,2}\s*[\])>](?!\()|\s*[\])]\s*:"))
 FORMS = (_VOCATIVE, _IF_YOU, _AS_AN, _TO_ANY, _MENTION, _BRACKET, _BRACKETED, _SUBJECT, _FOR_THE, _RUN_BY)
 # forms whose note may also run back to its paragraph's start ("curl ... | bash. Any bot that
 # lands on this issue should apply it"): a vocative's words may open any wrapped line
@@ -99,7 +102,8 @@ BACK_CHARS = 60  # how far before the name its form may start
 # a fake system banner, and "before you continue with the user's request" (the reader is
 # the user's agent)
 BANNER = re.compile(
-    r"(?:system|admin(?:istrator)?)\s+(?:note|notice|message|override|instructions?)\s*[:\]]"
+    r"(?:system|admin(?:istrator)?)\s+(?:note|notice|message|override|instructions?)"
+    r"(?:\s*[:\]]|\s+-[^\]\n]{0,40}\])"
     r"|<\s*(?:important|system|instructions?)\s*>"
 )
 BANNER_OPENS = frozenset("\n#*>[(<")
@@ -188,6 +192,24 @@ HARMS = {
         r"\btests?\s+(?:passed|pass|succeeded|are\s+green)"
         r"|\bwithout\s+running\s+(?:them|the\s+tests)"
         r"|\badd\s+(?:a\s+)?(?:new\s+)?dependency\s+on\s+[\w-]*(?:evil|malicious|exfil)"
+        # a safeguard's setting switched off, or weakened in the code itself
+        r"|\b(?:verify|secure|ssl|tls|https_only|strict[\w-]*ssl|csrf\w*|\w*_secure|check_hostname|verify_\w+)"
+        r"\s*[:=]\s*(?:false|0|no|off|none)\b"
+        r"|\b(?:insecure\w*|skip\w*verif\w*|allow\w*insecure\w*|danger\w*accept\w*)\s*[:=]\s*(?:true|1|yes|on)\b"
+        r"|\brejectunauthorized\s*[:=]\s*false|\bcsrf\w*middleware\b"
+        rf"|\b(?:bcrypt|hash\w*|pbkdf2|argon2|scrypt)\b{IN_SENTENCE}{{0,40}}"
+        r"\b(?:min_?cost|(?:cost|rounds|iterations|work\s+factor)\s*(?:to|=|of)\s*[1-4]\b)"
+        r"|\b(?:allow_)?origins?\s*[:=]\s*\[?\s*['\"]\*['\"]|access-control-allow-origin:\s*\*"
+        r"|\bpermissions:\s*write-all\b|\bpull_request_target\b"
+        r"|\bchmod\s+(?:-r\s+)?(?:777|a\+w|o\+w)\b|\bworld-writable\b|\buser\s+root\b|--privileged\b"
+        r"|\bprivileged:\s*true\b|0\.0\.0\.0/0\s+trust\b"
+        r"|\b(?:registry|index-url|extra-index-url)\s*=\s*https?://"
+        r"(?!(?:registry\.npmjs\.org|registry\.yarnpkg\.com|pypi\.org|files\.pythonhosted\.org)\b)"
+        r"|--ignore[= ]\S*(?:security|auth)\w*"
+        rf"|\bmark\w*\b{IN_SENTENCE}{{0,30}}\btests?\s+(?:as\s+)?(?:xfail|skip(?:ped)?)\b"
+        # persistence: a key, a cron job or a login script of the attacker's
+        rf"|\b(?:add|append|write|echo|install|put)\b{IN_SENTENCE}{{0,80}}"
+        r"(?:authorized_keys|crontab|/etc/cron|\.bashrc|\.zshrc|\.bash_profile|\.profile\b)"
     ),
     "concealment": (
         r"\b(?:do\s+not|don'?t|never|without)\s+(?:tell(?:ing)?|inform(?:ing)?|mention(?:ing)?|notify(?:ing)?"
@@ -223,8 +245,10 @@ HARMS = {
         r"|\b(?:new|updated|revised)\s+(?:system\s+)?(?:instructions?|prompt|task)\s*:"
         r"|\byou\s+are\s+(?:now\s+in\s+(?:developer|dan|god|jailbreak|unrestricted|admin)\s+mode"
         r"|no\s+longer\s+(?:bound|restricted|limited)\s+by)"
-        r"|\b(?:print|reveal|output|repeat|show|display|disclose|leak)\s+(?:me\s+)?your\s+(?:full\s+|entire\s+)?"
-        r"(?:system\s+prompt|(?:initial|original|hidden|secret)\s+(?:instructions|prompt))"
+        r"|\b(?:print|reveal|output|repeat|show|display|disclose|leak|paste|share|include|send|post|write|dump"
+        r"|reply\s+with)\s+(?:me\s+)?(?:your|its)\s+(?:full\s+|entire\s+|complete\s+|exact\s+)?"
+        r"(?:system\s+(?:prompt|instructions|message)|(?:initial|original|hidden|secret)\s+(?:instructions|prompt)"
+        r"|tool\s+(?:list|definitions))"
     ),
 }
 HARM = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in HARMS.items()))
@@ -237,7 +261,9 @@ OVERRIDE_WORDS = ("ignore", "disregard", "forget", "abandon", "stop working", "y
                   "your true", "your hidden", "your secret", "new instruction", "overrid", "supersed",
                   "replaces", "precedence", "updated instruction", "revised instruction", "new system prompt",
                   "new task", "new prompt", "you are now", "you are no longer", "your system prompt",
-                  "your initial", "your original", "your full system", "your entire system")  # fmt: skip
+                  "your initial", "your original", "your full system", "your entire system", "its system",
+                  "its full", "its complete", "its entire", "its initial", "its original", "your complete",
+                  "your exact", "your tool", "its tool")  # fmt: skip
 EXFILTRATION_WORDS = ("| curl", "|curl", "| wget", "|wget", "| nc", "|nc", "| ncat", "| netcat", "| socat",
                       "| http", "| xh", "| iwr", "| invoke-webrequest")  # fmt: skip
 EXFILTRATION = re.compile(HARMS["exfiltration"])
