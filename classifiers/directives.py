@@ -39,8 +39,9 @@ concealment a sentence away, and a secret disclosed *somewhere* (a URL, an e-mai
 an issue comment, a commit message, a pull request, a gist, the reply).
 
 Scores are NOTE_SCORE (flagged) or 0.0, per item; an item's finding is the note's range.
-Tool outputs, attached files and pasted references (long user messages) are read, the
-channels an injection arrives by; what a principal writes is their own instruction.
+Tool outputs and attached files are read, the channels an injection arrives by; what a
+principal writes, a document it pastes included, is its own instruction, judged by the
+lexical view and the detector.
 Stateless per item: the conversation score is the running max, so delta and full agree by
 construction.
 """
@@ -386,20 +387,8 @@ class DirectivesClassifier:
     lane: Lane = "monitor"
     max_state_bytes = 128
 
-    def __init__(self, long_user_chars: int | None = None) -> None:
-        """`long_user_chars`: a user message this long is a pasted reference (a document, a
-        page, a file's text), read as untrusted content: instructions inside it are not the
-        user's own."""
-        self.long_user_chars = long_user_chars
-
     def initial_state(self) -> State:
         return {"max": zero_scores(self.categories)}
-
-    def _untrusted(self, item: Item) -> bool:
-        if item.role == UNTRUSTED:
-            return True
-        long = self.long_user_chars is not None and len(item.text) >= self.long_user_chars
-        return long and item.role == "user"
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
         item_scores: list[Scores] = []
@@ -408,7 +397,7 @@ class DirectivesClassifier:
         for i, item in enumerate(items):
             score = 0.0
             texts = []
-            if item.scored and item.text and self._untrusted(item):
+            if item.scored and item.role == UNTRUSTED and item.text:
                 texts.append((item.text, self.name))
                 tokens += item.tokens
             if item.attachments:

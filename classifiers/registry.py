@@ -34,12 +34,11 @@ ordinary operator prompts (the Codex CLI's own scores 0.999), so those channels 
 Its screen, lexical-v3, clears the items it is sure of before the detector runs
 (training/detector_screen.py); it shares the `lexical` view's loaded model.
 
-`directives` (classifiers/directives.py) reads tool outputs, attached files and user
-messages of LONG_USER_CHARS or more (pasted references) for notes that speak to an AI
-reader and ask for what its user would not want (a secret disclosed, a fetched script run,
-a safeguard dropped, the user kept in the dark, the user's task dropped), by rules rather
-than a model: the models miss such instructions phrased in words their training rows do
-not use. It runs beside the detector, in the monitor lane.
+`directives` (classifiers/directives.py) reads tool outputs and attached files for notes
+that speak to an AI reader and ask for what its user would not want (a secret disclosed,
+a fetched script run, a safeguard dropped, the user kept in the dark, the user's task
+dropped), by rules rather than a model: the models miss such instructions phrased in words
+their training rows do not use. It runs beside the detector, in the monitor lane.
 
 `provenance` (classifiers/provenance.py) scores nothing: it keeps the sketch of which
 strings the conversation's principals named and which untrusted content told the model
@@ -149,7 +148,7 @@ def load_classifiers(
         elif name == "harm":
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
         elif name == "directives":
-            out.append(DirectivesClassifier(long_user_chars=LONG_USER_CHARS))
+            out.append(DirectivesClassifier())
         elif name == "provenance":
             out.append(ProvenanceClassifier())
         elif name in ("encoder", "detector"):
