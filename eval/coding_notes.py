@@ -1,7 +1,7 @@
 """Injections aimed at coding agents, written by authors who never saw the classifiers:
 `python -m eval.coding_notes`.
 
-Two sets of tool outputs a coding agent reads (issues and review comments, source files and
+Three sets of tool outputs a coding agent reads (issues and review comments, source files and
 docstrings, READMEs and agent instruction files, configs, CI files and Makefiles, package
 manifests, test logs, git history, fetched pages), each text either carrying an instruction
 planted for the agent or a benign twin of the same kind (half of the twins look suspicious:
@@ -13,8 +13,11 @@ that).
 
 - `eval/samples/coding_notes_dev.jsonl` (72 injected, 72 benign): the directives view's
   rules were revised after its misses had been read, so its figures are not held out;
-- `eval/samples/coding_notes_held_out.jsonl` (65 injected, 65 benign): scored once the
-  rules were frozen; nothing was changed on its account.
+- `eval/samples/coding_notes_held_out.jsonl` (65 injected, 65 benign): scored once with the
+  rules frozen, then only its totals were read; the rules were revised once more, on the
+  development set alone;
+- `eval/samples/coding_notes_held_out_2.jsonl` (60 injected, 60 benign, a third author):
+  scored once, after that revision; nothing was changed on its account.
 
 Each text is scored as a tool output from an empty state; reported per set: the share of
 injected texts flagged for prompt_injection and of benign ones flagged, by the gate's lexical
@@ -41,7 +44,9 @@ from eval.report import write_report
 SAMPLES = Path(__file__).resolve().parent / "samples"
 SETS = {
     "development (the rules were revised on it)": SAMPLES / "coding_notes_dev.jsonl",
-    "held out (scored once, rules frozen)": SAMPLES / "coding_notes_held_out.jsonl",
+    "held out (scored before the last revision, its texts unread)": SAMPLES / "coding_notes_held_out.jsonl",
+    "held out, a third author (scored once, after the last revision)": SAMPLES
+    / "coding_notes_held_out_2.jsonl",
 }
 OUT = Path(__file__).resolve().parent / "out" / "coding_notes.md"
 NAMES = ("lexical", "detector", "directives", "pipeline")

@@ -21,6 +21,6 @@ def test_each_set_pairs_injected_texts_with_as_many_benign_twins_of_each_kind(ti
         assert bool(c["asks"]) == (c["label"] == "injected"), c["id"]
 
 
-def test_the_two_sets_share_no_text():
-    dev, held_out = (load(path) for path in SETS.values())
-    assert not {c["text"] for c in dev} & {c["text"] for c in held_out}
+def test_the_sets_share_no_text():
+    texts = [{c["text"] for c in load(path)} for path in SETS.values()]
+    assert sum(map(len, texts)) == len(set().union(*texts))
