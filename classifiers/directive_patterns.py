@@ -30,7 +30,7 @@ AI_NAME = re.compile(_AI)
 # the literal every AI reader's name holds
 AI_WORDS = ("a.i.", "ai", "llm", "language model", "assistant", "agent", "bot", "reviewer", "copilot",
             "claude", "codex", "cursor", "chatgpt", "gpt", "gemini", "devin", "aider", "windsurf",
-            "openhands")  # fmt: skip
+            "openhands", "automated", "autonomous")  # fmt: skip
 # "... reading this file", "... that processes this page"
 _READING = (
     r"(?:\s+(?:reading|processing|parsing|handling|reviewing|seeing|working\s+(?:on|in|with)"

@@ -17,7 +17,8 @@ that).
   rules frozen, then only its totals were read; the rules were revised once more, on the
   development set alone;
 - `eval/samples/coding_notes_held_out_2.jsonl` (60 injected, 60 benign, a third author):
-  scored once, after that revision; nothing was changed on its account.
+  scored after that revision, and again after a defect found in review was fixed (the
+  cheap pass lacked two words of the reader's names); nothing was changed on its account.
 
 Each text is scored as a tool output from an empty state; reported per set: the share of
 injected texts flagged for prompt_injection and of benign ones flagged, by the gate's lexical
