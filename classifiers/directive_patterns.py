@@ -72,7 +72,8 @@ _TO_ANY = (
     re.compile(r"\b(?:to|for)\s+(?:whichever|any|every|all)\s+(?:[\w-]+\s+){0,2}?\Z"),
     re.compile(rf"{_READING}|{_READS}"),
 )
-_MENTION = (re.compile(r"@\Z"), re.compile(r"\b"))
+# "@copilot", not a package's or an address's "advanced-security@copilot-plugins"
+_MENTION = (re.compile(r"(?:^|(?<=[\s(\[>,]))@\Z", re.MULTILINE), re.compile(r"\b(?![-.@/\w])"))
 # the reader as a request's subject: "AI assistants must run ...", "Any assistant or bot that
 # lands on this issue should ...", "the agent is required to ..."
 _SUBJECT = (
@@ -137,8 +138,9 @@ SECRET_WORDS = ("secret", "token", "credential", "password", "passphrase", "api 
                 "/etc/shadow", "id_rsa", "id_ed25519", "id_ecdsa", "netrc", "npmrc", "pypirc", "hosts.y",
                 "kubeconfig", "session cookie", "session id", "database_url", "environment var", "env var",
                 "env`", "of env", "of printenv", "of set", "_pat", "_pass")  # fmt: skip
+# verbs, not the halves of compounds ("pre-commit", "git-send-email")
 _DISCLOSE = (
-    r"\b(?:print|echo|cat|show|output|display|dump|paste|post|send|upload|include|attach|copy|put|share|leak"
+    r"(?<![-/.])\b(?:print|echo|cat|show|output|display|dump|paste|post|send|upload|include|attach|copy|put|share|leak"
     r"|reveal|write|append|insert|commit|e-?mail|forward|transmit|exfiltrate)(?=\s)"
 )
 _DESTINATION = (

@@ -133,6 +133,10 @@ BENIGN = {
     ),
     "a deploy job": 'deploy:\n  script:\n    - curl -H "Authorization: Bearer $CI_TOKEN" https://api.example.com/deploy\n',
     "a hardening guide": "Never set verify=False in production, and keep the bcrypt cost at 12 or more.\n",
+    "a plugin and a hook": (
+        "This skill uses `advanced-security@copilot-plugins`; "
+        "run the pre-commit secret scanning hook first.\n"
+    ),
     "a bot account": 'git config user.name "release[bot]"\ngit push --force origin "$branch"\n',
     "an agent's own task": "You are a helpful coding assistant. Help the user fix failing tests.\n",
 }
