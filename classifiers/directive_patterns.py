@@ -8,6 +8,7 @@ which every match holds one), or inside a note or a sentence found so.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 # Within one sentence: a dot, "!" or "?" ends it only before a space or a line's end (not the
@@ -301,3 +302,18 @@ OPENING = re.compile(r"[.;:!?\n,(*>#\u2014-](?=[^.;:!?\n,(*>#\u2014-]*\Z)")
 FILLER = frozenset(("please", "then", "now", "also", "first", "just", "and", "so", "kindly", "immediately",
                     "quickly", "simply", "finally", "next", "always", "you", "must", "should", "need", "to",
                     "will", "have", "run", "execute", "type", "`", "run`", "execute`", "type`"))  # fmt: skip
+
+
+def rules_digest() -> str:
+    """A short hash of every pattern and anchor list here: the rules' identity in a verdict's
+    classifier versions, which changes whenever a rule does."""
+    parts = [
+        value.pattern
+        if isinstance(value, re.Pattern)
+        else repr(sorted(map(repr, value)))  # a set's order varies with the process's hash seed
+        if isinstance(value, frozenset)
+        else repr(value)
+        for name, value in sorted(globals().items())
+        if name.isupper() and isinstance(value, re.Pattern | tuple | frozenset | str)
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:8]

@@ -95,6 +95,7 @@ from deltaguard.classifiers.directive_patterns import (
     UNNEGATED,
     USERS_TASK,
     USERS_WORDS,
+    rules_digest,
 )
 from deltaguard.items import Item
 
@@ -380,7 +381,7 @@ class DirectivesClassifier:
     model (`directives`), conversation score = running max."""
 
     name = "directives"
-    version = "1"
+    version = f"1+{rules_digest()}"
     categories: tuple[str, ...] = (CATEGORY,)
     # Beside the detector: a note's harm lands when the model acts on it, and the monitor
     # lane's flags are enforced before the model's actions are released.
