@@ -290,7 +290,8 @@ HEDGE = re.compile(
 )
 CLAUSE_START = re.compile(r"[.;!?\n](?=[^.;!?\n]*\Z)")
 QUOTES = frozenset("\"'\u201c\u2018")
-LIST_OPENS = "[{,"  # what stands before a list's element (a comma, when the element opens its line)
+BRACKETS = "[{"  # what opens a list or an object; a value's quote may follow at once
+LIST_OPENS = BRACKETS + ","  # what stands before an element that opens its line
 # a key or a name given a value: a quoted key ('"source":'), or a bare one that opens its line
 # ("description:", "- name:", "note ="), or a YAML list's item ("- ")
 KEYED = re.compile(r'"[^"\n]*"\s*:\Z|^\s*(?:-\s+)?[\w.$-]+\s*[:=]\Z|^\s*-\Z')

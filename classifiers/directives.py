@@ -69,6 +69,7 @@ from deltaguard.classifiers.directive_patterns import (
     BANNER,
     BANNER_OPENS,
     BANNER_WORDS,
+    BRACKETS,
     CLAUSE_START,
     CONCEALMENT,
     CONCEALMENT_WORDS,
@@ -207,7 +208,7 @@ def _opens_value(low: str, at: int) -> bool:
         return low[max(0, at - BACK_CHARS) : at].rstrip()[-1:] in LIST_OPENS
     if head[-1] == "," and head.count("[") + head.count("{") > head.count("]") + head.count("}"):
         return True
-    return head[-1] in LIST_OPENS[:2] or KEYED.search(head) is not None
+    return head[-1] in BRACKETS or KEYED.search(head) is not None
 
 
 def _addressees(low: str) -> list[tuple[int, int, bool]]:

@@ -34,12 +34,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from deltaguard.tools.evaluate import wilson
 from eval.detection_eval import fmt_ci
-from eval.flags import flags
+from eval.flags import flags, probed
 from eval.report import write_report
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -69,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    loaded = {c.name: c for c in load_classifiers(models_dir=args.models_dir)}
-    classifiers = {name: loaded[name] for name in NAMES[:-1]}
+    classifiers = probed(NAMES[:-1], args.models_dir)
     lines = [
         "# Injections aimed at coding agents, written by authors who never saw the classifiers",
         "",

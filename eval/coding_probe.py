@@ -32,10 +32,9 @@ import random
 import sys
 from pathlib import Path
 
-from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
-from eval.flags import flags
+from eval.flags import flags, probed
 from eval.report import write_report
 from training.lib.coding_agent import CARRIERS, TRAINING, Carrier, Phrases, notes, triple
 
@@ -207,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    loaded = {c.name: c for c in load_classifiers(models_dir=args.models_dir)}
-    classifiers = {name: loaded[name] for name in ("lexical", "detector", "directives")}
+    classifiers = probed(("lexical", "detector", "directives"), args.models_dir)
     sets = {
         "seen carriers, seen phrasing": texts(CARRIERS, None, "seen"),
         "seen carriers, new phrasing": texts(CARRIERS, NEW_PHRASES, "new"),

@@ -1,10 +1,21 @@
 """Which classifiers flag an item read alone: the probes' shared verdict (eval/coding_probe.py,
-eval/obfuscation.py)."""
+eval/coding_notes.py, eval/obfuscation.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from deltaguard.classifiers.base import Classifier
+from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.items import Item
+
+
+def probed(names: Sequence[str], models_dir: Path) -> dict[str, Classifier]:
+    """The named classifiers of the default set, loaded as the pipeline loads them (the
+    views share their models and settings with the rest of the set)."""
+    loaded = {c.name: c for c in load_classifiers(models_dir=models_dir)}
+    return {name: loaded[name] for name in names}
 
 
 def flags(classifiers: dict[str, Classifier], items: list[Item]) -> dict[str, list[bool]]:

@@ -22,10 +22,9 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.models import MODELS_DIR
 from eval.dilution import carrier, carrier_documents, insert
-from eval.flags import flags
+from eval.flags import flags, probed
 from eval.monitor_cost import tool_item
 from eval.report import write_report
 
@@ -120,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    loaded = {c.name: c for c in load_classifiers(models_dir=args.models_dir)}
-    classifiers = {name: loaded[name] for name in ("lexical", "detector")}
+    classifiers = probed(("lexical", "detector"), args.models_dir)
     candidates = corpus_texts("injection", args.texts)
     caught = flags(classifiers, [tool_item(t) for t in candidates])["pipeline"]
     injections = [t for t, hit in zip(candidates, caught, strict=True) if hit][: args.texts]
