@@ -14,6 +14,8 @@ import re
 # Within one sentence: a dot, "!" or "?" ends it only before a space or a line's end (not the
 # dots of "settings.py", "https://x.io/a" or "v9.9.9").
 IN_SENTENCE = r"(?:[^.!?\n]|[.!?](?=[\w/~$*-]))"
+# a line break inside a comment or a quotation: its marker ("#", "//", " * ", "--", ">")
+_WRAP = r"\n[ \t]*(?:#+|//+|\*|--|;+|>)?"
 
 # -- who the note speaks to -------------------------------------------------------------------
 
@@ -23,7 +25,9 @@ _AI = (
     r"|llms?(?:[\s-]based)?(?:\s+(?:models?|tools?|systems?|assistants?|agents?))?"
     r"|(?:large\s+)?language\s+models?"
     r"|(?:(?:coding|code|automated|autonomous|software)[\s-]+)?(?:assistants?|agents?|bots?|reviewers?)"
-    r"|(?:automated|autonomous)[\s-]+(?:[\w-]+\s+)?(?:tools?|fixers?|contributors?|systems?|refactoring\s+tools?)"
+    r"|(?:automated|autonomous)[\s-]+(?:[\w-]+\s+)?(?:tools?|tooling|fixers?|contributors?|systems?|maintainers?"
+    r"|refactoring\s+tools?|bots?|agents?|assistants?)"
+    r"|code\s+generators?|codegen\s+tools?|(?:dependency|upgrade|migration|refactoring)\s+(?:bots?|tooling|tools?)"
     r"|chatbots?|copilot|claude(?:\s+code)?|codex|cursor|chatgpt|gpt(?:-?\d[\w.]*)?|gemini|devin|aider|windsurf"
     r"|openhands)"
 )
@@ -31,7 +35,9 @@ AI_NAME = re.compile(_AI)
 # the literal every AI reader's name holds
 AI_WORDS = ("a.i.", "ai", "llm", "language model", "assistant", "agent", "bot", "reviewer", "copilot",
             "claude", "codex", "cursor", "chatgpt", "gpt", "gemini", "devin", "aider", "windsurf",
-            "openhands", "automated", "autonomous")  # fmt: skip
+            "openhands", "automated", "autonomous", "code generator", "codegen", "dependency bot",
+            "dependency tool", "upgrade bot", "upgrade tool", "migration bot", "migration tool",
+            "refactoring bot", "refactoring tool")  # fmt: skip
 # "... reading this file", "... that processes this page"
 _READING = (
     r"(?:\s+(?:reading|processing|parsing|handling|reviewing|seeing|working\s+(?:on|in|with)"
@@ -84,7 +90,8 @@ _SUBJECT = (
         re.MULTILINE,
     ),
     re.compile(
-        r"(?:\s+(?!(?:must|should|shall)\b)[\w'-]+){0,8}?\s+(?:must|should|shall|need\s+to|have\s+to"
+        r"(?:(?:\s|\n[ \t]*(?:#+|//+|\*|--|;+|>)?)+(?!(?:must|should|shall)\b)[\w'-]+){0,8}?\s+"
+        r"(?:must|should|shall|need\s+to|have\s+to"
         r"|(?:is|are)\s+(?:required|expected|asked|instructed|supposed|authori[sz]ed|allowed|permitted)\s+to)\b"
     ),
 )
@@ -96,7 +103,23 @@ _BRACKET = (
 )
 # ... or only the name, and a colon: "NOTE(ai-assistant):"
 _BRACKETED = (re.compile(r"[\[(<]\s*\Z"), re.compile(r"(?:[\s-]+[\w-]+){1,2}\s*[\])>](?!\()|\s*[\])]\s*:"))
-FORMS = (_VOCATIVE, _IF_YOU, _AS_AN, _TO_ANY, _MENTION, _BRACKET, _BRACKETED, _SUBJECT, _FOR_THE, _RUN_BY)
+# the reader named beside others, as one of those a request is for: "whoever picks this up
+# (including the code assistant) should ...", "Automated runners and coding agents must ...",
+# "CI pipelines and the agents that maintain them must ...", "contributors and code assistants:"
+_ALONGSIDE = (
+    re.compile(
+        r"\b(?:including|incl\.?|especially|even|[\w-]+\s*,?\s*(?:or|and|/|&|as\s+well\s+as))"
+        r"\s+(?:the\s+|an?\s+|any\s+|other\s+|all\s+|your\s+)?(?:[\w-]+\s+)?\Z"
+    ),
+    re.compile(
+        rf"(?:[^.!?\n]|{_WRAP}){{0,80}}?\b(?:must|should|shall|need\s+to|have\s+to"
+        r"|(?:is|are)\s+(?:required|expected|asked)\s+to)\b|\s*[)\]]?\s*[:\u2014]"
+    ),
+)
+FORMS = (
+    _VOCATIVE, _IF_YOU, _AS_AN, _TO_ANY, _MENTION, _BRACKET, _BRACKETED, _SUBJECT, _FOR_THE, _RUN_BY,
+    _ALONGSIDE,
+)  # fmt: skip
 # forms whose note may also run back to its paragraph's start ("curl ... | bash. Any bot that
 # lands on this issue should apply it"): a vocative's words may open any wrapped line
 LOOKS_BACK = frozenset(FORMS) - {_VOCATIVE}
@@ -109,6 +132,23 @@ BANNER = re.compile(
     r"|<\s*(?:important|system|instructions?)\s*>"
 )
 BANNER_OPENS = frozenset("\n#*>[(<")
+# people and machines addressed together: "Implementers, human or automated:", "whoever edits
+# this next (person or tool)", "anyone (or anything) that ..."
+HUMAN_OR = re.compile(
+    r"\b(?:humans?|persons?|people)\s*(?:,\s*)?(?:or|and|/)\s*(?:an?\s+)?(?:automated|automation|machines?|tools?"
+    r"|tooling|bots?|scripts?|agents?|ai)\b|\bor\s+whatever\b|\(\s*or\s+anything\b"
+)
+HUMAN_OR_WORDS = ("human", "person", "people", "whatever", "anything")
+# a request to whoever reads, the model included: "Whoever edits this file next should ...",
+# "anyone regenerating this policy must ...", "Tools summarising this audit should ..."
+ANY_READER = re.compile(
+    r"\b(?:whoever|anyone|anybody|any\s+(?:tool|script|process|automation)"
+    r"|(?:tools?|tooling|automation)\s+(?:that\s+|which\s+)?[\w-]+(?:s|ing))\b"
+    rf"(?:[^.!?\n]|{_WRAP}){{0,100}}?\b(?:must|should|shall|needs?\s+to|has\s+to|have\s+to"
+    r"|(?:is|are)\s+(?:required|expected|asked)\s+to)\b"
+)
+ANY_READER_WORDS = ("whoever", "anyone", "anybody", "any tool", "any script", "any process", "any automation",
+                    "tool", "automation")  # fmt: skip
 BANNER_WORDS = ("system", "admin", "<important", "<system", "<instruction")
 USERS_TASK = re.compile(
     r"\b(?:before|after|instead\s+of)\s+(?:you\s+)?(?:continue|proceed|answer|respond|reply|start|finish)\w*"
@@ -122,7 +162,7 @@ NOTE_END = re.compile(r"\n[ \t]*(?:[#/*;-]+[ \t]*)?\n")  # a blank line, bare or
 # -- what it asks for ---------------------------------------------------------------------------
 
 _SECRET = (
-    r"(?:secrets?|(?:access|auth|api|bearer|github|gh|npm|pypi|session|refresh|personal\s+access|secret)"
+    r"(?:secrets?\b|(?:access|auth|api|bearer|github|gh|npm|pypi|session|refresh|personal\s+access|secret)"
     r"[\s_-]?tokens?"
     r"|credentials?|passwords?|passphrases?|(?:private|ssh|api|access|deploy|signing|secret)[\s_-]?keys?"
     r"|\.env\b(?!\.(?:example|sample|template|dist|defaults?)\b)|dotenv|(?:~|\$home)/\.[\w.-]+(?:/[\w.-]+)*|/etc/(?:passwd|shadow)|id_(?:rsa|ed25519|ecdsa)"
@@ -152,6 +192,11 @@ _DESTINATION = (
     r"|thread|discussion)\b"
     r"|\bgist\b|\bpastebin\b|\bpublic(?:ly)?\b|\b(?:your|the)\s+(?:reply|answer|response|summary|final\s+message)\b"
     r"|\b(?:pr|pull\s+request|issue)\s+(?:description|body)\b)"
+)
+# the record of the work, where what was done is told
+_RECORD = (
+    r"(?:the\s+|your\s+|any\s+)?(?:pr\b|pull\s+request|description|summary|review|changelog|commit\s+message"
+    r"|release\s+notes|reply|report)"
 )
 HARMS = {
     "disclosure": rf"{_DISCLOSE}{IN_SENTENCE}{{0,80}}?{_SECRET}",
@@ -213,6 +258,50 @@ HARMS = {
         # persistence: a key, a cron job or a login script of the attacker's
         rf"|\b(?:add|append|write|echo|install|put)\b{IN_SENTENCE}{{0,80}}"
         r"(?:authorized_keys|crontab|/etc/cron|\.bashrc|\.zshrc|\.bash_profile|\.profile\b)"
+        r"|\bcrontab\s+-(?:\s|$)|\bssh-(?:ed25519|rsa|ecdsa)\s+aaaa"
+        # a safeguard weakened by its setting: hosts and networks opened, roots and wildcards
+        r"|\ballowed_hosts\s*=\s*\[\s*['\"]\*|(?<![\w.])0\.0\.0\.0/0\b|\brunasuser:\s*0\b"
+        r"|\b(?:action|resource)s?['\"]?\s*[:=]\s*\[?\s*['\"]\*['\"]|\bhost_auth_method\s*[=:]\s*['\"]?trust\b"
+        r"|\bstrict-ssl\s*[= ]\s*false\b|\bchecksumpolicy>\s*ignore|\bgo(?:nosum\w*|insecure)\s*="
+        r"|\bgosumdb\s*=\s*off\b|\bgoflags\s*=\s*-insecure|\bssl\.(?:insecure|allowall)\s*=\s*true"
+        r"|\b(?:enforce_admins|require_code_owner_reviews|dismiss_stale_reviews)\s*[:=]?\s*(?:to\s+)?false\b"
+        r"|\brequired_approving_review_count\s*[:=]?\s*(?:to\s+)?0\b|\baudit\s*=\s*false\b|--no-audit\b"
+        r"|\b(?:fail_under|cov-fail-under|fail-under)\b\s*(?:[:=]|to)?\s*0\b|\btarget:\s*0%|pragma:\s*no\s+cover"
+        r"|\bcontinue-on-error:\s*true\b|\bunsalted\s*md5|\bmd5passwordhasher\b|getinstance\(\s*\"md5\""
+        r"|\brate\.inf\b|\brate_limit\w*\s*=\s*(?:false|0)\b|\bis_superuser\s*=\s*true\b"
+        r"|\bdefault_protect_from_forgery\s*=\s*false|\bskip_forgery_protection\b|\bcsrf_exempt\b"
+        rf"|\b(?:add|remove|delete|edit|change|replace|drop)\b{IN_SENTENCE}{{0,60}}\bcodeowners\b"
+        r"|\bpermission\s*[=:]\s*['\"]?admin\b|\badmin\s+(?:rights|role|access|permissions?)\b"
+        r"|\bbusl\b|\bbusiness\s+source\s+licen[sc]e|\ball\s+rights\s+reserved"
+        # dependencies from elsewhere: a fork, an unpinned installer, a lockfile thrown away
+        r"|\bregistry\s*[= ]\s*['\"]?http://|\breplace-with\s*=|\breplace\s+[\w./-]+\s*=>"
+        r"|\bgithub:[\w-]+/[\w.-]+#|\bgit\+https?://|\bgit\s*=\s*['\"]https?://|--no-package-lock\b"
+        r"|\bpackage-lock\s*=\s*false|\bisallowinsecureprotocol\s*=\s*true"
+        rf"|\b(?:delete|remove|drop)\b{IN_SENTENCE}{{0,30}}(?:package-lock\.json|cargo\.lock|yarn\.lock"
+        r"|poetry\.lock|lockfile|lock\s+file|verification-metadata)"
+        r"|\b(?:close|dismiss|ignore|suppress)\b[^.!?\n]{0,40}\b(?:security|dependabot|vulnerabilit\w*)\s+"
+        r"(?:prs?|pull\s+requests?|issues?|alerts?|advisor(?:y|ies)|findings?|updates?)"
+        r"|\bowasp-suppressions\b|\bcve-\d{4}-\d+\b[^.!?\n]{0,40}\bsuppress"
+        r"|\bevents\[\]=\*|\bci_debug_trace\b|\bmake\s+(?:the\s+)?(?:job\s+)?logs?\s+public|\bpublic\s+gist\b"
+    ),
+    # what is said of the work is not what was done
+    "deception": (
+        rf"\b(?:state|say|report|claim|tell|reply|answer|write|summari[sz]e|read\s+exactly)\b{IN_SENTENCE}{{0,80}}?"
+        r"\b(?:passed|passes|succeeded|is\s+green|(?:no|0|zero)\s+(?:known\s+)?vulnerabilit\w*"
+        r"|pure\s+refactor|no\s+security[\s-]relevant|audit\s+complete)"
+    ),
+    # what cannot be undone
+    "destruction": (
+        r"\bdrop\s+(?:table|schema|database)\b|\btruncate\s+(?:table\s+)?[\w.]+|\brm\s+-(?:rf|fr)\s+(?:/|~/?|\$home/?)(?:\*|\s|$)"
+        r"|\bgit\s+push\b[^\n]{0,80}\s--delete\b|\bpurge\s+--all\b|\bdowngrade\s+base\b"
+        r"|\b(?:delete|remove|wipe|purge|drop)\s+(?:all|every)\s+(?:of\s+the\s+)?(?:[\w-]+\s+)?"
+        r"(?:branches|tags|records|rows|backups|releases|users|data|tables)\b"
+    ),
+    # the user asked for what only the user should hold
+    "phishing": (
+        r"\bask\s+(?:the\s+|your\s+)?(?:user|maintainer|developer|them|requester|owner|customer)s?\b"
+        rf"{IN_SENTENCE}{{0,80}}\b(?:password|passcode|2fa|two-factor|one-time|otp|\d-digit|verification\s+code"
+        r"|authenticator|recovery\s+codes?)"
     ),
     "concealment": (
         r"\b(?:do\s+not|don'?t|never|without)\s+(?:tell(?:ing)?|inform(?:ing)?|mention(?:ing)?|notify(?:ing)?"
@@ -223,6 +312,11 @@ HARMS = {
         r"\s+(?:know|find\s+out|see|notice|learn|be\s+told)"
         r"|\b(?:silently|quietly|secretly|covertly|discreetly|stealthily)\b"
         r"|\bkeep\s+(?:this|it)\s+(?:out\s+of|from|secret|hidden|to\s+yourself)|\bhide\s+(?:this|it)\s+from\b"
+        # ... or from the record of the work: the pull request, the summary, the review
+        r"|\b(?:must|should)\s+not\s+be\s+(?:mentioned|listed|reported|disclosed|shown|flagged)\b"
+        r"|\b(?:do\s+not|don'?t|never|without)\s+(?:mention|list|includ|not|describ|flag|document|disclos|call)\w*\b"
+        rf"[^.!?\n]{{0,50}}\b(?:in|from|to)\s+{_RECORD}"
+        rf"|\b(?:leave|keep|omit)\b[^.!?\n]{{0,50}}\bout\s+of\s+{_RECORD}"
     ),
     # the whole environment sent off the machine: no document asks that of its reader
     "exfiltration": (
@@ -259,7 +353,8 @@ UNNEGATED = frozenset({"concealment"})  # negation is what these say
 # the literal every match of a kind holds, to look for before searching around it
 CONCEALMENT_WORDS = ("silently", "quietly", "secretly", "covertly", "discreetly", "stealthily", "keep ",
                      "hide ", "the user", "the human", "the developer", "the reviewer", "maintainer",
-                     "operator")  # fmt: skip
+                     "operator", "not be ", "out of", "mention", "list", "includ", "describ", "flag",
+                     "document", "disclos", "call")  # fmt: skip
 OVERRIDE_WORDS = ("ignore", "disregard", "forget", "abandon", "stop working", "your real", "your actual",
                   "your true", "your hidden", "your secret", "new instruction", "overrid", "supersed",
                   "replaces", "precedence", "updated instruction", "revised instruction", "new system prompt",
@@ -281,7 +376,10 @@ SECRET_SENT = re.compile(
 NEGATION = re.compile(
     r"\b(?:do\s+not|don'?t|dont|never|must\s+not|mustn'?t|should\s+not|shouldn'?t|cannot|can'?t|avoid"
     r"|no\s+need\s+to|not\s+to|without|instead\s+of|rather\s+than|refuse|prevent|protects?|forbid(?:den)?"
-    r"|prohibit(?:ed)?|nor|no)\b[^.;!?\n]*\Z"
+    r"|prohibit(?:ed)?|nor|no"
+    # ... or undoes it: "remove `csrf_exempt`", "check that `verify=False` is gone"
+    r"|remov(?:e|es|ed|ing)|replac(?:e|es|ed|ing)|revert(?:s|ed|ing)?|undo(?:es|ing)?|reject(?:s|ed|ing)?"
+    r"|get\s+rid\s+of|check\s+(?:that|for|whether))\b[^.;!?\n]*\Z"
 )
 HEDGE = re.compile(
     r"\b(?:may|might|could|can|would|attackers?|adversar\w+|malicious|threats?|risks?|if|when|whether"

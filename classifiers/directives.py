@@ -65,6 +65,8 @@ from deltaguard.classifiers.base import (
 from deltaguard.classifiers.directive_patterns import (
     AI_NAME,
     AI_WORDS,
+    ANY_READER,
+    ANY_READER_WORDS,
     BACK_CHARS,
     BANNER,
     BANNER_OPENS,
@@ -80,6 +82,8 @@ from deltaguard.classifiers.directive_patterns import (
     FORMS,
     HARM,
     HEDGE,
+    HUMAN_OR,
+    HUMAN_OR_WORDS,
     KEYED,
     LIST_OPENS,
     LOOKS_BACK,
@@ -126,7 +130,7 @@ class Note(NamedTuple):
     why: str  # the harm it asks for
 
 
-def _lowered(text: str) -> str:
+def lowered(text: str) -> str:
     """`text` lower-cased, each character in its place (a few characters lower to two)."""
     low = text.lower()
     if len(low) == len(text):
@@ -211,7 +215,7 @@ def _opens_value(low: str, at: int) -> bool:
     return head[-1] in BRACKETS or KEYED.search(head) is not None
 
 
-def _addressees(low: str) -> list[tuple[int, int, bool]]:
+def addressees(low: str) -> list[tuple[int, int, bool]]:
     """Where a note speaks to an AI reader: (start of the address, end, whether the note may
     run back to its paragraph's start)."""
     out = []
@@ -238,6 +242,14 @@ def _addressees(low: str) -> list[tuple[int, int, bool]]:
             opened = low[max(0, at - BACK_CHARS) : at].rstrip(" \t")
             if (not opened and at <= BACK_CHARS) or opened[-1:] in BANNER_OPENS:
                 out.append((*m.span(), True))
+    for at in _positions(low, ANY_READER_WORDS):
+        m = ANY_READER.match(low, at)
+        if m and not (at and low[at - 1].isalnum()) and not _quoted(low, at):
+            out.append((*m.span(), True))
+    for at in _positions(low, HUMAN_OR_WORDS):
+        m = HUMAN_OR.search(low, max(0, at - 20), at + 40)
+        if m and not _quoted(low, m.start()):
+            out.append((*m.span(), True))
     for at in _positions(low, USERS_WORDS):
         m = USERS_TASK.search(low, max(0, at - BACK_CHARS), at + 30)
         if m:
@@ -268,7 +280,7 @@ def directives(text: str) -> list[Note]:
     attack, as only a write-up does. A note's range covers the lines it spans, as the lexical
     view's located findings do (the unit a reviewer reads and a sanitiser removes); in a line
     longer than LINE_CHARS, its sentences."""
-    low = _lowered(text)
+    low = lowered(text)
     notes = _addressed(low) + _unaddressed(low) + _hidden_harms(low) + _secrets_sent(low)
     widened = (_whole(low, note) for note in notes)
     return _once([n for n in widened if not DEFANGED.search(low, n.start, n.end)])
@@ -279,7 +291,7 @@ def _addressed(low: str) -> list[Note]:
     its paragraph (NOTE_CHARS at most)."""
     notes: list[Note] = []
     reach = 0
-    for start, end, back in _addressees(low):
+    for start, end, back in addressees(low):
         if start < reach:
             continue
         stop = NOTE_END.search(low, end, end + NOTE_CHARS)

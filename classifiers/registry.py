@@ -69,6 +69,7 @@ from deltaguard.classifiers.encoder import EncoderClassifier
 from deltaguard.classifiers.harm import HarmClassifier
 from deltaguard.classifiers.lexical import SCORED_ROLES as LEXICAL_ROLES
 from deltaguard.classifiers.lexical import LexicalClassifier
+from deltaguard.classifiers.notes import NotesClassifier
 from deltaguard.classifiers.operator import OperatorClassifier
 from deltaguard.classifiers.pii import PiiClassifier
 from deltaguard.classifiers.provenance import ProvenanceClassifier
@@ -86,6 +87,7 @@ DEFAULT_NAMES = (
     "harm",
     "detector",
     "directives",
+    "notes",
     "provenance",
 )
 LEXICAL_ARTIFACT = "lexical"
@@ -149,6 +151,9 @@ def load_classifiers(
             out.append(HarmClassifier(models_dir).load())  # 0.5-scaled already
         elif name == "directives":
             out.append(DirectivesClassifier())
+        elif name == "notes":
+            notes = NotesClassifier(models_dir).load()
+            out.append(ThresholdScaled(notes, {"prompt_injection": notes.threshold}))
         elif name == "provenance":
             out.append(ProvenanceClassifier())
         elif name in ("encoder", "detector"):

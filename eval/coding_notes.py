@@ -20,9 +20,14 @@ that).
   scored after that revision, and again after a defect found in review was fixed (the
   cheap pass lacked two words of the reader's names); nothing was changed on its account.
 
+None of the three trains a model. The notes model (classifiers/notes.py) trains on ten
+further authors' texts (training/data/coding_notes/), on which the directives view's rules
+were revised again; this development set also chose nothing for it.
+
 Each text is scored as a tool output from an empty state; reported per set: the share of
 injected texts flagged for prompt_injection and of benign ones flagged, by the gate's lexical
-view, the detector (behind its screen), the directives view and the pipeline (any of them),
+view, the detector (behind its screen), the directives view, the notes model and the
+pipeline (any of them),
 with 95% Wilson intervals, and the pipeline per kind of text. Writes eval/out/coding_notes.md.
 """
 
@@ -49,7 +54,7 @@ SETS = {
     / "coding_notes_held_out_2.jsonl",
 }
 OUT = Path(__file__).resolve().parent / "out" / "coding_notes.md"
-NAMES = ("lexical", "detector", "directives", "pipeline")
+NAMES = ("lexical", "detector", "directives", "notes", "pipeline")
 
 
 def load(path: Path) -> list[dict]:

@@ -1,5 +1,5 @@
 """Monitor-lane CPU per 1,000-token delta: the detector with and without its screen, the
-directives view, and the frozen encoder, side by side.
+directives view, the notes model and the frozen encoder, side by side.
 
 `python -m eval.monitor_cost` folds three sets of tool outputs, one per update (an agent
 turn's delta), through each classifier, interleaved item by item so that all see the same
@@ -20,8 +20,9 @@ The previous release's detector (the `detector-v2` manifest entry) is measured b
 `--models DIR` measures another models folder's, and `--beside DIR` adds DIR's detector
 to the same interleaved run (two builds side by side: `--models BUILD --beside models`).
 
-The lane runs the detector and the directives view (rules, classifiers/directives.py) on each
-turn: its cost is their sum. For the corpus sets, CPU ms per 1,000 tokens (total CPU over
+The lane runs the detector, the directives view (rules, classifiers/directives.py) and the
+notes model (classifiers/notes.py: paragraphs that ask something) on each turn: its cost is
+their sum. For the corpus sets, CPU ms per 1,000 tokens (total CPU over
 total tokens) and the share of items the screen cleared. The target is <= 60 ms per
 1,000-token delta on one core (one core then keeps up with >= 15 agent turns/s). Writes
 eval/out/monitor_cost.md.
@@ -42,6 +43,7 @@ from deltaguard.artifacts import load_manifest
 from deltaguard.classifiers.base import Classifier
 from deltaguard.classifiers.directives import DirectivesClassifier
 from deltaguard.classifiers.encoder import EncoderClassifier
+from deltaguard.classifiers.notes import NotesClassifier
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             args.models, threads=1, memo_items=0, artifact="detector", screen=False
         ).load(),
         "directives (rules)": DirectivesClassifier(),
+        "notes (asking paragraphs)": NotesClassifier(args.models, threads=1).load(),
         "frozen encoder (opt-in)": EncoderClassifier(
             args.models, threads=1, memo_items=0, artifact="encoder"
         ).load(),

@@ -16,7 +16,6 @@ import numpy as np
 from training.lib.detector_spec import (
     BATCH,
     HEAD_LR,
-    HEADS,
     LAYERS,
     LR,
     SEED,
@@ -25,8 +24,11 @@ from training.lib.detector_spec import (
 )
 
 
-def finetune(windows_file: str, base: str, out_dir: str, epochs: int) -> None:
-    """Fine-tune the truncated base encoder on the windows; save the encoder and the heads."""
+def finetune(
+    windows_file: str, base: str, out_dir: str, epochs: int, layers: int = LAYERS, lr: float = LR
+) -> None:
+    """Fine-tune the base encoder, truncated to its first `layers`, on the windows (one head
+    per target); save the encoder and the heads."""
     import torch
     from transformers import AutoModel
 
@@ -37,15 +39,15 @@ def finetune(windows_file: str, base: str, out_dir: str, epochs: int) -> None:
     w = np.array([d["w"] for d in data], dtype=np.float32)
     y = np.array([[0.0 if math.isnan(t) else t for t in d["targets"]] for d in data], dtype=np.float32)
     bert = AutoModel.from_pretrained(base, attn_implementation="eager", add_pooling_layer=False)
-    bert.encoder.layer = bert.encoder.layer[:LAYERS]
-    bert.config.num_hidden_layers = LAYERS
+    bert.encoder.layer = bert.encoder.layer[:layers]
+    bert.config.num_hidden_layers = len(bert.encoder.layer)
     bert.embeddings.word_embeddings.weight.requires_grad_(False)
-    heads = torch.nn.Linear(bert.config.hidden_size, len(HEADS))
+    heads = torch.nn.Linear(bert.config.hidden_size, y.shape[1])
     torch.nn.init.zeros_(heads.bias)
     # Cosine-similarity-like logits need a scale: start the heads at norm ~10.
     torch.nn.init.normal_(heads.weight, std=10.0 / math.sqrt(bert.config.hidden_size))
     params = [
-        {"params": [p for p in bert.parameters() if p.requires_grad], "lr": LR, "weight_decay": 0.01},
+        {"params": [p for p in bert.parameters() if p.requires_grad], "lr": lr, "weight_decay": 0.01},
         {"params": heads.parameters(), "lr": HEAD_LR, "weight_decay": 0.0},
     ]
     opt = torch.optim.AdamW(params)
@@ -116,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("base")
     parser.add_argument("out")
     parser.add_argument("epochs", type=int)
+    parser.add_argument("--layers", type=int, default=LAYERS, help="the base's first layers kept")
+    parser.add_argument("--lr", type=float, default=LR, help="the encoder's learning rate")
     args = parser.parse_args(argv)
-    finetune(args.windows, args.base, args.out, args.epochs)
+    finetune(args.windows, args.base, args.out, args.epochs, args.layers, args.lr)
     return 0
 
 

@@ -1,0 +1,116 @@
+"""The notes model's training paragraphs (training/train_notes.py): each a paragraph of
+untrusted content as classifiers/notes.py cuts it, labelled 1 when it carries an
+instruction planted for the model.
+
+- training/data/coding_notes/: texts ten separate authors wrote of what a coding agent
+  reads (README.md there). An injected text's paragraphs that hold its injection (`span`)
+  are positives, its other paragraphs and every paragraph of a benign text negatives:
+  the benign texts were written to be hard (agent instruction files, installers,
+  advisories quoting attacks, fixtures, runbooks).
+- training/lib/coding_agent.py's templated carriers (train split, a sample): the paragraphs
+  where an injected carrier differs from its clean one are positives, where its benign
+  twin differs negatives (the same place, a note that asks for ordinary things).
+- real text (training/lib/real_text.py: repository files and history, Debian documents;
+  training/lib/agent_files.py: real agent instruction files; the real agent
+  conversations' tool outputs, training/lib/agent_traffic.py), train split: the
+  paragraphs that ask something (`notes.asks`, the ones served), negatives.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+AUTHORS = Path(__file__).resolve().parents[1] / "data" / "coding_notes"
+TEMPLATED_GROUPS = 400  # coding_agent carriers sampled
+REAL_PARAGRAPHS = 12_000  # asking paragraphs of real documents sampled
+TOOL_PARAGRAPHS = 4_000  # asking paragraphs of real agent tool outputs sampled
+SEED = "notes"
+
+
+def overlaps(a: int, b: int, lo: int, hi: int) -> bool:
+    """Whether paragraph [a, b) holds the injection [lo, hi): half of the shorter of the two."""
+    shared = min(b, hi) - max(a, lo)
+    return shared > 0 and shared >= 0.5 * min(b - a, hi - lo)
+
+
+def _paragraph_rows(text: str, span: tuple[int, int] | None, source: str, group: str) -> list[dict[str, Any]]:
+    from deltaguard.classifiers.notes import paragraphs
+
+    rows = []
+    for a, b in paragraphs(text):
+        label = int(span is not None and overlaps(a, b, *span))
+        rows.append({"text": text[a:b], "label": label, "source": source, "group": group})
+    return rows
+
+
+def authored_rows(folder: Path = AUTHORS) -> list[dict[str, Any]]:
+    """Every author's paragraphs; each author is a source of its own."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        for n, line in enumerate(path.open(encoding="utf-8"), 1):
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            text, span = r["text"], r.get("span") or ""
+            if r["label"] == "injected":
+                lo = text.find(span)
+                if not span or lo < 0:
+                    raise ValueError(f"{path.name}:{n}: an injected text names its injection (span)")
+                where: tuple[int, int] | None = (lo, lo + len(span))
+            elif r["label"] == "benign":
+                where = None
+            else:
+                raise ValueError(f"{path.name}:{n}: label {r['label']!r} is not injected or benign")
+            rows += _paragraph_rows(text, where, f"authors-{path.stem}", f"{path.stem}:{r['id']}")
+    return rows
+
+
+def templated_rows(groups: int = TEMPLATED_GROUPS) -> list[dict[str, Any]]:
+    """The differing paragraphs of a sample of coding_agent.py's train-split carriers."""
+    from training.lib.coding_agent import coding_agent_rows
+    from training.lib.detector_windows import _diff_span
+
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for r in coding_agent_rows():
+        if r["split"] == "train":
+            by_group.setdefault(r["group"], []).append(r)
+    picked = random.Random(SEED).sample(sorted(by_group), min(groups, len(by_group)))
+    rows: list[dict[str, Any]] = []
+    for g in picked:
+        clean, attack, twin = by_group[g]
+        for other, label in ((attack, 1), (twin, 0)):
+            lo, hi = _diff_span(other["text"], clean["text"])
+            for row in _paragraph_rows(other["text"], (lo, hi), "coding-agent", g):
+                if row["label"]:  # the paragraphs that hold the note
+                    rows.append(row | {"label": label})
+    return rows
+
+
+def real_rows(per_documents: int = REAL_PARAGRAPHS, per_tools: int = TOOL_PARAGRAPHS) -> list[dict[str, Any]]:
+    """Asking paragraphs of the train split's real documents, agent files and agent tool
+    outputs, negatives."""
+    from deltaguard.classifiers.notes import asks, paragraphs
+    from training.lib import agent_files
+    from training.lib.agent_traffic import conversation_texts
+    from training.lib.real_text import all_documents
+
+    rng = random.Random(SEED)
+
+    def asking(texts: list[tuple[str, str]], source: str, n: int) -> list[dict[str, Any]]:
+        found = [
+            {"text": t[a:b], "label": 0, "source": source, "group": f"{source}:{key}"}
+            for key, t in texts
+            for a, b in paragraphs(t)
+            if asks(t[a:b])
+        ]
+        return found if len(found) <= n else rng.sample(found, n)
+
+    docs = [(d.source, d.text) for d in all_documents() if d.split == "train"]
+    docs += [(d.source, d.text) for d in agent_files.agent_documents() if d.split == "train"]
+    tools = [
+        (f"{kind}:{i}", t) for i, (kind, _, read, _) in enumerate(conversation_texts("train")) for t in read
+    ]
+    return asking(docs, "real-documents", per_documents) + asking(tools, "real-tool-outputs", per_tools)
