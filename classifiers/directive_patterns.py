@@ -376,10 +376,13 @@ SECRET_SENT = re.compile(
 NEGATION = re.compile(
     r"\b(?:do\s+not|don'?t|dont|never|must\s+not|mustn'?t|should\s+not|shouldn'?t|cannot|can'?t|avoid"
     r"|no\s+need\s+to|not\s+to|without|instead\s+of|rather\s+than|refuse|prevent|protects?|forbid(?:den)?"
-    r"|prohibit(?:ed)?|nor|no"
-    # ... or undoes it: "remove `csrf_exempt`", "check that `verify=False` is gone"
-    r"|remov(?:e|es|ed|ing)|replac(?:e|es|ed|ing)|revert(?:s|ed|ing)?|undo(?:es|ing)?|reject(?:s|ed|ing)?"
-    r"|get\s+rid\s+of|check\s+(?:that|for|whether))\b[^.;!?\n]*\Z"
+    r"|prohibit(?:ed)?|nor|no)\b[^.;!?\n]*\Z"
+)
+# What undoes the harm it stands right before: "remove `csrf_exempt`", "check that
+# `verify=False` is gone", "replace `verify=False` with ..."
+UNDONE = re.compile(
+    r"\b(?:remov(?:e|es|ed|ing)|replac(?:e|es|ed|ing)|revert(?:s|ed|ing)?|undo(?:es|ing)?|reject(?:s|ed|ing)?"
+    r"|get\s+rid\s+of|check\s+(?:that|for|whether))\s+(?:(?:the|any|all|every|each)\s+)?[`'\"]?\Z"
 )
 HEDGE = re.compile(
     r"\b(?:may|might|could|can|would|attackers?|adversar\w+|malicious|threats?|risks?|if|when|whether"

@@ -97,6 +97,7 @@ from deltaguard.classifiers.directive_patterns import (
     SECRET_SENT,
     SECRET_WORDS,
     SENTENCE_END,
+    UNDONE,
     UNNEGATED,
     USERS_TASK,
     USERS_WORDS,
@@ -145,7 +146,7 @@ def _asked(low: str, start: int, kind: str) -> bool:
     if _quoted(low, start, kind):
         return False
     before = low[max(0, start - CLAUSE_BACK) : start]
-    if HEDGE.search(_clause(before, OPENING)):
+    if HEDGE.search(_clause(before, OPENING)) or UNDONE.search(before):
         return False
     return kind in UNNEGATED or NEGATION.search(_clause(before, CLAUSE_START)) is None
 

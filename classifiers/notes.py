@@ -13,8 +13,8 @@ never across a blank line). Only paragraphs that ask something are read (`asks`:
 or an imperative's marker, an address to an AI reader or to whoever reads, or a harm the
 directives view names), about a tenth of real documents' text; the rest costs one regular
 expression pass. Each is read alone, its first NOTE_TOKENS - 2 tokens, and the item's score
-is the highest of its paragraphs'; a paragraph over the threshold is a finding with its
-character range.
+is the highest of its paragraphs'. A paragraph over the threshold is located: its lines that
+the model flags read alone are the findings, else the whole paragraph.
 
 Reads tool outputs and attached files, like the directives view. Stateless per item: the
 conversation score is the running max, so delta and full agree by construction.
@@ -84,6 +84,18 @@ def paragraphs(text: str, limit: int = PARAGRAPH_CHARS) -> list[tuple[int, int]]
     return out
 
 
+def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The non-blank lines of text[start:end], each without its line break."""
+    out = []
+    at = start
+    for line in text[start:end].splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        if body.strip():
+            out.append((at, at + len(body)))
+        at += len(line)
+    return out
+
+
 def asks(paragraph: str) -> bool:
     """Whether a paragraph asks something of its reader (the paragraphs the model reads)."""
     low = lowered(paragraph)
@@ -127,25 +139,42 @@ class NotesClassifier:
 
     def probabilities(self, texts: Sequence[str]) -> list[list[tuple[int, int, float]]]:
         """Per text, (start, end, probability) of each paragraph that asks something."""
-        model = self._require_model()
-        content = NOTE_TOKENS - 2
         spans: list[tuple[int, int, int]] = []
-        windows: list[Window] = []
         for t, text in enumerate(texts):
             asking = [(a, b) for a, b in paragraphs(text) if asks(text[a:b])]
             if len(asking) > MAX_PARAGRAPHS:
                 picked = np.unique(np.linspace(0, len(asking) - 1, MAX_PARAGRAPHS).round().astype(int))
                 asking = [asking[i] for i in picked]
-            for start, end in asking:
-                ids = model.tokenize(text[start:end])[:content]
-                if ids:
-                    spans.append((t, start, end))
-                    windows.extend(model.windows(ids, (), 1))  # fits one: the paragraph alone
+            spans += [(t, a, b) for a, b in asking]
+        probs = self._read([texts[t][a:b] for t, a, b in spans])
         out: list[list[tuple[int, int, float]]] = [[] for _ in texts]
+        for (t, start, end), p in zip(spans, probs, strict=True):
+            out[t].append((start, end, float(p)))
+        return out
+
+    def located(self, text: str, start: int, end: int, p: float) -> list[tuple[int, int, float]]:
+        """A flagged paragraph's finding: the lines of it that the model flags read alone
+        (the unit a reviewer reads and a sanitiser removes), else the whole paragraph."""
+        lines = _lines(text, start, end)
+        if len(lines) < 2:
+            return [(start, end, p)]
+        alone = self._read([text[a:b] for a, b in lines])
+        found = [(a, b, float(q)) for (a, b), q in zip(lines, alone, strict=True) if q >= self.threshold]
+        return found or [(start, end, p)]
+
+    def _read(self, pieces: Sequence[str]) -> np.ndarray:
+        """The model's probability for each piece read alone (its first NOTE_TOKENS - 2 tokens)."""
+        model = self._require_model()
+        windows: list[Window] = []
+        kept = []
+        for i, piece in enumerate(pieces):
+            ids = model.tokenize(piece)[: NOTE_TOKENS - 2]
+            if ids:
+                kept.append(i)
+                windows.extend(model.windows(ids, (), 1))  # fits one: the piece alone
+        out = np.zeros(len(pieces))
         if windows:
-            probs = model.head_probabilities(model.embed(windows))[:, 0]
-            for (t, start, end), p in zip(spans, probs, strict=True):
-                out[t].append((start, end, float(p)))
+            out[kept] = model.head_probabilities(model.embed(windows))[:, 0]
         return out
 
     def update(self, state: State, items: Sequence[Item]) -> Update:
@@ -165,8 +194,9 @@ class NotesClassifier:
             for start, end, p in found:
                 best[i] = max(best[i], p)
                 if p >= self.threshold:
-                    preview = " ".join(text[start:end].split())[:PREVIEW_CHARS]
-                    findings.append(Finding(CATEGORY, kind, i, preview, start, end, p))
+                    for a, b, q in self.located(text, start, end, p):
+                        preview = " ".join(text[a:b].split())[:PREVIEW_CHARS]
+                        findings.append(Finding(CATEGORY, kind, i, preview, a, b, q))
         item_scores: list[Scores] = [{CATEGORY: p} for p in best]
         previous = state.get("max") or zero_scores(self.categories)
         scores = running_max(previous, item_scores)

@@ -18,7 +18,8 @@ classifiers, in three sets that move away from the training rows:
 
 For each: the share of injected texts flagged (prompt_injection) and of clean carriers and
 benign-note twins flagged, by the gate's lexical view, the detector (behind its screen), the
-directives view (rules, classifiers/directives.py) and the pipeline (any of them). The
+directives view (rules, classifiers/directives.py), the notes model (classifiers/notes.py, which
+trains on the same templates among others) and the pipeline (any of them). The
 directives view's rules were written after this probe's phrasing had been read, so its
 column here is not a held-out figure. `--models-dir` scores another release's models on the same texts.
 Writes eval/out/coding_probe.md.
@@ -206,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    classifiers = probed(("lexical", "detector", "directives"), args.models_dir)
+    names = ("lexical", "detector", "directives", "notes")
+    classifiers = probed(names, args.models_dir)
     sets = {
         "seen carriers, seen phrasing": texts(CARRIERS, None, "seen"),
         "seen carriers, new phrasing": texts(CARRIERS, NEW_PHRASES, "new"),
@@ -219,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`python -m eval.coding_probe` (models: `{args.models_dir}`): {PER_CARRIER} fillings per carrier, "
         "each scored as a tool output; share flagged for prompt_injection by the gate's lexical view, the "
-        "detector (behind its screen), the directives view and the pipeline (any of them).",
+        "detector (behind its screen), the directives view, the notes model and the pipeline (any of them).",
         "",
-        "| set | texts | n | lexical | detector | directives | pipeline |",
-        "|---|---|---|---|---|---|---|",
+        "| set | texts | n | " + " | ".join(names) + " | pipeline |",
+        "|---|---|---|" + "---|" * (len(names) + 1),
     ]
     for set_name, by_kind in sets.items():
         for kind, bodies in by_kind.items():
@@ -230,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                 parse_item({"type": "function_call_output", "call_id": "c", "output": t}) for t in bodies
             ]
             found = flags(classifiers, items)
-            rates = " | ".join(
-                f"{sum(found[n]) / len(items):.1%}" for n in ("lexical", "detector", "directives", "pipeline")
-            )
+            rates = " | ".join(f"{sum(found[n]) / len(items):.1%}" for n in (*names, "pipeline"))
             lines.append(f"| {set_name} | {kind} | {len(items)} | {rates} |")
     write_report(args.out, lines)
     return 0

@@ -191,7 +191,9 @@ def build(epochs: int, models_dir: Path) -> int:
             shutil.copyfile(source, models_dir / files[role])
     entry = {
         "version": VERSION,
-        "format": "classifiers/notes.py: per-token int8 ONNX encoder + npz linear head, per paragraph",
+        "format": (
+            "classifiers/notes.py: per-token int8 ONNX encoder + npz linear head, one window per paragraph"
+        ),
         "files": {role: {"file": f, "sha256": sha256_file(models_dir / f)} for role, f in files.items()},
         "categories": ["prompt_injection"],
         "thresholds": {"prompt_injection": threshold},
