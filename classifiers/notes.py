@@ -12,9 +12,9 @@ A text is cut into paragraphs (`paragraphs`: its lines, grouped up to PARAGRAPH_
 never across a blank line). Only paragraphs that ask something are read (`asks`: a modal
 or a request's marker, an address to an AI reader or to whoever reads, or a harm the
 directives view names), about 7% of real agent tool outputs' text; the rest costs one
-regular expression pass. Each is read alone, its first NOTE_TOKENS - 2 tokens, and the item's score
-is the highest of its paragraphs'. A paragraph over the threshold is located: its lines that
-the model flags read alone are the findings, else the whole paragraph.
+regular expression pass. Each is read alone, its first NOTE_TOKENS - 2 tokens, and the
+item's score is the highest of its paragraphs'. A paragraph over the threshold is located:
+its lines that the model flags read alone are the findings, else the whole paragraph.
 
 Reads tool outputs and attached files, like the directives view. Stateless per item: the
 conversation score is the running max, so delta and full agree by construction.

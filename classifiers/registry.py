@@ -40,6 +40,11 @@ a fetched script run, a safeguard dropped, the user kept in the dark, the user's
 dropped), by rules rather than a model: the models miss such instructions phrased in words
 their training rows do not use. It runs beside the detector, in the monitor lane.
 
+`notes` (classifiers/notes.py, manifest entry "notes") reads the same content with a
+model: all six layers of MiniLM fine-tuned to judge one paragraph that asks something, an
+instruction planted for the model or not, trained on notes that separate authors wrote for
+coding agents. It finds what the rules' words do not name, beside them in the monitor lane.
+
 `provenance` (classifiers/provenance.py) scores nothing: it keeps the sketch of which
 strings the conversation's principals named and which untrusted content told the model
 to use, which the gateway's action check reads before it releases a tool call
