@@ -1,7 +1,7 @@
 """Build the notes model: `python -m training.train_notes`.
 
 classifiers/notes.py reads each paragraph of untrusted content that asks something and
-judges whether it is an instruction planted for the model. One command, about 40 minutes
+judges whether it is an instruction planted for the model. One command, about 30 minutes
 on 2 cores:
 
 1. training/lib/notes_rows.py's paragraphs: ten authors' texts of what a coding agent reads
