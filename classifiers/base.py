@@ -44,6 +44,7 @@ __all__ = [
     "Update",
     "Wrapper",
     "count_tokens",
+    "max_update",
     "running_max",
     "zero_scores",
 ]
@@ -148,3 +149,15 @@ def running_max(previous: Mapping[str, float], item_scores: Sequence[Mapping[str
 
 def zero_scores(categories: Sequence[str]) -> Scores:
     return {cat: 0.0 for cat in categories}
+
+
+def max_update(
+    state: State,
+    categories: Sequence[str],
+    item_scores: list[Scores],
+    tokens: int,
+    findings: list[Finding] | None = None,
+) -> Update:
+    """The update of a classifier whose state is its running max alone (`{"max": scores}`)."""
+    scores = running_max(state.get("max") or zero_scores(categories), item_scores)
+    return Update({"max": dict(scores)}, item_scores, scores, tokens, findings or [])

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.artifacts import manifest_entry, verified_path
-from deltaguard.classifiers.base import Lane, Scores, State, Update, running_max, zero_scores
+from deltaguard.classifiers.base import Lane, Scores, State, Update, max_update, zero_scores
 from deltaguard.classifiers.lexical import LexicalClassifier, shared_model
 from deltaguard.classifiers.lexical_model import LexicalModel
 from deltaguard.classifiers.scaled import scale
@@ -141,6 +141,4 @@ class DefinitionsClassifier:
         threshold = self.threshold
         item_scores: list[Scores] = [{CATEGORY: scale(p, threshold) if p else 0.0} for p in raw]
         tokens = extra + sum(item.tokens for item in items if item.scored and item.role in SCORED_ROLES)
-        previous = state.get("max") or zero_scores(self.categories)
-        scores = running_max(previous, item_scores)
-        return Update(state={"max": dict(scores)}, item_scores=item_scores, scores=scores, tokens=tokens)
+        return max_update(state, self.categories, item_scores, tokens)

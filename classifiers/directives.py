@@ -59,7 +59,7 @@ from deltaguard.classifiers.base import (
     State,
     Update,
     count_tokens,
-    running_max,
+    max_update,
     zero_scores,
 )
 from deltaguard.classifiers.directive_patterns import (
@@ -426,12 +426,4 @@ class DirectivesClassifier:
                         Finding(CATEGORY, f"{kind}/{note.why}", i, preview, note.start, note.end, NOTE_SCORE)
                     )
             item_scores.append({CATEGORY: score})
-        previous = state.get("max") or zero_scores(self.categories)
-        scores = running_max(previous, item_scores)
-        return Update(
-            state={"max": dict(scores)},
-            item_scores=item_scores,
-            scores=scores,
-            tokens=tokens,
-            findings=findings,
-        )
+        return max_update(state, self.categories, item_scores, tokens, findings)

@@ -35,7 +35,7 @@ from deltaguard.classifiers.base import (
     State,
     Update,
     count_tokens,
-    running_max,
+    max_update,
     zero_scores,
 )
 from deltaguard.classifiers.lexical_model import (
@@ -215,10 +215,7 @@ class LexicalClassifier:
             tokens += sum(extra)
             self._merge(item_scores, owners, untrusted_rows)
             findings = self._findings(owners, kinds, texts, untrusted_rows, where)
-        previous = state.get("max") or zero_scores(self.categories)
-        scores = running_max(previous, item_scores)
-        state = {"max": dict(scores)}
-        return Update(state=state, item_scores=item_scores, scores=scores, tokens=tokens, findings=findings)
+        return max_update(state, self.categories, item_scores, tokens, findings)
 
     def _reads(self, item: Item) -> bool:
         return item.role in self.roles and len(item.text) >= self.min_chars.get(item.role, 0)

@@ -120,13 +120,15 @@ def main(argv: list[str] | None = None) -> int:
             args.models, threads=1, memo_items=0, artifact="detector", screen=False
         ).load(),
         "directives (rules)": DirectivesClassifier(),
-        "notes (asking paragraphs)": NotesClassifier(args.models, threads=1).load(),
         "frozen encoder (opt-in)": EncoderClassifier(
             args.models, threads=1, memo_items=0, artifact="encoder"
         ).load(),
     }
+    shipped = load_manifest(args.models).get("models", {})
+    if "notes" in shipped:  # a release before it has none
+        lanes["notes (asking paragraphs)"] = NotesClassifier(args.models, threads=1).load()
     for entry in PREVIOUS:  # the previous release, screened as it shipped: the same budget, side by side
-        if entry in load_manifest(args.models).get("models", {}):
+        if entry in shipped:
             lanes[f"{entry} (previous release, screened)"] = EncoderClassifier(
                 args.models, threads=1, memo_items=0, artifact=entry
             ).load()

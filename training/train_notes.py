@@ -149,17 +149,15 @@ def choose_threshold(clf) -> tuple[float, dict[str, float]]:
 
 
 def dev_metrics(clf, threshold: float) -> dict[str, Any]:
+    from sklearn.metrics import roc_auc_score
+
     cases = [json.loads(line) for line in DEV.read_text().splitlines() if line.strip()]
     p = text_maxima(clf, [c["text"] for c in cases])
     y = np.array([c["label"] == "injected" for c in cases])
     pos, neg = p[y], p[~y]
-    auc = float(
-        ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum())
-        / (len(pos) * len(neg))
-    )
     return {
         "set": str(DEV.relative_to(REPO)),
-        "auc": round(auc, 4),
+        "auc": round(float(roc_auc_score(y, p)), 4),
         "injected_flagged": f"{int((pos >= threshold).sum())}/{len(pos)}",
         "benign_flagged": f"{int((neg >= threshold).sum())}/{len(neg)}",
     }

@@ -27,7 +27,7 @@ from training.lib.detector_spec import (
 )
 
 
-def _diff_span(text: str, clean: str) -> tuple[int, int]:
+def diff_span(text: str, clean: str) -> tuple[int, int]:
     """The character span of `text` that is not shared with `clean` at either end."""
     lo = 0
     while lo < min(len(text), len(clean)) and text[lo] == clean[lo]:
@@ -70,7 +70,7 @@ def build_windows(rows: list[dict[str, Any]], tokenizer_path: Path) -> list[dict
             starts = [*range(0, len(ids) - content + 1, WINDOW_STRIDE), len(ids) - content]
             clean = clean_of.get((r["source"], r["group"]))
             if r["label"] != "benign" and clean is not None and clean != r["text"]:
-                lo, hi = _diff_span(view, training_view(clean))
+                lo, hi = diff_span(view, training_view(clean))
                 first = next((i for i, (a, b) in enumerate(offsets) if b > lo), 0)
                 last = next((i for i, (a, b) in enumerate(offsets) if a >= hi), len(ids))
                 mid = (first + last) // 2

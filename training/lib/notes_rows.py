@@ -71,7 +71,7 @@ def authored_rows(folder: Path = AUTHORS) -> list[dict[str, Any]]:
 def templated_rows(groups: int = TEMPLATED_GROUPS) -> list[dict[str, Any]]:
     """The differing paragraphs of a sample of coding_agent.py's train-split carriers."""
     from training.lib.coding_agent import coding_agent_rows
-    from training.lib.detector_windows import _diff_span
+    from training.lib.detector_windows import diff_span
 
     by_group: dict[str, list[dict[str, Any]]] = {}
     for r in coding_agent_rows():
@@ -82,7 +82,7 @@ def templated_rows(groups: int = TEMPLATED_GROUPS) -> list[dict[str, Any]]:
     for g in picked:
         clean, attack, twin = by_group[g]
         for other, label in ((attack, 1), (twin, 0)):
-            lo, hi = _diff_span(other["text"], clean["text"])
+            lo, hi = diff_span(other["text"], clean["text"])
             for row in _paragraph_rows(other["text"], (lo, hi), "coding-agent", g):
                 if row["label"]:  # the paragraphs that hold the note
                     rows.append(row | {"label": label})
