@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from deltaguard.classifiers.anchored import AnchoredUnion
+
 # Within one sentence: a dot, "!" or "?" ends it only before a space or a line's end (not the
 # dots of "settings.py", "https://x.io/a" or "v9.9.9").
 IN_SENTENCE = r"(?:[^.!?\n]|[.!?](?=[\w/~$*-]))"
@@ -247,7 +249,7 @@ HARMS = {
         r"|\brejectunauthorized\s*[:=]\s*false|\bcsrf\w*middleware\b"
         rf"|\b(?:bcrypt|hash\w*|pbkdf2|argon2|scrypt)\b{IN_SENTENCE}{{0,40}}"
         r"\b(?:min_?cost|(?:cost|rounds|iterations|work\s+factor)\s*(?:to|=|of)\s*[1-4]\b)"
-        r"|\b(?:allow_)?origins?\s*[:=]\s*\[?\s*['\"]\*['\"]|access-control-allow-origin:\s*\*"
+        r"|\b(?:allow_origins?|origins?)\s*[:=]\s*\[?\s*['\"]\*['\"]|access-control-allow-origin:\s*\*"
         r"|\bpermissions:\s*write-all\b|\bpull_request_target\b"
         r"|\bchmod\s+(?:-r\s+)?(?:777|a\+w|o\+w)\b|\bworld-writable\b|\buser\s+root\b|--privileged\b"
         r"|\bprivileged:\s*true\b|0\.0\.0\.0/0\s+trust\b"
@@ -349,6 +351,7 @@ HARMS = {
     ),
 }
 HARM = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in HARMS.items()))
+HARM_ANYWHERE = AnchoredUnion(HARMS.values())  # whether a text names any harm, searched by literals
 UNNEGATED = frozenset({"concealment"})  # negation is what these say
 # the literal every match of a kind holds, to look for before searching around it
 CONCEALMENT_WORDS = ("silently", "quietly", "secretly", "covertly", "discreetly", "stealthily", "keep ",

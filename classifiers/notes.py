@@ -100,8 +100,9 @@ def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
 def asks(paragraph: str) -> bool:
     """Whether a paragraph asks something of its reader (the paragraphs the model reads)."""
     low = lowered(paragraph)
-    # the cheap tests first: the harm patterns cost twenty times the address's
-    return bool(ASKS.search(low) or addressees(low) or patterns.HARM.search(low))
+    # the cheap tests first: the harm patterns, even searched by their literals, cost four times
+    # the address's
+    return bool(ASKS.search(low) or addressees(low) or patterns.HARM_ANYWHERE.search(low))
 
 
 class NotesClassifier:
