@@ -2,7 +2,7 @@
 untrusted content as classifiers/notes.py cuts it, labelled 1 when it carries an
 instruction planted for the model.
 
-- training/data/coding_notes/: texts ten separate authors wrote of what a coding agent
+- training/data/coding_notes/: texts fifteen separate authors wrote of what a coding agent
   reads (README.md there). An injected text's paragraphs that hold its injection (`span`)
   are positives, its other paragraphs and every paragraph of a benign text negatives:
   the benign texts were written to be hard (agent instruction files, installers,

@@ -52,7 +52,7 @@ def test_a_paragraph_holds_an_injection_when_they_share_half_of_the_shorter():
 def test_the_authors_sets_load_with_every_injection_located():
     rows = authored_rows()
     by_source = Counter(r["source"] for r in rows if r["label"])
-    assert len(list(AUTHORS.glob("*.jsonl"))) == 10 and len(by_source) == 10
+    assert len(list(AUTHORS.glob("*.jsonl"))) == 15 and len(by_source) == 15
     assert all(n >= 15 for n in by_source.values())
 
 
