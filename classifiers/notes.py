@@ -10,11 +10,12 @@ and it ranks them (docs/models.md).
 
 A text is cut into paragraphs (`paragraphs`: its lines, grouped up to PARAGRAPH_CHARS and
 never across a blank line). Only paragraphs that ask something are read (`asks`: a modal
-or a request's marker, an address to an AI reader or to whoever reads, or a harm the
-directives view names), about 7% of real agent tool outputs' text; the rest costs one
-regular expression pass. Each is read alone, its first NOTE_TOKENS - 2 tokens, and the
-item's score is the highest of its paragraphs'. A paragraph over the threshold is located:
-its lines that the model flags read alone are the findings, else the whole paragraph.
+or a request's marker, in English or twelve other languages, an address to an AI reader or
+to whoever reads, or a harm the directives view names), about 8-11% of real agent tool
+outputs' text; the rest costs a few regular expression passes. Each is read alone, its
+first NOTE_TOKENS - 2 tokens, and the item's score is the highest of its paragraphs'. A
+paragraph over the threshold is located: its lines that the model flags read alone are
+the findings, else the whole paragraph.
 
 Reads tool outputs and attached files, like the directives view. Stateless per item: the
 conversation score is the running max, so delta and full agree by construction.
@@ -60,6 +61,33 @@ MAX_PARAGRAPHS = 128
 ASKS = re.compile(
     r"\b(?:must|should|shall|needs?\s+to|have\s+to|has\s+to|required|make\s+sure|ensure|do\s+not|don'?t)\b"
 )
+# The same in the languages a note may be written in: their modals and requests ("please" is
+# how a request is made in most of them) and their names for an AI or automated reader, where
+# they differ from English. Without them half of the other languages' injections in the
+# training texts never reached the model.
+ASKS_ELSEWHERE = re.compile(
+    r"\b(?:"
+    r"muss|müssen|musst|soll|sollen|sollte|sollten|bitte|darf\s+nicht|dürfen\s+nicht|erforderlich|unbedingt"
+    r"|ki-\w+|assistenten|agenten|automatisiert\w*"  # de
+    r"|debe|deben|debes|hay\s+que|tiene\s+que|tienen\s+que|por\s+favor|asegúrate|asegúrese|obligatorio"
+    r"|asistente|asistentes|agentes|automatizad\w*|automátic\w*"  # es
+    r"|doit|doivent|devez|il\s+faut|veuillez|merci\s+de|ne\s+pas|assurez-vous|obligatoire"
+    r"|automatisé\w*|automatique\w*"  # fr
+    r"|deve|devem|devono|precisa|precisam|bisogna|per\s+favore|certifique-se|assicurati|obbligatori\w*"
+    r"|assistente|assistentes|agente|automatizzat\w*"  # pt, it
+    r"|moet|moeten|graag|zorg\s+dat|verplicht"  # nl
+    r"|musi|muszą|należy|trzeba|proszę|koniecznie|wymagane|asystent\w*|automatyczn\w*"  # pl
+    r"|lütfen|gerekir|gerekiyor|zorunlu|mutlaka|asistan\w*|yapay\s+zeka|otomatik\w*"  # tr
+    r"|должн\w*|необходимо|нужно|обязательно|пожалуйста|следует|требуется|ии|ассистент\w*|агент\w*|бот\w*"
+    r"|автоматизирован\w*|нейросет\w*"  # ru
+    r")\b"
+)
+# ... and in scripts without spaces between words (zh, ja, ko), found as they are
+ASKS_UNSPACED = re.compile(
+    "请|必须|务必|需要|应该|应当|不要|不得|禁止|一定要|助手|智能体|代理|自动化|机器人|大模型|人工智能"  # zh
+    "|ください|下さい|必ず|べき|しないで|すること|必要|エージェント|アシスタント|自動化|ボット"  # ja
+    "|하세요|하십시오|해야|반드시|주세요|마세요|필요|에이전트|어시스턴트|자동화|봇|인공지능"  # ko
+)
 
 
 def paragraphs(text: str, limit: int = PARAGRAPH_CHARS) -> list[tuple[int, int]]:
@@ -102,7 +130,11 @@ def asks(paragraph: str) -> bool:
     low = lowered(paragraph)
     # the cheap tests first: the harm patterns, even searched by their literals, cost four times
     # the address's
-    return bool(ASKS.search(low) or addressees(low) or patterns.HARM_ANYWHERE.search(low))
+    if ASKS.search(low) or addressees(low) or ASKS_ELSEWHERE.search(low):
+        return True
+    if not low.isascii() and ASKS_UNSPACED.search(low):
+        return True
+    return patterns.HARM_ANYWHERE.search(low)
 
 
 class NotesClassifier:

@@ -1,7 +1,7 @@
 """Injections aimed at coding agents, written by authors who never saw the classifiers:
 `python -m eval.coding_notes`.
 
-Three sets of tool outputs a coding agent reads (issues and review comments, source files and
+Five sets of tool outputs a coding agent reads (issues and review comments, source files and
 docstrings, READMEs and agent instruction files, configs, CI files and Makefiles, package
 manifests, test logs, git history, fetched pages), each text either carrying an instruction
 planted for the agent or a benign twin of the same kind (half of the twins look suspicious:
@@ -18,9 +18,15 @@ that).
   development set alone;
 - `eval/samples/coding_notes_held_out_2.jsonl` (60 injected, 60 benign, a third author):
   scored after that revision, and again after a defect found in review was fixed (the
-  cheap pass lacked two words of the reader's names); nothing was changed on its account.
+  cheap pass lacked two words of the reader's names); nothing was changed on its account;
+- `eval/samples/coding_notes_held_out_3.jsonl` (75 injected, 75 benign, a fourth author) and
+  `eval/samples/coding_notes_held_out_4.jsonl` (75 injected, 75 benign, a fifth author, told
+  that agents are guarded and to write most injections understated, as the project's own
+  conventions or a colleague's advice): written after the notes model's first release, for
+  its second; each scored with the first and the second release side by side, its texts
+  unread.
 
-None of the three trains a model. The notes model (classifiers/notes.py) trains on ten
+None of the five trains a model. The notes model (classifiers/notes.py) trains on ten
 further authors' texts (training/data/coding_notes/), on which the directives view's rules
 were revised again; this development set also chose nothing for it.
 
@@ -52,6 +58,10 @@ SETS = {
     "held out (scored before the last revision, its texts unread)": SAMPLES / "coding_notes_held_out.jsonl",
     "held out, a third author (scored once, after the last revision)": SAMPLES
     / "coding_notes_held_out_2.jsonl",
+    "held out, a fourth author (written after the notes model was built)": SAMPLES
+    / "coding_notes_held_out_3.jsonl",
+    "held out, a fifth author (written after the notes model was built; understated attacks)": SAMPLES
+    / "coding_notes_held_out_4.jsonl",
 }
 OUT = Path(__file__).resolve().parent / "out" / "coding_notes.md"
 NAMES = ("lexical", "detector", "directives", "notes", "pipeline")

@@ -4,7 +4,7 @@ classifiers/notes.py reads each paragraph of untrusted content that asks somethi
 judges whether it is an instruction planted for the model. One command, about 30 minutes
 on 2 cores:
 
-1. training/lib/notes_rows.py's paragraphs: ten authors' texts of what a coding agent reads
+1. training/lib/notes_rows.py's paragraphs: fifteen authors' texts of what a coding agent reads
    (their injections' paragraphs positive, the rest and their hard benign texts negative),
    a sample of training/lib/coding_agent.py's templated carriers, and the asking paragraphs
    of the train split's real documents, agent files and agent tool outputs (negative);
@@ -17,7 +17,7 @@ on 2 cores:
    no kind of them has more than CONVERSATION_BUDGET flagged through its tool outputs,
    and no lower than FLOOR; figures on eval/samples/coding_notes_dev.jsonl (another
    author's set, never trained on) at it;
-4. `models/notes-v1.onnx`, its heads and the manifest entry "notes", kept only if the
+4. `models/notes-v2.onnx`, its heads and the manifest entry "notes", kept only if the
    served classifier passes deltaguard.classifiers.checks.
 
 `--models-dir DIR` writes into DIR (a copy of the models folder) instead.
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -38,11 +37,12 @@ from typing import Any
 import numpy as np
 
 from training.lib.detector_spec import BASES, DEFAULT_BASE, MODELS_DIR, REPO, WORK
+from training.lib.detector_windows import weights as weights_per_head
 from training.lib.log import make_log
 
 ARTIFACT = "notes"
-VERSION = "1"
-RELEASE = "notes-v1"
+VERSION = "2"
+RELEASE = "notes-v2"
 LAYERS = 6  # all of MiniLM's: two, as the detector has, ranked new authors' notes at chance
 EPOCHS = 2
 LR = 3e-5
@@ -55,13 +55,10 @@ log = make_log("train_notes")
 
 
 def weights(rows: list[dict[str, Any]]) -> list[float]:
-    """Each class weighs half; within a class a source weighs the square root of its size;
-    normalised to a mean of 1."""
-    cells = Counter((r["label"], r["source"]) for r in rows)
-    totals = {y: sum(math.sqrt(n) for (lab, _), n in cells.items() if lab == y) for y in (0, 1)}
-    cell = [cells[r["label"], r["source"]] for r in rows]
-    w = np.array([math.sqrt(n) / totals[r["label"]] / n for r, n in zip(rows, cell, strict=True)])
-    return list(w / w.mean())
+    """Each class weighs half; within a class a source weighs the square root of its size
+    (training/lib/detector_windows.py's weighting, with one head)."""
+    heads = weights_per_head([{"targets": [float(r["label"])], "source": r["source"]} for r in rows])
+    return list(heads[:, 0])
 
 
 def windows_file(rows: list[dict[str, Any]], tokenizer: Path, out: Path) -> Path:

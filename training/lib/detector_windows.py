@@ -127,10 +127,12 @@ def cap_training(windows: list[dict[str, Any]], cap: int = CAP_PER_CELL) -> list
 
 
 def weights(windows: list[dict[str, Any]]) -> np.ndarray:
-    """Per window and head: each class of each head carries half the head's weight, and
-    within a class a source weighs sqrt of its size (many sources, none dominating)."""
-    w = np.zeros((len(windows), len(HEADS)))
-    for h in range(len(HEADS)):
+    """Per window and head (its `targets`, NaN where a head has no say): each class of each
+    head carries half the head's weight, and within a class a source weighs sqrt of its
+    size (many sources, none dominating); a head's weights average 1 where it has a say."""
+    heads = len(windows[0]["targets"]) if windows else len(HEADS)
+    w = np.zeros((len(windows), heads))
+    for h in range(heads):
         cells = Counter((x["targets"][h], x["source"]) for x in windows if not math.isnan(x["targets"][h]))
         for y in (0.0, 1.0):
             members = {s: n for (t, s), n in cells.items() if t == y}
