@@ -26,9 +26,10 @@ that).
   its second; each scored with the first and the second release side by side, its texts
   unread.
 
-None of the five trains a model. The notes model (classifiers/notes.py) trains on ten
-further authors' texts (training/data/coding_notes/), on which the directives view's rules
-were revised again; this development set also chose nothing for it.
+None of the five trains a model. The notes model (classifiers/notes.py) trains on fifteen
+further authors' texts (training/data/coding_notes/), on the first ten of which the
+directives view's rules were revised again; the development set reports its recipe's
+figures and chose nothing for it.
 
 Each text is scored as a tool output from an empty state; reported per set: the share of
 injected texts flagged for prompt_injection and of benign ones flagged, by the gate's lexical

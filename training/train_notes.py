@@ -1,23 +1,28 @@
 """Build the notes model: `python -m training.train_notes`.
 
 classifiers/notes.py reads each paragraph of untrusted content that asks something and
-judges whether it is an instruction planted for the model. One command, about 30 minutes
-on 2 cores:
+judges whether it is an instruction planted for the model. One command, about an hour on
+2 cores:
 
-1. training/lib/notes_rows.py's paragraphs: fifteen authors' texts of what a coding agent reads
-   (their injections' paragraphs positive, the rest and their hard benign texts negative),
-   a sample of training/lib/coding_agent.py's templated carriers, and the asking paragraphs
-   of the train split's real documents, agent files and agent tool outputs (negative);
+1. training/lib/notes_rows.py's paragraphs: fifteen authors' texts of what a coding agent
+   reads (their injections' paragraphs positive, the rest and their hard benign texts
+   negative), a sample of training/lib/coding_agent.py's templated carriers, and the asking
+   paragraphs of the train split's real documents, agent files and agent tool outputs
+   (negative);
 2. in the build venv (training/lib/build_venv.py): all-MiniLM-L6-v2, all six layers, mean
    pooling, L2 normalisation and one linear head, fine-tuned on each paragraph's first
    NOTE_TOKENS - 2 tokens (training/lib/detector_finetune.py; each class weighs half, and
    within a class each source the square root of its size), exported per-token int8
-   (training/lib/onnx_export.py);
-3. the threshold on the validation split's real agent conversations: the lowest at which
+   (training/lib/onnx_export.py): the first model;
+3. the over-defence loop: the first model scores a larger sample of the train split's real
+   asking paragraphs, and those it scores highest join the rows as negatives
+   (`notes_rows.mined_rows`); the second model, trained the same way on all of them, is
+   the one shipped;
+4. the threshold on the validation split's real agent conversations: the lowest at which
    no kind of them has more than CONVERSATION_BUDGET flagged through its tool outputs,
    and no lower than FLOOR; figures on eval/samples/coding_notes_dev.jsonl (another
    author's set, never trained on) at it;
-4. `models/notes-v2.onnx`, its heads and the manifest entry "notes", kept only if the
+5. `models/notes-v2.onnx`, its heads and the manifest entry "notes", kept only if the
    served classifier passes deltaguard.classifiers.checks.
 
 `--models-dir DIR` writes into DIR (a copy of the models folder) instead.
@@ -81,36 +86,37 @@ def windows_file(rows: list[dict[str, Any]], tokenizer: Path, out: Path) -> Path
     return path
 
 
-def train_and_export(rows: list[dict[str, Any]], tokenizer: Path, epochs: int) -> Path:
+def train_and_export(rows: list[dict[str, Any]], tokenizer: Path, epochs: int, out: Path) -> Path:
+    """Fine-tune, export and quantize into `out` (reused when its model is there)."""
     from training.lib.build_venv import build_python
     from training.lib.detector_model import minilm_dir
 
-    OUT.mkdir(parents=True, exist_ok=True)
-    done = OUT / "model.onnx"
+    out.mkdir(parents=True, exist_ok=True)
+    done = out / "model.onnx"
     if done.exists():
         log(f"reusing {done}")
-        return OUT
+        return out
     cmd = ["env", f"PYTHONPATH={REPO}", str(build_python()), "-m"]
-    if not (OUT / "heads-float.npz").exists():
-        train = str(windows_file(rows, tokenizer, OUT))
+    if not (out / "heads-float.npz").exists():
+        train = str(windows_file(rows, tokenizer, out))
         args = [str(epochs), "--layers", str(LAYERS), "--lr", str(LR)]
         subprocess.run(
-            [*cmd, "training.lib.detector_finetune", train, str(minilm_dir()), str(OUT), *args], check=True
+            [*cmd, "training.lib.detector_finetune", train, str(minilm_dir()), str(out), *args], check=True
         )
     export = [*cmd, "training.lib.onnx_export"]
-    subprocess.run([*export, "export", str(OUT / "hf"), str(OUT / "float.onnx")], check=True)
+    subprocess.run([*export, "export", str(out / "hf"), str(out / "float.onnx")], check=True)
     subprocess.run(
-        [*export, "quantize", str(OUT / "float.onnx"), str(done), str(OUT / "dynamic.onnx")], check=True
+        [*export, "quantize", str(out / "float.onnx"), str(done), str(out / "dynamic.onnx")], check=True
     )
-    heads = np.load(OUT / "heads-float.npz")
+    heads = np.load(out / "heads-float.npz")
     np.savez_compressed(
-        OUT / "heads.npz",
+        out / "heads.npz",
         heads=np.array(["prompt_injection"]),
         coef=heads["coef"],
         intercept=heads["intercept"],
         format_version=np.array(1),
     )
-    return OUT
+    return out
 
 
 def served(out: Path, tokenizer: Path):
@@ -164,13 +170,16 @@ def build(epochs: int, models_dir: Path) -> int:
     from deltaguard.artifacts import sha256_file
     from training.lib.conformance import publish_entry
     from training.lib.detector_model import tokenizer_path
-    from training.lib.notes_rows import authored_rows, real_rows, templated_rows
+    from training.lib.notes_rows import authored_rows, mined_rows, real_rows, templated_rows
 
     rows = authored_rows() + templated_rows() + real_rows()
+    tokenizer = tokenizer_path(BASES[DEFAULT_BASE])
+    # the over-defence loop: what a first model over-weights in real text trains the second
+    first = served(train_and_export(rows, tokenizer, epochs, OUT / "first"), tokenizer)
+    rows += mined_rows(lambda texts: text_maxima(first, texts), OUT / "mined.jsonl")
     counts = Counter(f"{r['source']}/{r['label']}" for r in rows)
     log(f"{len(rows)} paragraphs: {dict(counts)}")
-    tokenizer = tokenizer_path(BASES[DEFAULT_BASE])
-    out = train_and_export(rows, tokenizer, epochs)
+    out = train_and_export(rows, tokenizer, epochs, OUT)
     clf = served(out, tokenizer)
     threshold, flagged = choose_threshold(clf)
     log(f"threshold {threshold:.4f}; validation agent conversations flagged per kind: {flagged}")

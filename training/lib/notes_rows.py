@@ -14,12 +14,17 @@ instruction planted for the model.
   training/lib/agent_files.py: real agent instruction files; the real agent
   conversations' tool outputs, training/lib/agent_traffic.py), train split: the
   paragraphs that ask something (`notes.asks`, the ones served), negatives.
+- the over-defence loop (`mined_rows`): a first model trained on the rows above scores a
+  larger sample of the same pool; the benign paragraphs it scores highest (release
+  procedures, CI comments, tutorials in other languages: firm steps it reads as planted
+  instructions) are negatives of the second, final model.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,10 @@ TEMPLATED_GROUPS = 400  # coding_agent carriers sampled
 REAL_PARAGRAPHS = 12_000  # asking paragraphs of real documents sampled
 TOOL_PARAGRAPHS = 4_000  # asking paragraphs of real agent tool outputs sampled
 SEED = "notes"
+MINING_POOL = 60_000  # asking paragraphs of real text the first model scores
+MINED = 1_500  # of them, the highest-scoring kept as negatives, at most (and none under MINED_FLOOR)
+MINED_FLOOR = 0.2
+PER_GROUP = 5  # mined paragraphs per source or conversation, at most: no one of them teaches alone
 
 
 def overlaps(a: int, b: int, lo: int, hi: int) -> bool:
@@ -89,28 +98,69 @@ def templated_rows(groups: int = TEMPLATED_GROUPS) -> list[dict[str, Any]]:
     return rows
 
 
-def real_rows(per_documents: int = REAL_PARAGRAPHS, per_tools: int = TOOL_PARAGRAPHS) -> list[dict[str, Any]]:
-    """Asking paragraphs of the train split's real documents, agent files and agent tool
-    outputs, negatives."""
-    from deltaguard.classifiers.notes import asks, paragraphs
+def _real_texts() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(key, text) of the train split's real documents and agent files, and of its agent
+    conversations' tool outputs."""
     from training.lib import agent_files
     from training.lib.agent_traffic import conversation_texts
     from training.lib.real_text import all_documents
-
-    rng = random.Random(SEED)
-
-    def asking(texts: list[tuple[str, str]], source: str, n: int) -> list[dict[str, Any]]:
-        found = [
-            {"text": t[a:b], "label": 0, "source": source, "group": f"{source}:{key}"}
-            for key, t in texts
-            for a, b in paragraphs(t)
-            if asks(t[a:b])
-        ]
-        return found if len(found) <= n else rng.sample(found, n)
 
     docs = [(d.source, d.text) for d in all_documents() if d.split == "train"]
     docs += [(d.source, d.text) for d in agent_files.agent_documents() if d.split == "train"]
     tools = [
         (f"{kind}:{i}", t) for i, (kind, _, read, _) in enumerate(conversation_texts("train")) for t in read
     ]
-    return asking(docs, "real-documents", per_documents) + asking(tools, "real-tool-outputs", per_tools)
+    return docs, tools
+
+
+def _asking(texts: list[tuple[str, str]], source: str) -> list[dict[str, Any]]:
+    from deltaguard.classifiers.notes import asks, paragraphs
+
+    return [
+        {"text": t[a:b], "label": 0, "source": source, "group": f"{source}:{key}"}
+        for key, t in texts
+        for a, b in paragraphs(t)
+        if asks(t[a:b])
+    ]
+
+
+def real_rows(per_documents: int = REAL_PARAGRAPHS, per_tools: int = TOOL_PARAGRAPHS) -> list[dict[str, Any]]:
+    """Asking paragraphs of the train split's real documents, agent files and agent tool
+    outputs, negatives."""
+    rng = random.Random(SEED)
+
+    def sample(found: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+        return found if len(found) <= n else rng.sample(found, n)
+
+    docs, tools = _real_texts()
+    return sample(_asking(docs, "real-documents"), per_documents) + sample(
+        _asking(tools, "real-tool-outputs"), per_tools
+    )
+
+
+def mined_rows(score: Callable[[list[str]], Sequence[float]], cache: Path) -> list[dict[str, Any]]:
+    """The benign paragraphs a first model over-weights: of MINING_POOL asking paragraphs of
+    the train split's real text (documents and tool outputs alike), the MINED it scores
+    highest (at least MINED_FLOOR, PER_GROUP per source or conversation at most), negatives of source
+    "real-mined". Cached in `cache` (scoring the pool takes minutes)."""
+    from training.lib.hard_negatives import QUOTED_ATTACK
+
+    if cache.exists():
+        return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
+    docs, tools = _real_texts()
+    pool = _asking(docs, "real-documents") + _asking(tools, "real-tool-outputs")
+    pool = random.Random(f"{SEED}-mining").sample(pool, min(MINING_POOL, len(pool)))
+    pool = [r for r in pool if not QUOTED_ATTACK.search(r["text"])]  # benign rows must be benign
+    scores = score([r["text"] for r in pool])
+    kept: list[dict[str, Any]] = []
+    per_group: dict[str, int] = {}
+    for i in sorted(range(len(pool)), key=lambda i: -scores[i]):
+        r = pool[i]
+        if len(kept) == MINED or scores[i] < MINED_FLOOR:
+            break
+        if per_group.get(r["group"], 0) < PER_GROUP:
+            per_group[r["group"]] = per_group.get(r["group"], 0) + 1
+            kept.append(r | {"source": "real-mined", "score": round(float(scores[i]), 4)})
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    return kept
