@@ -23,8 +23,8 @@ that).
   `eval/samples/coding_notes_held_out_4.jsonl` (75 injected, 75 benign, a fifth author, told
   that agents are guarded and to write most injections understated, as the project's own
   conventions or a colleague's advice): written after the notes model's first release, for
-  its second; each scored with the first and the second release side by side, its texts
-  unread.
+  its second; scored with the first release, with the second's first model and with the
+  second release, their texts unread and nothing chosen on them.
 
 None of the five trains a model. The notes model (classifiers/notes.py) trains on fifteen
 further authors' texts (training/data/coding_notes/), on the first ten of which the
