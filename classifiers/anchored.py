@@ -15,10 +15,9 @@ import re
 from collections.abc import Iterable
 
 try:  # the standard library's parser; without it every alternative is scanned, as the union would be
-    from re import _constants as sre_constants  # type: ignore[attr-defined]
     from re import _parser as sre_parser  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - a Python without the private parser
-    sre_constants = sre_parser = None
+    sre_parser = None
 
 MAX_LITERALS = 32  # an alternative with more opening literals than this is always scanned
 _ZERO_WIDTH = ("AT", "ASSERT", "ASSERT_NOT")  # boundaries and lookarounds: the match's text starts after them
