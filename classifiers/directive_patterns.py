@@ -141,12 +141,15 @@ HUMAN_OR = re.compile(
     r"|tooling|bots?|scripts?|agents?|ai)\b|\bor\s+whatever\b|\(\s*or\s+anything\b"
 )
 HUMAN_OR_WORDS = ("human", "person", "people", "whatever", "anything")
+# what a request to its reader says: "must", "should", "needs to" (the notes model's asking
+# filter takes these too)
+MODAL = r"must|should|shall|needs?\s+to|has\s+to|have\s+to"
 # a request to whoever reads, the model included: "Whoever edits this file next should ...",
 # "anyone regenerating this policy must ...", "Tools summarising this audit should ..."
 ANY_READER = re.compile(
     r"\b(?:whoever|anyone|anybody|any\s+(?:tool|script|process|automation)"
     r"|(?:tools?|tooling|automation)\s+(?:that\s+|which\s+)?[\w-]+(?:s|ing))\b"
-    rf"(?:[^.!?\n]|{_WRAP}){{0,100}}?\b(?:must|should|shall|needs?\s+to|has\s+to|have\s+to"
+    rf"(?:[^.!?\n]|{_WRAP}){{0,100}}?\b(?:{MODAL}"
     r"|(?:is|are)\s+(?:required|expected|asked)\s+to)\b"
 )
 ANY_READER_WORDS = ("whoever", "anyone", "anybody", "any tool", "any script", "any process", "any automation",

@@ -58,9 +58,7 @@ MAX_PARAGRAPHS = 128
 # what a paragraph that asks something holds, besides an addressee or a named harm ("please",
 # "always" and "never" read a third more of real tool outputs and found nothing more on the
 # development set: eval/samples/coding_notes_dev.jsonl)
-ASKS = re.compile(
-    r"\b(?:must|should|shall|needs?\s+to|have\s+to|has\s+to|required|make\s+sure|ensure|do\s+not|don'?t)\b"
-)
+ASKS = re.compile(rf"\b(?:{patterns.MODAL}|required|make\s+sure|ensure|do\s+not|don'?t)\b")
 # The same in the languages a note may be written in: their modals and requests ("please" is
 # how a request is made in most of them) and their names for an AI or automated reader, where
 # they differ from English. Without them half of the other languages' injections in the

@@ -22,6 +22,7 @@ instruction planted for the model.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -100,7 +101,7 @@ def templated_rows(groups: int = TEMPLATED_GROUPS) -> list[dict[str, Any]]:
 
 def _real_texts() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(key, text) of the train split's real documents and agent files, and of its agent
-    conversations' tool outputs."""
+    conversations' tool outputs (read and cut once per run: `_pools`)."""
     from training.lib import agent_files
     from training.lib.agent_traffic import conversation_texts
     from training.lib.real_text import all_documents
@@ -124,6 +125,14 @@ def _asking(texts: list[tuple[str, str]], source: str) -> list[dict[str, Any]]:
     ]
 
 
+@functools.cache
+def _pools() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The asking paragraphs of the train split's real documents and of its tool outputs:
+    both the sampled rows and the mining pool draw on them."""
+    docs, tools = _real_texts()
+    return _asking(docs, "real-documents"), _asking(tools, "real-tool-outputs")
+
+
 def real_rows(per_documents: int = REAL_PARAGRAPHS, per_tools: int = TOOL_PARAGRAPHS) -> list[dict[str, Any]]:
     """Asking paragraphs of the train split's real documents, agent files and agent tool
     outputs, negatives."""
@@ -132,10 +141,8 @@ def real_rows(per_documents: int = REAL_PARAGRAPHS, per_tools: int = TOOL_PARAGR
     def sample(found: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
         return found if len(found) <= n else rng.sample(found, n)
 
-    docs, tools = _real_texts()
-    return sample(_asking(docs, "real-documents"), per_documents) + sample(
-        _asking(tools, "real-tool-outputs"), per_tools
-    )
+    docs, tools = _pools()
+    return sample(docs, per_documents) + sample(tools, per_tools)
 
 
 def mined_rows(score: Callable[[list[str]], Sequence[float]], cache: Path) -> list[dict[str, Any]]:
@@ -147,8 +154,8 @@ def mined_rows(score: Callable[[list[str]], Sequence[float]], cache: Path) -> li
 
     if cache.exists():
         return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
-    docs, tools = _real_texts()
-    pool = _asking(docs, "real-documents") + _asking(tools, "real-tool-outputs")
+    docs, tools = _pools()
+    pool = docs + tools
     pool = random.Random(f"{SEED}-mining").sample(pool, min(MINING_POOL, len(pool)))
     pool = [r for r in pool if not QUOTED_ATTACK.search(r["text"])]  # benign rows must be benign
     scores = score([r["text"] for r in pool])
