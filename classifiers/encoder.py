@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from deltaguard.artifacts import verified_path
 from deltaguard.classifiers import identifiers, normalize
 from deltaguard.classifiers.base import (
     PRINCIPAL_ONLY,
@@ -56,6 +57,7 @@ from deltaguard.classifiers.encoder_model import (
 )
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.scaled import scale
+from deltaguard.classifiers.window_screen import WindowScreen
 from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -204,6 +206,10 @@ class EncoderClassifier:
                                         under the floor is cleared (all zeros) without the
                                         encoder; its tokens are the lexical model's work
                                         (training/detector_screen.py chooses the floor)
+        window_screen                   {"artifact", "cutoff"}: then, in tool outputs and
+                                        attached files, each window the window screen
+                                        clears (classifiers/window_screen.py) scores zero
+                                        without the encoder (training/train_window_screen.py)
 
     >>> clf = EncoderClassifier(artifact="detector").load()              # doctest: +SKIP
     >>> upd = clf.update(clf.initial_state(), [parse_item({"role": "user", "content": "hi"})])
@@ -222,16 +228,18 @@ class EncoderClassifier:
         artifact: str = ARTIFACT_NAME,
         screen: bool = True,
         lexical: Mapping[str, LexicalClassifier] | None = None,
+        window_screen: bool = True,
         long_user_chars: int | None = None,
         mask_paths: bool = True,
     ) -> None:
-        """`screen=False` leaves the manifest's screen out (every item reaches the model);
-        `lexical` holds lexical models already loaded, by manifest entry, for the screen
-        to share instead of loading a second copy. `long_user_chars`: a user message this
-        long is a pasted reference (a document, a page, a file's text), judged by the heads
-        of untrusted content: instructions inside it are not the user's own. `mask_paths`:
-        paths and links in the messages of MASKED_ROLES are read as PLACEHOLDER
-        (classifiers/identifiers.py)."""
+        """`screen=False` leaves the manifest's screens out (every item reaches the model),
+        `window_screen=False` the window screen only (the model reads every window of what
+        the item screen lets through); `lexical` holds lexical models already loaded, by
+        manifest entry, for the screen to share instead of loading a second copy.
+        `long_user_chars`: a user message this long is a pasted reference (a document, a
+        page, a file's text), judged by the heads of untrusted content: instructions inside
+        it are not the user's own. `mask_paths`: paths and links in the messages of
+        MASKED_ROLES are read as PLACEHOLDER (classifiers/identifiers.py)."""
         self.long_user_chars = long_user_chars
         self.mask_paths = mask_paths
         self.models_dir = Path(models_dir)
@@ -250,9 +258,11 @@ class EncoderClassifier:
         self._heads: dict[str, tuple[int, ...]] = {}  # role -> head index of each category
         self._head_thresholds: tuple[float, ...] = ()
         self.use_screen = screen
+        self.use_window_screen = screen and window_screen
         self._lexical = dict(lexical or {})
         self._screen: LexicalClassifier | None = None
         self._floor = 0.0
+        self._window_screen: WindowScreen | None = None
 
     def load(self) -> EncoderClassifier:
         """Hash-check the artifacts and create the onnxruntime session (once)."""
@@ -288,6 +298,7 @@ class EncoderClassifier:
             normalize.warm()
         self._views = trained_on  # the views it was trained on, None for raw text
         self._screen, self._floor = self._load_screen(entry.get("screen"), where)
+        self._window_screen = self._load_window_screen(entry.get("window_screen"), where, model)
         self._categories, self._heads, self._head_thresholds = categories, heads, thresholds
         self._roles = roles
         self._model, self._entry = model, entry
@@ -305,6 +316,24 @@ class EncoderClassifier:
         screen = LexicalClassifier(self.models_dir, artifact=artifact)
         return screen.share(self._lexical.get(artifact)), floor
 
+    def _load_window_screen(self, spec: Any, where: str, model: EncoderModel) -> WindowScreen | None:
+        if spec is None or not self.use_window_screen:
+            return None
+        try:
+            artifact, cutoff = str(spec["artifact"]), float(spec["cutoff"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelArtifactError(
+                f"{where}: window screen {spec!r} needs an artifact and a cutoff"
+            ) from exc
+        path, _ = verified_path(artifact, self.models_dir)
+        screen = WindowScreen.from_file(path, cutoff)
+        if screen.vocab != model.tokenizer.get_vocab_size():
+            raise ModelArtifactError(
+                f"{where}: window screen {artifact!r} reads {screen.vocab} ids, the tokenizer has "
+                f"{model.tokenizer.get_vocab_size()}"
+            )
+        return screen
+
     def share(self, loaded: EncoderClassifier) -> EncoderClassifier:
         """Use `loaded`'s session and artifacts (one model in memory for several settings)."""
         self._model, self._entry = loaded._model, loaded._entry
@@ -316,6 +345,8 @@ class EncoderClassifier:
         self._views, self._roles = loaded._views, loaded._roles
         if self.use_screen:
             self._screen, self._floor = loaded._screen, loaded._floor
+        if self.use_window_screen:
+            self._window_screen = loaded._window_screen
         return self
 
     def without_memo(self) -> EncoderClassifier:
@@ -329,6 +360,7 @@ class EncoderClassifier:
             0,
             self.artifact,
             self.use_screen,
+            window_screen=self.use_window_screen,
             long_user_chars=self.long_user_chars,
             mask_paths=self.mask_paths,
         )
@@ -361,6 +393,11 @@ class EncoderClassifier:
     def screen(self) -> tuple[LexicalClassifier, float] | None:
         """The lexical model that clears items before the encoder runs, and its floor."""
         return None if self._screen is None else (self._screen, self._floor)
+
+    @property
+    def window_screen(self) -> WindowScreen | None:
+        """The model that clears windows of untrusted content before the encoder reads them."""
+        return self._window_screen
 
     @property
     def model(self) -> EncoderModel:
@@ -416,14 +453,12 @@ class EncoderClassifier:
             if known is not None:
                 entries.append((known, role) if ids or len(texts) > 1 else None)
             else:
-                lo = len(windows)
-                if ids:
-                    windows.extend(model.windows(ids, context, self.max_item_windows))
-                own = len(windows) - lo if texts[0] == text else 0
-                for more in texts[1:]:
-                    windows.extend(model.view_windows(more, texts[0], self.max_item_windows))
-                pending = _Pending(lo, len(windows), key, role, own, text)
-                entries.append(pending if len(windows) > lo else None)
+                primary = model.windows(ids, context, self.max_item_windows) if ids else []
+                views = [
+                    w for more in texts[1:] for w in model.view_windows(more, texts[0], self.max_item_windows)
+                ]
+                own = primary if texts[0] == text else []
+                entries.append(self._pending(role, key, text, primary, views, own, windows, item.tokens))
             if ids:
                 context = self._tail(ids)
         attached = []
@@ -451,11 +486,41 @@ class EncoderClassifier:
         if known is not None:
             return known, UNTRUSTED_ROLE
         texts = normalize.views(text, self._views).texts() if self._views else [text]
-        lo = len(windows)
         found, primary = model.standalone_windows(texts, self.max_item_windows)
+        own = found[:primary] if texts[0] == text else []  # the windows that read the file as it is
+        return self._pending(
+            UNTRUSTED_ROLE, key, text, found[:primary], found[primary:], own, windows, count_tokens(text)
+        )
+
+    def _pending(
+        self,
+        role: str,
+        key: bytes,
+        text: str,
+        primary: list[Window],
+        views: list[Window],
+        own: list[Window],
+        windows: list[Window],
+        tokens: int,
+    ) -> tuple[_ItemResult, str] | _Pending | None:
+        """Queue a text's windows (the primary view's, then the extra views') for the encoder,
+        less those the window screen clears in untrusted content; `own` are the primary
+        windows that read the text as written, where a finding may point. None without
+        windows; zeros, remembered, when the screen clears all of them."""
+        found = primary + views
+        if not found:
+            return None
+        if self._window_screen is not None and role == UNTRUSTED_ROLE:
+            kept = [w for w in found if not self._window_screen.clears(w.ids)]
+            if not kept:
+                known = _ItemResult((0.0,) * len(self.model.heads), tokens)
+                self._memo.put(key, known)
+                return known, role
+            own = [w for w in own if any(w is k for k in kept)]
+            found = kept
+        lo = len(windows)
         windows.extend(found)
-        own = primary if texts[0] == text else 0  # the windows that read the file as it is
-        return _Pending(lo, len(windows), key, UNTRUSTED_ROLE, own, text) if found else None
+        return _Pending(lo, len(windows), key, role, len(own), text)
 
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
         """The text's result if the screen clears it: zeros, and the screen's own tokens."""

@@ -62,8 +62,14 @@ def clf() -> EncoderClassifier:
 
 @pytest.fixture(scope="module")
 def unscreened(clf) -> EncoderClassifier:
-    """The model alone: what it scores, not what the screen clears."""
+    """The model alone: what it scores, not what the screens clear."""
     return EncoderClassifier(threads=2, artifact="detector", screen=False).share(clf)
+
+
+@pytest.fixture(scope="module")
+def every_window(clf) -> EncoderClassifier:
+    """The item screen without the window screen: the model reads every window it lets through."""
+    return EncoderClassifier(threads=2, artifact="detector", window_screen=False).share(clf)
 
 
 def user(text: str):
@@ -171,7 +177,8 @@ def test_delta_equals_full(clf, files):
     assert state == whole.state and scores == whole.item_scores
 
 
-def test_screen_clears_what_lexical_is_sure_of_and_nothing_else(clf, unscreened):
+def test_screen_clears_what_lexical_is_sure_of_and_nothing_else(every_window, unscreened):
+    clf = every_window
     rollouts = [tool_output(random.Random(seed), 1000) for seed in range(4)]
     texts = [*BENIGN_TOOL, *rollouts, *THROUGH_TOOLS, *DIRECT]
     items = [*map(tool, texts[: -len(DIRECT)]), *map(user, DIRECT)]
@@ -193,6 +200,24 @@ def test_screen_clears_what_lexical_is_sure_of_and_nothing_else(clf, unscreened)
     assert screened.tokens < full.tokens
 
 
+def test_window_screen_reads_in_tool_outputs_only_the_windows_that_may_be_flagged(clf, every_window):
+    """Long benign code is cleared window by window (zeros, and no model tokens); an
+    injected note inside it keeps its window, and its score; a user message is never
+    screened."""
+    benign = "\n".join(f"{BENIGN_TOOL[2]}# {n}" for n in range(40))  # code the item screen is unsure of
+    injected = f"{benign}\n{THROUGH_TOOLS[0]}\n{benign}"
+    items = [tool(benign), tool(injected), user(benign), user(DIRECT[0])]
+    screened = clf.without_memo().update(clf.initial_state(), items)
+    full = every_window.without_memo().update(every_window.initial_state(), items)
+    assert set(screened.item_scores[0].values()) == {0.0} and max(full.item_scores[0].values()) > 0.0
+    assert screened.item_scores[1] == full.item_scores[1] and full.item_scores[1]["prompt_injection"] > 0.3
+    assert screened.item_scores[2:] == full.item_scores[2:]
+    assert screened.tokens < full.tokens / 2
+    windows = clf.model.windows(clf.model.tokenize(injected), (), clf.max_item_windows)
+    kept = [w for w in windows if not clf.window_screen.clears(w.ids)]
+    assert 0 < len(kept) <= 3 < len(windows)
+
+
 def test_screen_shares_the_model_its_floor_was_chosen_for():
     # lexical-v3: the operator view serves it too, and it is loaded once
     classifiers = {c.name: c for c in load_classifiers()}
@@ -205,8 +230,8 @@ def test_screen_shares_the_model_its_floor_was_chosen_for():
 def _copy_models(tmp_path):
     manifest = json.loads((MODELS_DIR / "manifest.json").read_text())["models"]
     entry = manifest["detector"]
-    screen = manifest[entry["screen"]["artifact"]]["file"]
-    for name in ["manifest.json", screen, *(entry["files"][r]["file"] for r in ARTIFACT_FILES)]:
+    screens = [manifest[entry[key]["artifact"]]["file"] for key in ("screen", "window_screen")]
+    for name in ["manifest.json", *screens, *(entry["files"][r]["file"] for r in ARTIFACT_FILES)]:
         shutil.copy(MODELS_DIR / name, tmp_path / name)
     return tmp_path
 
@@ -218,6 +243,19 @@ def test_malformed_screen_is_refused(tmp_path, screen):
     manifest["models"]["detector"]["screen"] = screen
     (models / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelArtifactError, match="screen"):
+        EncoderClassifier(models, artifact="detector").load()
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [({"artifact": "window-screen"}, "cutoff"), ({"artifact": "lexical-v3", "cutoff": 0}, "window screen")],
+)
+def test_malformed_window_screen_is_refused(tmp_path, spec, match):
+    models = _copy_models(tmp_path)
+    manifest = json.loads((models / "manifest.json").read_text())
+    manifest["models"]["detector"]["window_screen"] = spec
+    (models / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelArtifactError, match=match):
         EncoderClassifier(models, artifact="detector").load()
 
 

@@ -1,0 +1,122 @@
+"""The window screen's evidence: the windows of untrusted text, cut as the detector serves
+them, each with the shipped detector's probability on its tool-output head.
+
+Untrusted text is the detection corpus' tool outputs and documents (benign and injected,
+the jailbreak rows left out: a tool output is judged for injection only) and the tool
+outputs of real benign agent conversations (training/lib/agent_traffic.py), per split.
+Scoring every window takes the detector's own time (about 3.5 ms a window on one core), so
+a split's evidence is cached in .cache/detector/window-screen/.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, NORMALIZE, WORK, log
+
+CACHE = WORK / "window-screen"
+TRAFFIC_SOURCE = "agent-traffic"  # the real agent conversations' tool outputs
+HEAD = "indirect_injection"  # the head that judges untrusted content
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One split's windows: their ids (ragged, flat), the text each came from, and the
+    detector's probability on each."""
+
+    ids: np.ndarray  # int32, every window's ids end to end, [CLS] and [SEP] included
+    starts: np.ndarray  # int64, len(windows) + 1 offsets into ids
+    text: np.ndarray  # int32, the text of each window
+    prob: np.ndarray  # float64, the detector's tool-output head on each window
+    source: np.ndarray  # str, per text
+    injected: np.ndarray  # bool, per text
+
+    def window(self, w: int) -> np.ndarray:
+        return self.ids[self.starts[w] : self.starts[w + 1]]
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
+def untrusted_texts(split: str) -> list[tuple[str, str, bool]]:
+    """(text, source, injected) of the split's untrusted content, each text once."""
+    from training.lib.agent_traffic import conversation_texts
+    from training.lib.detector_rows import load_rows
+
+    out: dict[str, tuple[str, str, bool]] = {}
+    for r in load_rows():
+        if r["split"] == split and r["channel"] in INDIRECT_CHANNELS and r["label"] != "jailbreak":
+            out.setdefault(r["text"], (r["text"], r["source"], r["label"] == "injection"))
+    for _kind, _user, tools, _assistant in conversation_texts(split):
+        for text in tools:
+            out.setdefault(text, (text, TRAFFIC_SOURCE, False))
+    return [t for t in out.values() if t[0].strip()]
+
+
+_detector: Any = None
+
+
+def _load(models_dir: str) -> None:
+    global _detector
+    from deltaguard.classifiers.encoder import EncoderClassifier
+
+    _detector = EncoderClassifier(Path(models_dir), threads=1, memo_items=0, artifact="detector").load()
+
+
+def _score(texts: list[str]) -> list[tuple[list[np.ndarray], np.ndarray]]:
+    """Per text, its windows as served (every view's) and the head's probability on each."""
+    from deltaguard.classifiers import normalize
+
+    model = _detector.model
+    head = model.heads.index(HEAD)
+    out = []
+    for text in texts:
+        views = normalize.views(text, NORMALIZE).texts()
+        windows, _ = model.standalone_windows(views, _detector.max_item_windows)
+        probs = model.head_probabilities(model.embed(windows))[:, head] if windows else np.zeros(0)
+        out.append(([w.ids for w in windows], probs))
+    return out
+
+
+def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = None) -> Evidence:
+    """The split's evidence, from the cache or scored now."""
+    path = CACHE / f"{split}.npz"
+    if path.exists():
+        data = np.load(path, allow_pickle=False)
+        return Evidence(**{k: data[k] for k in Evidence.__dataclass_fields__})
+    texts = untrusted_texts(split)
+    log(f"window evidence, {split}: {len(texts)} texts")
+    workers = workers or os.cpu_count() or 1
+    chunks = [[t[0] for t in texts[i :: workers * 8]] for i in range(workers * 8)]
+    scored: list[list[tuple[list[np.ndarray], np.ndarray]]] = [[] for _ in chunks]
+    with ProcessPoolExecutor(workers, initializer=_load, initargs=(str(models_dir),)) as pool:
+        for i, result in enumerate(pool.map(_score, chunks)):
+            scored[i] = result
+            log(f"  chunk {i + 1}/{len(chunks)}")
+    ids, starts, owner, probs = [], [0], [], []
+    for i in range(len(texts)):  # back to the texts' order: chunk i % n, position i // n
+        windows, p = scored[i % len(chunks)][i // len(chunks)]
+        for w in windows:
+            ids.append(w.astype(np.int32))
+            starts.append(starts[-1] + len(w))
+            owner.append(i)
+        probs.append(p)
+    evidence = Evidence(
+        ids=np.concatenate(ids) if ids else np.zeros(0, np.int32),
+        starts=np.array(starts, dtype=np.int64),
+        text=np.array(owner, dtype=np.int32),
+        prob=np.concatenate(probs) if probs else np.zeros(0),
+        source=np.array([t[1] for t in texts]),
+        injected=np.array([t[2] for t in texts]),
+    )
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **{k: getattr(evidence, k) for k in Evidence.__dataclass_fields__})
+    tmp.replace(path)
+    return evidence
