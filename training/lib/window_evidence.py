@@ -3,13 +3,17 @@ them, each with the shipped detector's probability on its tool-output head.
 
 Untrusted text is the detection corpus' tool outputs and documents (benign and injected,
 the jailbreak rows left out: a tool output is judged for injection only) and the tool
-outputs of real benign agent conversations (training/lib/agent_traffic.py), per split.
+outputs of real benign agent conversations (training/lib/agent_traffic.py), per split; the
+train split adds the texts written for coding agents (training/data/coding_notes/: issues,
+comments, READMEs, configs, injected and benign), the validation split the development set
+written the same way (eval/samples/coding_notes_dev.jsonl).
 Scoring every window takes the detector's own time (about 3.5 ms a window on one core), so
 a split's evidence is cached in .cache/detector/window-screen/.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -18,9 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, NORMALIZE, WORK, log
+from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, NORMALIZE, REPO, WORK, log
 
 CACHE = WORK / "window-screen"
+AUTHORED = {
+    "train": sorted((REPO / "training" / "data" / "coding_notes").glob("*.jsonl")),
+    "validation": [REPO / "eval" / "samples" / "coding_notes_dev.jsonl"],
+}
 TRAFFIC_SOURCE = "agent-traffic"  # the real agent conversations' tool outputs
 HEAD = "indirect_injection"  # the head that judges untrusted content
 
@@ -56,6 +64,11 @@ def untrusted_texts(split: str) -> list[tuple[str, str, bool]]:
     for _kind, _user, tools, _assistant in conversation_texts(split):
         for text in tools:
             out.setdefault(text, (text, TRAFFIC_SOURCE, False))
+    for path in AUTHORED.get(split, []):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out.setdefault(r["text"], (r["text"], f"coding-notes-{path.stem}", r["label"] == "injected"))
     return [t for t in out.values() if t[0].strip()]
 
 
@@ -120,3 +133,65 @@ def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = Non
     np.savez_compressed(tmp, **{k: getattr(evidence, k) for k in Evidence.__dataclass_fields__})
     tmp.replace(path)
     return evidence
+
+
+CHUNKED = 0.02  # every chunk of a window the detector scores this high is scored alone
+CHUNK_SAMPLE = 0.1  # and the chunks of this share of the others, drawn at random
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Chunks of a split's windows (classifiers/window_screen.py `chunk_bounds`), each with
+    the detector's probability on it read alone, as a window of its own."""
+
+    window: np.ndarray  # int32, the evidence window it is cut from
+    start: np.ndarray  # int32, among that window's content ids
+    end: np.ndarray
+    prob: np.ndarray  # float64
+
+    def ids(self, evidence: Evidence, c: int) -> np.ndarray:
+        content = evidence.window(int(self.window[c]))[1:-1]
+        return content[self.start[c] : self.end[c]]
+
+
+def _score_chunks(chunks: list[np.ndarray]) -> np.ndarray:
+    from deltaguard.classifiers.encoder_model import Window
+
+    model = _detector.model
+    cls, sep = model.cls_id, model.sep_id
+    windows = [Window(ids=np.concatenate([[cls], c, [sep]]).astype(np.int64), context=0) for c in chunks]
+    return model.head_probabilities(model.embed(windows))[:, model.heads.index(HEAD)]
+
+
+def collect_chunks(
+    split: str, evidence: Evidence, models_dir: Path = MODELS_DIR, workers: int | None = None
+) -> Chunks:
+    """The split's chunk evidence, from the cache or scored now."""
+    from deltaguard.classifiers.window_screen import chunk_bounds
+
+    path = CACHE / f"{split}-chunks.npz"
+    if path.exists():
+        data = np.load(path, allow_pickle=False)
+        return Chunks(**{k: data[k] for k in Chunks.__dataclass_fields__})
+    rng = np.random.default_rng(0)
+    picked = (evidence.prob >= CHUNKED) | (rng.random(len(evidence.prob)) < CHUNK_SAMPLE)
+    window, start, end = [], [], []
+    for w in np.flatnonzero(picked):
+        for a, b in chunk_bounds(len(evidence.window(w)) - 2):
+            window.append(w)
+            start.append(a)
+            end.append(b)
+    chunks = Chunks(
+        np.array(window, np.int32), np.array(start, np.int32), np.array(end, np.int32), np.zeros(0)
+    )
+    texts = [chunks.ids(evidence, c) for c in range(len(window))]
+    log(f"chunk evidence, {split}: {len(texts)} chunks of {int(picked.sum())} windows")
+    workers = workers or os.cpu_count() or 1
+    parts = [texts[i : i + 4096] for i in range(0, len(texts), 4096)]
+    with ProcessPoolExecutor(workers, initializer=_load, initargs=(str(models_dir),)) as pool:
+        probs = list(pool.map(_score_chunks, parts))
+    chunks = Chunks(chunks.window, chunks.start, chunks.end, np.concatenate(probs) if probs else np.zeros(0))
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **{k: getattr(chunks, k) for k in Chunks.__dataclass_fields__})
+    tmp.replace(path)
+    return chunks
