@@ -457,8 +457,8 @@ class EncoderClassifier:
                 views = [
                     w for more in texts[1:] for w in model.view_windows(more, texts[0], self.max_item_windows)
                 ]
-                own = primary if texts[0] == text else []
-                entries.append(self._pending(role, key, text, primary, views, own, windows, item.tokens))
+                written = texts[0] == text
+                entries.append(self._pending(role, key, text, primary, views, written, windows, item.tokens))
             if ids:
                 context = self._tail(ids)
         attached = []
@@ -487,10 +487,9 @@ class EncoderClassifier:
             return known, UNTRUSTED_ROLE
         texts = normalize.views(text, self._views).texts() if self._views else [text]
         found, primary = model.standalone_windows(texts, self.max_item_windows)
-        own = found[:primary] if texts[0] == text else []  # the windows that read the file as it is
-        return self._pending(
-            UNTRUSTED_ROLE, key, text, found[:primary], found[primary:], own, windows, count_tokens(text)
-        )
+        written = texts[0] == text  # the primary view is the file as it is
+        cut = found[:primary], found[primary:]
+        return self._pending(UNTRUSTED_ROLE, key, text, *cut, written, windows, count_tokens(text))
 
     def _pending(
         self,
@@ -499,28 +498,27 @@ class EncoderClassifier:
         text: str,
         primary: list[Window],
         views: list[Window],
-        own: list[Window],
+        written: bool,
         windows: list[Window],
         tokens: int,
     ) -> tuple[_ItemResult, str] | _Pending | None:
         """Queue a text's windows (the primary view's, then the extra views') for the encoder,
-        less those the window screen clears in untrusted content; `own` are the primary
-        windows that read the text as written, where a finding may point. None without
-        windows; zeros, remembered, when the screen clears all of them."""
-        found = primary + views
-        if not found:
+        less those the window screen clears in untrusted content. A finding may point into
+        the primary view's windows when that view is the text as `written`. None without
+        windows; zeros, remembered, when the screen clears every one."""
+        if not (primary or views):
             return None
-        if self._window_screen is not None and role == UNTRUSTED_ROLE:
-            kept = [w for w in found if not self._window_screen.clears(w.ids)]
-            if not kept:
+        screen = self._window_screen
+        if screen is not None and role == UNTRUSTED_ROLE:
+            primary = [w for w in primary if not screen.clears(w.ids)]
+            views = [w for w in views if not screen.clears(w.ids)]
+            if not (primary or views):
                 known = _ItemResult((0.0,) * len(self.model.heads), tokens)
                 self._memo.put(key, known)
                 return known, role
-            own = [w for w in own if any(w is k for k in kept)]
-            found = kept
         lo = len(windows)
-        windows.extend(found)
-        return _Pending(lo, len(windows), key, role, len(own), text)
+        windows.extend(primary + views)
+        return _Pending(lo, len(windows), key, role, len(primary) if written else 0, text)
 
     def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
         """The text's result if the screen clears it: zeros, and the screen's own tokens."""
