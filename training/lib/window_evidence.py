@@ -8,7 +8,8 @@ train split adds the texts written for coding agents (training/data/coding_notes
 comments, READMEs, configs, injected and benign), the validation split the development set
 written the same way (eval/samples/coding_notes_dev.jsonl).
 Scoring every window takes the detector's own time (about 3.5 ms a window on one core), so
-a split's evidence is cached in .cache/detector/window-screen/.
+a split's evidence is cached in .cache/detector/window-screen/, in a folder per detector
+model (a new detector is scored afresh).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, NORMALIZE, REPO, WORK, log
 
-CACHE = WORK / "window-screen"
+CACHE = WORK / "window-screen"  # a folder per detector model: its probabilities are the labels
 AUTHORED = {
     "train": sorted((REPO / "training" / "data" / "coding_notes").glob("*.jsonl")),
     "validation": [REPO / "eval" / "samples" / "coding_notes_dev.jsonl"],
@@ -50,6 +51,13 @@ class Evidence:
 
     def __len__(self) -> int:
         return len(self.text)
+
+
+def cache_dir(models_dir: Path = MODELS_DIR) -> Path:
+    """Where the evidence of the models folder's detector is kept, by its model's sha256."""
+    from deltaguard.artifacts import manifest_entry
+
+    return CACHE / manifest_entry("detector", models_dir)["files"]["model"]["sha256"][:16]
 
 
 def untrusted_texts(split: str) -> list[tuple[str, str, bool]]:
@@ -99,7 +107,7 @@ def _score(texts: list[str]) -> list[tuple[list[np.ndarray], np.ndarray]]:
 
 def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = None) -> Evidence:
     """The split's evidence, from the cache or scored now."""
-    path = CACHE / f"{split}.npz"
+    path = cache_dir(models_dir) / f"{split}.npz"
     if path.exists():
         data = np.load(path, allow_pickle=False)
         return Evidence(**{k: data[k] for k in Evidence.__dataclass_fields__})
@@ -128,7 +136,7 @@ def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = Non
         source=np.array([t[1] for t in texts]),
         injected=np.array([t[2] for t in texts]),
     )
-    CACHE.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     np.savez_compressed(tmp, **{k: getattr(evidence, k) for k in Evidence.__dataclass_fields__})
     tmp.replace(path)
@@ -169,7 +177,7 @@ def collect_chunks(
     """The split's chunk evidence, from the cache or scored now."""
     from deltaguard.classifiers.window_screen import chunk_bounds
 
-    path = CACHE / f"{split}-chunks.npz"
+    path = cache_dir(models_dir) / f"{split}-chunks.npz"
     if path.exists():
         data = np.load(path, allow_pickle=False)
         return Chunks(**{k: data[k] for k in Chunks.__dataclass_fields__})
