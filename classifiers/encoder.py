@@ -298,7 +298,8 @@ class EncoderClassifier:
             normalize.warm()
         self._views = trained_on  # the views it was trained on, None for raw text
         self._screen, self._floor = self._load_screen(entry.get("screen"), where)
-        self._window_screen = self._load_window_screen(entry.get("window_screen"), where, model)
+        model_sha = entry["files"]["model"]["sha256"]
+        self._window_screen = self._load_window_screen(entry.get("window_screen"), where, model, model_sha)
         self._categories, self._heads, self._head_thresholds = categories, heads, thresholds
         self._roles = roles
         self._model, self._entry = model, entry
@@ -316,7 +317,9 @@ class EncoderClassifier:
         screen = LexicalClassifier(self.models_dir, artifact=artifact)
         return screen.share(self._lexical.get(artifact)), floor
 
-    def _load_window_screen(self, spec: Any, where: str, model: EncoderModel) -> WindowScreen | None:
+    def _load_window_screen(
+        self, spec: Any, where: str, model: EncoderModel, model_sha: str
+    ) -> WindowScreen | None:
         if spec is None or not self.use_window_screen:
             return None
         try:
@@ -325,7 +328,12 @@ class EncoderClassifier:
             raise ModelArtifactError(
                 f"{where}: window screen {spec!r} needs an artifact and a cutoff"
             ) from exc
-        path, _ = verified_path(artifact, self.models_dir)
+        path, fitted = verified_path(artifact, self.models_dir)
+        if fitted.get("fitted_to") not in (None, model_sha):  # it learnt another model's scores
+            raise ModelArtifactError(
+                f"{where}: window screen {artifact!r} was fitted to model {fitted['fitted_to'][:12]}, "
+                f"not this one ({model_sha[:12]})"
+            )
         screen = WindowScreen.from_file(path, cutoff)
         if screen.vocab != model.tokenizer.get_vocab_size():
             raise ModelArtifactError(

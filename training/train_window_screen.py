@@ -185,6 +185,7 @@ def write(screen: WindowScreen, evidence: dict[str, Any]) -> None:
     from training.lib.conformance import publish_entry
     from training.lib.manifest import write_manifest_entry
 
+    detector_model = manifest_entry(ARTIFACT, MODELS_DIR)["files"]["model"]
     path = MODELS_DIR / FILE
     np.savez_compressed(
         path,
@@ -201,6 +202,7 @@ def write(screen: WindowScreen, evidence: dict[str, Any]) -> None:
             "sha256": sha256_file(path),
             "format": "npz (allow_pickle=False): weights over a chunk's ids and hashed id pairs, bias; "
             "see classifiers/window_screen.py",
+            "fitted_to": detector_model["sha256"],  # the detector model whose scores it learnt
         },
         NAME,
         MODELS_DIR,

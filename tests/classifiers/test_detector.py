@@ -259,6 +259,19 @@ def test_malformed_window_screen_is_refused(tmp_path, spec, match):
         EncoderClassifier(models, artifact="detector").load()
 
 
+def test_a_window_screen_fitted_to_another_detector_is_refused(tmp_path):
+    models = _copy_models(tmp_path)
+    manifest = json.loads((models / "manifest.json").read_text())
+    assert manifest["models"]["window-screen"]["fitted_to"] == sha256_file(
+        MODELS_DIR / manifest["models"]["detector"]["files"]["model"]["file"]
+    )
+    manifest["models"]["window-screen"]["fitted_to"] = "0" * 64
+    (models / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelArtifactError, match="fitted to model 000000000000"):
+        EncoderClassifier(models, artifact="detector").load()
+    assert EncoderClassifier(models, artifact="detector", window_screen=False).load().window_screen is None
+
+
 def test_corrupted_model_is_refused(tmp_path):
     models = _copy_models(tmp_path)
     path = models / manifest_entry("detector", models)["files"]["model"]["file"]
