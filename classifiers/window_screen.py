@@ -26,8 +26,6 @@ from deltaguard.errors import ModelArtifactError
 FORMAT_VERSION = 1
 BUCKETS = 1 << 18  # hashed id pairs, beside one weight per vocabulary id
 _MIX = 0x9E3779B1  # Knuth's multiplicative hash; products stay under 2**63
-
-
 CHUNK_TOKENS = 32  # a window is judged by its chunks: an instruction is a sentence or two
 CHUNK_STRIDE = 16
 

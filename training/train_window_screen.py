@@ -35,9 +35,17 @@ import numpy as np
 from scipy import sparse
 
 from deltaguard.classifiers.window_screen import BUCKETS, FORMAT_VERSION, WindowScreen, feature_indices
-from training.lib.detector_spec import ARTIFACT, MODELS_DIR, log
+from training.lib.detector_spec import ARTIFACT, MODELS_DIR
 from training.lib.screen_floor import LOSS_BUDGET
-from training.lib.window_evidence import TRAFFIC_SOURCE, Chunks, Evidence, collect, collect_chunks
+from training.lib.window_evidence import (
+    HEAD,
+    TRAFFIC_SOURCE,
+    Chunks,
+    Evidence,
+    collect,
+    collect_chunks,
+    log,
+)
 
 NAME = "window-screen"
 VERSION = "1"
@@ -151,11 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from dataclasses import replace
 
+    from deltaguard.artifacts import manifest_entry
     from deltaguard.classifiers.encoder import EncoderClassifier
 
-    detector = EncoderClassifier(MODELS_DIR, threads=1, artifact="detector").load()
+    detector = EncoderClassifier(MODELS_DIR, threads=1, artifact=ARTIFACT).load()
     vocab = detector.model.tokenizer.get_vocab_size()
-    threshold = float(detector._loaded_entry("thresholds")["head_thresholds"]["indirect_injection"])
+    threshold = float(manifest_entry(ARTIFACT, MODELS_DIR)["head_thresholds"][HEAD])
     splits = {s: collect(s) for s in ("train", "validation", "test")}
     chunks = collect_chunks("train", splits["train"])
     x = chunk_matrix(chunks, splits["train"], vocab)

@@ -7,6 +7,7 @@ outputs of real benign agent conversations (training/lib/agent_traffic.py), per 
 train split adds the texts written for coding agents (training/data/coding_notes/: issues,
 comments, READMEs, configs, injected and benign), the validation split the development set
 written the same way (eval/samples/coding_notes_dev.jsonl).
+
 Scoring every window takes the detector's own time (about 3.5 ms a window on one core), so
 a split's evidence is cached in .cache/detector/window-screen/, in a folder per detector
 model (a new detector is scored afresh).
@@ -23,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, NORMALIZE, REPO, WORK, log
+from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, NORMALIZE, REPO, WORK
+from training.lib.log import make_log
 
 CACHE = WORK / "window-screen"  # a folder per detector model: its probabilities are the labels
 AUTHORED = {
@@ -32,6 +34,7 @@ AUTHORED = {
 }
 TRAFFIC_SOURCE = "agent-traffic"  # the real agent conversations' tool outputs
 HEAD = "indirect_injection"  # the head that judges untrusted content
+log = make_log("train_window_screen")
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,6 @@ class Evidence:
 
     def window(self, w: int) -> np.ndarray:
         return self.ids[self.starts[w] : self.starts[w + 1]]
-
-    def __len__(self) -> int:
-        return len(self.text)
 
 
 def cache_dir(models_dir: Path = MODELS_DIR) -> Path:
@@ -114,15 +114,15 @@ def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = Non
     texts = untrusted_texts(split)
     log(f"window evidence, {split}: {len(texts)} texts")
     workers = workers or os.cpu_count() or 1
-    chunks = [[t[0] for t in texts[i :: workers * 8]] for i in range(workers * 8)]
-    scored: list[list[tuple[list[np.ndarray], np.ndarray]]] = [[] for _ in chunks]
+    parts = [[t[0] for t in texts[i :: workers * 8]] for i in range(workers * 8)]
+    scored: list[list[tuple[list[np.ndarray], np.ndarray]]] = [[] for _ in parts]
     with ProcessPoolExecutor(workers, initializer=_load, initargs=(str(models_dir),)) as pool:
-        for i, result in enumerate(pool.map(_score, chunks)):
+        for i, result in enumerate(pool.map(_score, parts)):
             scored[i] = result
-            log(f"  chunk {i + 1}/{len(chunks)}")
+            log(f"  part {i + 1}/{len(parts)}")
     ids, starts, owner, probs = [], [0], [], []
-    for i in range(len(texts)):  # back to the texts' order: chunk i % n, position i // n
-        windows, p = scored[i % len(chunks)][i // len(chunks)]
+    for i in range(len(texts)):  # back to the texts' order: part i % n, position i // n
+        windows, p = scored[i % len(parts)][i // len(parts)]
         for w in windows:
             ids.append(w.astype(np.int32))
             starts.append(starts[-1] + len(w))
