@@ -15,11 +15,7 @@ by the heads of role "tool", and the item takes the max of its own and its files
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +34,7 @@ from deltaguard.classifiers.base import (
     running_max,
     zero_scores,
 )
+from deltaguard.classifiers.encoder_items import ItemMemo, ItemResult, Pending, Plan
 from deltaguard.classifiers.encoder_model import (
     ARTIFACT_FILES,
     ARTIFACT_NAME,
@@ -109,77 +106,6 @@ LOCATED_ROLES = frozenset({UNTRUSTED_ROLE, PASTED_ROLE})
 MASKED_ROLES = frozenset({"user", "system", "developer"})
 
 
-@dataclass(frozen=True, slots=True)
-class _ItemResult:
-    """An item's probabilities per head and its token cost (every view's windows, overlap
-    and context included). Where some head is over its threshold, per head, among the
-    windows that read the item's text as it is (not another view of it), the one that scored
-    highest: the characters [start, end) it read and its probability (None: not locatable)."""
-
-    scores: tuple[float, ...]
-    tokens: int
-    located: tuple[tuple[int, int, float] | None, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """A scored item whose windows are [lo, hi) of the batch's windows."""
-
-    lo: int
-    hi: int
-    key: bytes
-    role: str
-    own: int = 0  # windows [lo, lo + own) read `text` as it is (locatable)
-    text: str = ""
-
-
-class _ItemMemo:
-    """Bounded, thread-safe LRU of item results keyed by (context, text).
-
-    The same system prompt, tool schema or fetched page recurs across conversations;
-    scoring it once is exact (scores depend on the text and context only).
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[bytes, _ItemResult] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def key(text: str, context: Sequence[int]) -> bytes:
-        h = hashlib.blake2b(digest_size=20)
-        h.update(np.asarray(context, dtype=np.int64).tobytes())
-        h.update(b"\x00")
-        h.update(text.encode("utf-8", "surrogatepass"))
-        return h.digest()
-
-    def get(self, key: bytes) -> _ItemResult | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def put(self, key: bytes, result: _ItemResult) -> None:
-        if self.size <= 0:
-            return
-        with self._lock:
-            self._items[key] = result
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-
-@dataclass(slots=True)
-class _Plan:
-    """One request's items: zero (None), already scored, or waiting for their windows."""
-
-    entries: list[tuple[_ItemResult, str] | _Pending | None]
-    context: list[int]  # the state's context after the request
-    # Files attached to messages: (index of the item, its files' result), judged as tool output.
-    attached: list[tuple[int, tuple[_ItemResult, str] | _Pending]] = field(default_factory=list)
-
-
 class EncoderClassifier:
     """Monitor-lane classifier: a MiniLM encoder + linear heads, conversation score = running max.
 
@@ -249,7 +175,7 @@ class EncoderClassifier:
         self.max_item_windows = max_item_windows
         self.context_tokens = context_tokens
         self.memo_items = memo_items
-        self._memo = _ItemMemo(memo_items)
+        self._memo = ItemMemo(memo_items)
         self._model: EncoderModel | None = None
         self._entry: dict[str, Any] | None = None
         self._categories: tuple[str, ...] = ()
@@ -433,10 +359,10 @@ class EncoderClassifier:
             for (state, items), plan in zip(requests, plans, strict=True)
         ]
 
-    def _plan(self, model: EncoderModel, state: State, items: Sequence[Item], windows: list[Window]) -> _Plan:
+    def _plan(self, model: EncoderModel, state: State, items: Sequence[Item], windows: list[Window]) -> Plan:
         """Tokenize the request's scored items once and append their windows."""
         context = self._tail(state.get("context", []))
-        entries: list[tuple[_ItemResult, str] | _Pending | None] = []
+        entries: list[tuple[ItemResult, str] | Pending | None] = []
         for item in items:
             if not (item.scored and item.role in self._roles and item.text):
                 entries.append(None)
@@ -444,7 +370,7 @@ class EncoderClassifier:
             role = self._judged_as(item)
             masked = self.mask_paths and role in MASKED_ROLES
             text = identifiers.mask_paths(item.text) if masked else item.text
-            key = _ItemMemo.key(text, context)
+            key = ItemMemo.key(text, context)
             known = self._memo.get(key)
             if known is None:
                 # Screened and counted as it is judged: the memo keeps one result per text.
@@ -476,7 +402,7 @@ class EncoderClassifier:
                     found = self._attachment(model, item.attachments, windows)
                     if found is not None:
                         attached.append((index, found))
-        return _Plan(entries=entries, context=context, attached=attached)
+        return Plan(entries=entries, context=context, attached=attached)
 
     def _judged_as(self, item: Item) -> str:
         """The role whose heads judge `item` (see `long_user_chars`)."""
@@ -487,9 +413,9 @@ class EncoderClassifier:
 
     def _attachment(
         self, model: EncoderModel, text: str, windows: list[Window]
-    ) -> tuple[_ItemResult, str] | _Pending | None:
+    ) -> tuple[ItemResult, str] | Pending | None:
         """The result of a message's attached files, judged as a tool output is (alone)."""
-        key = _ItemMemo.key(text, ())
+        key = ItemMemo.key(text, ())
         known = self._memo.get(key) or self._cleared_text(text, count_tokens(text))
         if known is not None:
             return known, UNTRUSTED_ROLE
@@ -509,7 +435,7 @@ class EncoderClassifier:
         written: bool,
         windows: list[Window],
         tokens: int,
-    ) -> tuple[_ItemResult, str] | _Pending | None:
+    ) -> tuple[ItemResult, str] | Pending | None:
         """Queue a text's windows (the primary view's, then the extra views') for the encoder,
         less those the window screen clears in untrusted content. A finding may point into
         the primary view's windows when that view is the text as `written`. None without
@@ -521,27 +447,27 @@ class EncoderClassifier:
             primary = [w for w in primary if not screen.clears(w.ids)]
             views = [w for w in views if not screen.clears(w.ids)]
             if not (primary or views):
-                known = _ItemResult((0.0,) * len(self.model.heads), tokens)
+                known = ItemResult((0.0,) * len(self.model.heads), tokens)
                 self._memo.put(key, known)
                 return known, role
         lo = len(windows)
         windows.extend(primary + views)
-        return _Pending(lo, len(windows), key, role, len(primary) if written else 0, text)
+        return Pending(lo, len(windows), key, role, len(primary) if written else 0, text)
 
-    def _cleared_text(self, text: str, tokens: int) -> _ItemResult | None:
+    def _cleared_text(self, text: str, tokens: int) -> ItemResult | None:
         """The text's result if the screen clears it: zeros, and the screen's own tokens."""
         if self._screen is None or not text.strip():
             return None
         scores, extra = self._screen.score_text_counted(text)
         if max(scores.values()) >= self._floor:
             return None
-        return _ItemResult((0.0,) * len(self.model.heads), tokens + extra)
+        return ItemResult((0.0,) * len(self.model.heads), tokens + extra)
 
     def _result(
-        self, entry: tuple[_ItemResult, str] | _Pending, probs: np.ndarray, windows: Sequence[Window]
-    ) -> tuple[_ItemResult, str]:
+        self, entry: tuple[ItemResult, str] | Pending, probs: np.ndarray, windows: Sequence[Window]
+    ) -> tuple[ItemResult, str]:
         """An entry's result: known, or read from its windows' probabilities (and remembered)."""
-        if not isinstance(entry, _Pending):
+        if not isinstance(entry, Pending):
             return entry
         best = probs[entry.lo : entry.hi].max(axis=0)
         cost = sum(len(w.ids) for w in windows[entry.lo : entry.hi])
@@ -555,11 +481,11 @@ class EncoderClassifier:
                 None if span is None else (*span, float(own[w, h]))
                 for h, (w, span) in enumerate(zip(where, spans, strict=True))
             )
-        result = _ItemResult(tuple(float(p) for p in best), cost, located)
+        result = ItemResult(tuple(float(p) for p in best), cost, located)
         self._memo.put(entry.key, result)
         return result, entry.role
 
-    def _scores(self, result: _ItemResult, role: str) -> Scores:
+    def _scores(self, result: ItemResult, role: str) -> Scores:
         """The item's categories through `role`'s heads; untrusted content is never guilty
         of what only a principal can be (base.PRINCIPAL_ONLY)."""
         return {
@@ -575,7 +501,7 @@ class EncoderClassifier:
         return [int(i) for i in ids[len(ids) - n :]] if n > 0 else []
 
     def _finish(
-        self, state: State, items: Sequence[Item], plan: _Plan, probs: np.ndarray, windows: Sequence[Window]
+        self, state: State, items: Sequence[Item], plan: Plan, probs: np.ndarray, windows: Sequence[Window]
     ) -> Update:
         cats = self.categories
         item_scores: list[Scores] = []
@@ -605,7 +531,7 @@ class EncoderClassifier:
         return Update(new_state, item_scores, scores, tokens, findings)
 
     def _located(
-        self, index: int, kind: str, text: str, result: _ItemResult, role: str, scores: Scores
+        self, index: int, kind: str, text: str, result: ItemResult, role: str, scores: Scores
     ) -> list[Finding]:
         """Where `text` is over a category's threshold (`scores`, its categories through
         `role`'s heads): the characters of the window that scored highest, when that window
