@@ -105,6 +105,20 @@ def _score(texts: list[str]) -> list[tuple[list[np.ndarray], np.ndarray]]:
     return out
 
 
+def _in_parts(score: Any, items: list[Any], size: int, models_dir: Path, workers: int | None) -> list[Any]:
+    """`score` (a function of a list, run in worker processes that load the detector) over
+    `items` in parts of `size`, its results in the items' order."""
+    parts = [items[i : i + size] for i in range(0, len(items), size)]
+    out: list[Any] = []
+    with ProcessPoolExecutor(
+        workers or os.cpu_count() or 1, initializer=_load, initargs=(str(models_dir),)
+    ) as pool:
+        for i, result in enumerate(pool.map(score, parts)):
+            out.extend(result)
+            log(f"  part {i + 1}/{len(parts)}")
+    return out
+
+
 def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = None) -> Evidence:
     """The split's evidence, from the cache or scored now."""
     path = cache_dir(models_dir) / f"{split}.npz"
@@ -113,16 +127,9 @@ def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = Non
         return Evidence(**{k: data[k] for k in Evidence.__dataclass_fields__})
     texts = untrusted_texts(split)
     log(f"window evidence, {split}: {len(texts)} texts")
-    workers = workers or os.cpu_count() or 1
-    parts = [[t[0] for t in texts[i :: workers * 8]] for i in range(workers * 8)]
-    scored: list[list[tuple[list[np.ndarray], np.ndarray]]] = [[] for _ in parts]
-    with ProcessPoolExecutor(workers, initializer=_load, initargs=(str(models_dir),)) as pool:
-        for i, result in enumerate(pool.map(_score, parts)):
-            scored[i] = result
-            log(f"  part {i + 1}/{len(parts)}")
+    scored = _in_parts(_score, [t[0] for t in texts], 500, models_dir, workers)
     ids, starts, owner, probs = [], [0], [], []
-    for i in range(len(texts)):  # back to the texts' order: part i % n, position i // n
-        windows, p = scored[i % len(parts)][i // len(parts)]
+    for i, (windows, p) in enumerate(scored):
         for w in windows:
             ids.append(w.astype(np.int32))
             starts.append(starts[-1] + len(w))
@@ -183,22 +190,12 @@ def collect_chunks(
         return Chunks(**{k: data[k] for k in Chunks.__dataclass_fields__})
     rng = np.random.default_rng(0)
     picked = (evidence.prob >= CHUNKED) | (rng.random(len(evidence.prob)) < CHUNK_SAMPLE)
-    window, start, end = [], [], []
-    for w in np.flatnonzero(picked):
-        for a, b in chunk_bounds(len(evidence.window(w)) - 2):
-            window.append(w)
-            start.append(a)
-            end.append(b)
-    chunks = Chunks(
-        np.array(window, np.int32), np.array(start, np.int32), np.array(end, np.int32), np.zeros(0)
-    )
-    texts = [chunks.ids(evidence, c) for c in range(len(window))]
+    bounds = [(w, a, b) for w in np.flatnonzero(picked) for a, b in chunk_bounds(len(evidence.window(w)) - 2)]
+    cut = np.array(bounds, np.int32).reshape(-1, 3)  # window, start, end
+    texts = [evidence.window(w)[1:-1][a:b] for w, a, b in cut]
     log(f"chunk evidence, {split}: {len(texts)} chunks of {int(picked.sum())} windows")
-    workers = workers or os.cpu_count() or 1
-    parts = [texts[i : i + 4096] for i in range(0, len(texts), 4096)]
-    with ProcessPoolExecutor(workers, initializer=_load, initargs=(str(models_dir),)) as pool:
-        probs = list(pool.map(_score_chunks, parts))
-    chunks = Chunks(chunks.window, chunks.start, chunks.end, np.concatenate(probs) if probs else np.zeros(0))
+    probs = np.array(_in_parts(_score_chunks, texts, 4096, models_dir, workers), dtype=np.float64)
+    chunks = Chunks(window=cut[:, 0], start=cut[:, 1], end=cut[:, 2], prob=probs)
     tmp = path.with_suffix(".tmp.npz")
     np.savez_compressed(tmp, **{k: getattr(chunks, k) for k in Chunks.__dataclass_fields__})
     tmp.replace(path)
