@@ -382,7 +382,7 @@ class EncoderClassifier:
                 continue
             # The primary view's ids make the context tail; an extra view (something was
             # hidden or encoded) adds the windows of its own that differ, without context.
-            texts = normalize.views(text, self._views).texts() if self._views else [text]
+            texts = self.views_of(text)
             ids = model.tokenize(texts[0])
             if known is not None:
                 entries.append((known, role) if ids or len(texts) > 1 else None)
@@ -404,6 +404,11 @@ class EncoderClassifier:
                         attached.append((index, found))
         return Plan(entries=entries, context=context, attached=attached)
 
+    def views_of(self, text: str) -> list[str]:
+        """The texts it reads for `text`, as served: the normaliser's views of the version it
+        was trained on, the primary first (the text itself when it reads raw text)."""
+        return list(normalize.views(text, self._views).texts()) if self._views else [text]
+
     def _judged_as(self, item: Item) -> str:
         """The role whose heads judge `item` (see `long_user_chars`)."""
         long = self.long_user_chars is not None and len(item.text) >= self.long_user_chars
@@ -419,7 +424,7 @@ class EncoderClassifier:
         known = self._memo.get(key) or self._cleared_text(text, count_tokens(text))
         if known is not None:
             return known, UNTRUSTED_ROLE
-        texts = normalize.views(text, self._views).texts() if self._views else [text]
+        texts = self.views_of(text)
         found, primary = model.standalone_windows(texts, self.max_item_windows)
         written = texts[0] == text  # the primary view is the file as it is
         cut = found[:primary], found[primary:]

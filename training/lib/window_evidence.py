@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, NORMALIZE, REPO, WORK
+from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, REPO, WORK
 from training.lib.log import make_log
 
 CACHE = WORK / "window-screen"  # a folder per detector model: its probabilities are the labels
@@ -92,13 +92,11 @@ def _load(models_dir: str) -> None:
 
 def _score(texts: list[str]) -> list[tuple[list[np.ndarray], np.ndarray]]:
     """Per text, its windows as served (every view's) and the head's probability on each."""
-    from deltaguard.classifiers import normalize
-
     model = _detector.model
     head = model.heads.index(HEAD)
     out = []
     for text in texts:
-        views = normalize.views(text, NORMALIZE).texts()
+        views = _detector.views_of(text)
         windows, _ = model.standalone_windows(views, _detector.max_item_windows)
         probs = model.head_probabilities(model.embed(windows))[:, head] if windows else np.zeros(0)
         out.append(([w.ids for w in windows], probs))

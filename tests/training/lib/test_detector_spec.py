@@ -3,6 +3,8 @@ builds and folds under names of its own, so it never overwrites the shipped rele
 
 from __future__ import annotations
 
+import pytest
+
 from deltaguard.artifacts import manifest_entry
 from training.lib.detector_folds import fold_dir
 from training.lib.detector_spec import BASES, DEFAULT_BASE
@@ -25,3 +27,20 @@ def test_another_base_has_its_own_files_and_folds():
     )
     assert fold_dir(("s-labs",), e5) != fold_dir(("s-labs",))
     assert fold_dir(("s-labs",), e5).name == "fold-s-labs-e5" and e5.vocab_frequent
+
+
+def test_a_deeper_base_has_its_own_release_and_folds():
+    e5 = BASES["e5"]
+    deeper = e5.deeper(3)
+    assert deeper.layers == 3 and e5.deeper(e5.layers) is e5
+    assert (deeper.model_file, deeper.heads_file) == ("detector-e5-v1-3l.onnx", "detector-e5-v1-3l-heads.npz")
+    assert deeper.version != e5.version and deeper.tokenizer_file == e5.tokenizer_file
+    assert fold_dir(("s-labs",), deeper).name == "fold-s-labs-e5-3l"
+    assert fold_dir(("s-labs",), BASES[DEFAULT_BASE].deeper(3)).name == "fold-s-labs-3l"
+
+
+def test_a_base_keeps_no_more_layers_than_it_has():
+    with pytest.raises(ValueError, match="has 6 layers"):
+        BASES["minilm"].deeper(7)
+    with pytest.raises(ValueError):
+        BASES["e5"].deeper(0)
