@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from deltaguard.artifacts import verified_path
 from deltaguard.classifiers import identifiers, normalize
 from deltaguard.classifiers.base import (
     PRINCIPAL_ONLY,
@@ -54,7 +53,7 @@ from deltaguard.classifiers.encoder_model import (
 )
 from deltaguard.classifiers.lexical import LexicalClassifier
 from deltaguard.classifiers.scaled import scale
-from deltaguard.classifiers.window_screen import WindowScreen
+from deltaguard.classifiers.window_screen import WindowScreen, load_window_screen
 from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -248,25 +247,7 @@ class EncoderClassifier:
     ) -> WindowScreen | None:
         if spec is None or not self.use_window_screen:
             return None
-        try:
-            artifact, cutoff = str(spec["artifact"]), float(spec["cutoff"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModelArtifactError(
-                f"{where}: window screen {spec!r} needs an artifact and a cutoff"
-            ) from exc
-        path, fitted = verified_path(artifact, self.models_dir)
-        if fitted.get("fitted_to") not in (None, model_sha):  # it learnt another model's scores
-            raise ModelArtifactError(
-                f"{where}: window screen {artifact!r} was fitted to model {fitted['fitted_to'][:12]}, "
-                f"not this one ({model_sha[:12]})"
-            )
-        screen = WindowScreen.from_file(path, cutoff)
-        if screen.vocab != model.tokenizer.get_vocab_size():
-            raise ModelArtifactError(
-                f"{where}: window screen {artifact!r} reads {screen.vocab} ids, the tokenizer has "
-                f"{model.tokenizer.get_vocab_size()}"
-            )
-        return screen
+        return load_window_screen(self.models_dir, spec, where, model_sha, model.tokenizer.get_vocab_size())
 
     def share(self, loaded: EncoderClassifier) -> EncoderClassifier:
         """Use `loaded`'s session and artifacts (one model in memory for several settings)."""

@@ -42,6 +42,7 @@ from deltaguard.classifiers.base import (
 )
 from deltaguard.classifiers.directives import addressees, lowered
 from deltaguard.classifiers.encoder_model import EncoderModel, Window, WindowShape, verified_files
+from deltaguard.classifiers.window_screen import WindowScreen, load_window_screen
 from deltaguard.errors import EncoderNotLoadedError
 from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
@@ -147,14 +148,21 @@ class NotesClassifier:
     max_state_bytes = 128
 
     def __init__(
-        self, models_dir: Path = MODELS_DIR, threads: int = 1, model: EncoderModel | None = None
+        self,
+        models_dir: Path = MODELS_DIR,
+        threads: int = 1,
+        model: EncoderModel | None = None,
+        screen: bool = True,
     ) -> None:
-        """`model`: one loaded elsewhere (the training recipe's export, before it is published)."""
+        """`model`: one loaded elsewhere (the training recipe's export, before it is published).
+        `screen=False` reads every asking paragraph, without the entry's paragraph screen."""
         self.models_dir = models_dir
         self.threads = threads
         self.version = "unloaded"
         self.threshold = 1.0
         self._model = model
+        self.use_screen = screen
+        self.screen: WindowScreen | None = None
 
     def load(self) -> NotesClassifier:
         """Verify the artifact's hashes and load the model (once, at startup)."""
@@ -165,6 +173,10 @@ class NotesClassifier:
         )
         self.version = str(entry["version"])
         self.threshold = float(entry["thresholds"][CATEGORY])
+        if self.use_screen and entry.get("screen") is not None:
+            sha, vocab = entry["files"]["model"]["sha256"], self._model.tokenizer.get_vocab_size()
+            where = f"models entry {ARTIFACT!r}"
+            self.screen = load_window_screen(self.models_dir, entry["screen"], where, sha, vocab)
         return self
 
     def initial_state(self) -> State:
@@ -179,7 +191,7 @@ class NotesClassifier:
                 picked = np.unique(np.linspace(0, len(asking) - 1, MAX_PARAGRAPHS).round().astype(int))
                 asking = [asking[i] for i in picked]
             spans += [(t, a, b) for a, b in asking]
-        probs = self._read([texts[t][a:b] for t, a, b in spans])
+        probs = self._read([texts[t][a:b] for t, a, b in spans], screened=True)
         out: list[list[tuple[int, int, float]]] = [[] for _ in texts]
         for (t, start, end), p in zip(spans, probs, strict=True):
             out[t].append((start, end, float(p)))
@@ -195,16 +207,22 @@ class NotesClassifier:
         found = [(a, b, float(q)) for (a, b), q in zip(lines, alone, strict=True) if q >= self.threshold]
         return found or [(start, end, p)]
 
-    def _read(self, pieces: Sequence[str]) -> np.ndarray:
-        """The model's probability for each piece read alone (its first NOTE_TOKENS - 2 tokens)."""
+    def _read(self, pieces: Sequence[str], screened: bool = False) -> np.ndarray:
+        """The model's probability for each piece read alone (its first NOTE_TOKENS - 2 tokens);
+        `screened`, 0 without the model for a piece the paragraph screen clears. The lines of
+        a flagged paragraph are read unscreened: the screen was fitted to whole paragraphs."""
         model = self._require_model()
+        screen = self.screen if screened else None
         windows: list[Window] = []
         kept = []
         for i, piece in enumerate(pieces):
             ids = model.tokenize(piece)[: NOTE_TOKENS - 2]
-            if ids:
+            if not ids:
+                continue
+            (window,) = model.windows(ids, (), 1)  # fits one: the piece alone
+            if screen is None or not screen.clears(window.ids):
                 kept.append(i)
-                windows.extend(model.windows(ids, (), 1))  # fits one: the piece alone
+                windows.append(window)
         out = np.zeros(len(pieces))
         if windows:
             out[kept] = model.head_probabilities(model.embed(windows))[:, 0]

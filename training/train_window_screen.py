@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from deltaguard.classifiers.window_screen import BUCKETS, FORMAT_VERSION, WindowScreen, feature_indices
+from deltaguard.classifiers.window_screen import WindowScreen
 from training.lib.detector_spec import ARTIFACT, MODELS_DIR
+from training.lib.linear_screen import C, choose_cutoff, feature_matrix, fit, fold_evidence, publish
 from training.lib.screen_floor import LOSS_BUDGET
 from training.lib.window_evidence import (
     HEAD,
@@ -51,7 +52,6 @@ NAME = "window-screen"
 VERSION = "1"
 FILE = f"window-screen-v{VERSION}.npz"
 POSITIVE = 0.1  # chunks the detector scores this high, read alone, are the screen's positives
-C = 1.0
 AUTHORED = "coding-notes"  # every author's texts make one fold: the folds hold out kinds of attack
 
 
@@ -61,23 +61,7 @@ def source_group(source: str) -> str:
 
 def chunk_matrix(chunks: Chunks, evidence: Evidence, vocab: int) -> sparse.csr_matrix:
     """One row per chunk: counts of its feature indices."""
-    rows = [feature_indices(chunks.ids(evidence, c), vocab) for c in range(len(chunks.prob))]
-    indptr = np.cumsum([0] + [len(r) for r in rows])
-    indices = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    x = sparse.csr_matrix(
-        (np.ones(len(indices), np.float32), indices, indptr), shape=(len(rows), vocab + BUCKETS)
-    )
-    x.sum_duplicates()
-    return x
-
-
-def fit(x: sparse.csr_matrix, positive: np.ndarray, vocab: int, c: float = C) -> WindowScreen:
-    """Class-balanced logistic regression over chunks; cutoff unset (0)."""
-    from sklearn.linear_model import LogisticRegression
-
-    model = LogisticRegression(C=c, class_weight="balanced", solver="liblinear", max_iter=200, random_state=0)
-    model.fit(x, positive)
-    return WindowScreen(model.coef_[0].astype(np.float32), float(model.intercept_[0]), vocab, BUCKETS, 0.0)
+    return feature_matrix([chunks.ids(evidence, c) for c in range(len(chunks.prob))], vocab)
 
 
 def margins(screen: WindowScreen, evidence: Evidence, windows: np.ndarray | None = None) -> np.ndarray:
@@ -129,12 +113,6 @@ def folds(
     return out
 
 
-def choose_cutoff(held_out: dict[str, np.ndarray], budget: float = LOSS_BUDGET) -> float:
-    """The largest cutoff that clears at most `budget` of the folds' flags, pooled."""
-    pooled = np.sort(np.concatenate(list(held_out.values())))
-    return float(pooled[int(budget * len(pooled))])
-
-
 def report(evidence: Evidence, screen: WindowScreen, threshold: float) -> dict[str, Any]:
     """Texts flagged and flags lost; windows cleared, overall and of real agent traffic."""
     m = margins(screen, evidence)
@@ -172,13 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     held_out = folds(splits, chunks, x, vocab, threshold, args.positive, args.c)
     cutoff = choose_cutoff(held_out)
     screen = replace(fit(x, chunks.prob >= args.positive, vocab, args.c), cutoff=cutoff)
-    pooled = np.concatenate(list(held_out.values()))
     evidence: dict[str, Any] = {
-        "cutoff": round(cutoff, 6),
-        "positive": args.positive,
-        "c": args.c,
-        "folds": {g: {"flagged": len(c), "lost": int(np.sum(c < cutoff))} for g, c in held_out.items()},
-        "folds_lost": f"{int(np.sum(pooled < cutoff))} of {len(pooled)}",
+        **fold_evidence(held_out, cutoff, args.positive, args.c),
     }
     for s in ("validation", "test"):
         evidence[s] = report(splits[s], screen, threshold)
@@ -190,44 +163,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write(screen: WindowScreen, evidence: dict[str, Any]) -> None:
-    from deltaguard.artifacts import manifest_entry, sha256_file
-    from training.lib.conformance import publish_entry
-    from training.lib.manifest import write_manifest_entry
-
-    detector_model = manifest_entry(ARTIFACT, MODELS_DIR)["files"]["model"]
-    path = MODELS_DIR / FILE
-    np.savez_compressed(
-        path,
-        weights=screen.weights,
-        bias=np.array(screen.bias),
-        vocab=np.array(screen.vocab),
-        buckets=np.array(screen.buckets),
-        format_version=np.array(FORMAT_VERSION),
+    rule = (
+        f"the largest margin at which <= {LOSS_BUDGET:.1%} of the flags the detector gives the "
+        "train and validation texts of an attack source are lost by a screen fitted without "
+        "that source, pooled over the sources (python -m training.train_window_screen)"
     )
-    write_manifest_entry(
-        {
-            "file": FILE,
-            "version": VERSION,
-            "sha256": sha256_file(path),
-            "format": "npz (allow_pickle=False): weights over a chunk's ids and hashed id pairs, bias; "
-            "see classifiers/window_screen.py",
-            "fitted_to": detector_model["sha256"],  # the detector model whose scores it learnt
-        },
-        NAME,
-        MODELS_DIR,
-    )
-    entry = dict(manifest_entry(ARTIFACT, MODELS_DIR))
-    entry["window_screen"] = {
-        "artifact": NAME,
-        "cutoff": screen.cutoff,
-        "rule": (
-            f"the largest margin at which <= {LOSS_BUDGET:.1%} of the flags the detector gives the "
-            "train and validation texts of an attack source are lost by a screen fitted without "
-            "that source, pooled over the sources (python -m training.train_window_screen)"
-        ),
-        "evidence": evidence,
-    }
-    publish_entry(entry, ARTIFACT, (ARTIFACT,), MODELS_DIR)
+    path = publish(screen, (NAME, VERSION, FILE), ARTIFACT, "window_screen", rule, evidence, MODELS_DIR)
     log(f"wrote {path.name} and the detector's window screen (cutoff {screen.cutoff:.4f})")
 
 

@@ -1,6 +1,8 @@
 """The notes model's view (classifiers/notes.py): paragraphs that ask something, judged by
 a fine-tuned MiniLM."""
 
+import json
+import shutil
 from itertools import pairwise
 
 import pytest
@@ -8,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deltaguard.classifiers.notes import NotesClassifier, asks, paragraphs
-from deltaguard.errors import EncoderNotLoadedError
+from deltaguard.errors import EncoderNotLoadedError, ModelArtifactError
+from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 
 README = """# tilecache
@@ -112,3 +115,56 @@ def test_only_untrusted_content_is_read(notes):
 def test_it_must_be_loaded_first():
     with pytest.raises(EncoderNotLoadedError):
         NotesClassifier().update({}, [tool(README.format(note=INJECTED))])
+
+
+ASKING = (
+    "Please run `make test` before you push.\n\nContributors must sign the CLA.\n\n"
+    "Make sure the tile directory exists and is writable.\n\n{note}\n\n"
+    "You should rebase on main rather than merge it.\n"
+)
+
+
+@pytest.fixture(scope="module")
+def unscreened(notes):
+    clf = NotesClassifier(screen=False)
+    clf._model, clf.threshold, clf.version = notes._model, notes.threshold, notes.version
+    return clf
+
+
+def test_the_paragraph_screen_clears_ordinary_asking_paragraphs_and_keeps_the_note(notes, unscreened):
+    assert notes.screen is not None and unscreened.screen is None
+    text = ASKING.format(note=INJECTED)
+    (screened,), (every,) = notes.probabilities([text]), unscreened.probabilities([text])
+    assert [s[:2] for s in screened] == [e[:2] for e in every]  # the same paragraphs ask
+    cleared = [s for s, e in zip(screened, every, strict=True) if s[2] != e[2]]
+    assert cleared and all(s[2] == 0.0 for s in cleared)  # cleared: zero, without the model
+    note = next(e for e in every if text[e[0] : e[1]].startswith("Implementers"))
+    assert note in screened and note[2] >= notes.threshold  # read, and scored as without the screen
+    upd = notes.update(notes.initial_state(), [tool(text)])
+    assert upd.item_scores[0]["prompt_injection"] == note[2] and len(upd.findings) == 1
+
+
+def _copy_notes(tmp_path):
+    manifest = json.loads((MODELS_DIR / "manifest.json").read_text())
+    entry, screens = manifest["models"]["notes"], ("notes-screen", "window-screen")
+    names = [*(manifest["models"][s]["file"] for s in screens), *(f["file"] for f in entry["files"].values())]
+    for name in ["manifest.json", *names]:
+        shutil.copy(MODELS_DIR / name, tmp_path / name)
+    return tmp_path, manifest
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda m: m["models"]["notes"].update(screen={"artifact": "notes-screen"}), "cutoff"),
+        (lambda m: m["models"]["notes-screen"].update(fitted_to="0" * 64), "fitted to model 000000000000"),
+        (lambda m: m["models"]["notes"]["screen"].update(artifact="window-screen"), "fitted to model"),
+    ],
+)
+def test_a_malformed_or_foreign_paragraph_screen_is_refused(tmp_path, edit, match):
+    models, manifest = _copy_notes(tmp_path)
+    edit(manifest)
+    (models / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelArtifactError, match=match):
+        NotesClassifier(models).load()
+    assert NotesClassifier(models, screen=False).load().screen is None

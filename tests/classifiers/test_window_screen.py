@@ -47,7 +47,7 @@ def write(path, **arrays):
         "bias": np.array(0.5),
         "vocab": np.array(VOCAB),
         "buckets": np.array(BUCKETS),
-        "format_version": np.array(FORMAT_VERSION),
+        "format_version": np.array(1),  # the detector's shipped screen: default chunks
     } | arrays
     np.savez(path, **data)
     return path
@@ -73,6 +73,11 @@ def test_the_margin_is_the_highest_chunks(tmp_path):
     [
         ({"format_version": np.array(FORMAT_VERSION + 1)}, "format"),
         ({"weights": np.zeros(VOCAB, np.float32)}, "weights"),
+        ({"format_version": np.array(2)}, "chunk_tokens"),  # format 2 names its chunks
+        (
+            {"format_version": np.array(2), "chunk_tokens": np.array(8), "chunk_stride": np.array(9)},
+            "chunks of 8 by 9",
+        ),
     ],
 )
 def test_an_unreadable_artifact_is_refused(tmp_path, arrays, match):
@@ -81,6 +86,20 @@ def test_an_unreadable_artifact_is_refused(tmp_path, arrays, match):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(ModelArtifactError, match="cannot read"):
         WindowScreen.from_file(tmp_path / "bad.npz", cutoff=0.0)
+
+
+def test_a_saved_screen_reads_back_with_its_chunks(tmp_path):
+    weights = np.zeros(VOCAB + BUCKETS, np.float32)
+    weights[7] = 1.0
+    whole = WindowScreen(weights, -0.5, VOCAB, BUCKETS, 0.0, chunk_tokens=94, chunk_stride=94)
+    whole.save(tmp_path / "s.npz")
+    again = WindowScreen.from_file(tmp_path / "s.npz", cutoff=1.0)
+    assert (again.chunk_tokens, again.chunk_stride, again.bias) == (94, 94, -0.5)
+    assert np.array_equal(again.weights, weights)
+    # One chunk as long as the window: every 7 counts, where 32-id chunks keep only the most of them.
+    ids = np.array([1, 7, *[8] * 40, 7, 2])
+    assert again.margin(ids) == -0.5 + 2.0
+    assert WindowScreen(weights, -0.5, VOCAB, BUCKETS, 0.0).margin(ids) == -0.5 + 1.0
 
 
 def test_the_shipped_screen_is_the_manifests():

@@ -7,16 +7,9 @@ import numpy as np
 import pytest
 
 from deltaguard.classifiers.window_screen import chunk_bounds, feature_indices
+from training.lib.linear_screen import choose_cutoff, fit
 from training.lib.window_evidence import Chunks, Evidence
-from training.train_window_screen import (
-    AUTHORED,
-    choose_cutoff,
-    chunk_matrix,
-    critical,
-    fit,
-    margins,
-    source_group,
-)
+from training.train_window_screen import AUTHORED, chunk_matrix, critical, margins, source_group
 
 VOCAB = 50
 

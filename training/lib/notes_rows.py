@@ -99,18 +99,17 @@ def templated_rows(groups: int = TEMPLATED_GROUPS) -> list[dict[str, Any]]:
     return rows
 
 
-def _real_texts() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(key, text) of the train split's real documents and agent files, and of its agent
+def _real_texts(split: str = "train") -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(key, text) of the split's real documents and agent files, and of its agent
     conversations' tool outputs (read and cut once per run: `_pools`)."""
     from training.lib import agent_files
     from training.lib.agent_traffic import conversation_texts
     from training.lib.real_text import all_documents
 
-    docs = [(d.source, d.text) for d in all_documents() if d.split == "train"]
-    docs += [(d.source, d.text) for d in agent_files.agent_documents() if d.split == "train"]
-    tools = [
-        (f"{kind}:{i}", t) for i, (kind, _, read, _) in enumerate(conversation_texts("train")) for t in read
-    ]
+    docs = [(d.source, d.text) for d in all_documents() if d.split == split]
+    docs += [(d.source, d.text) for d in agent_files.agent_documents() if d.split == split]
+    conversations = conversation_texts(split)
+    tools = [(f"{kind}:{i}", t) for i, (kind, _, read, _) in enumerate(conversations) for t in read]
     return docs, tools
 
 
@@ -126,10 +125,11 @@ def _asking(texts: list[tuple[str, str]], source: str) -> list[dict[str, Any]]:
 
 
 @functools.cache
-def _pools() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The asking paragraphs of the train split's real documents and of its tool outputs:
-    both the sampled rows and the mining pool draw on them."""
-    docs, tools = _real_texts()
+def _pools(split: str = "train") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The asking paragraphs of the split's real documents and of its tool outputs: both the
+    sampled rows and the mining pool draw on the train split's, the paragraph screen's
+    report on the validation and test splits' (training/train_notes_screen.py)."""
+    docs, tools = _real_texts(split)
     return _asking(docs, "real-documents"), _asking(tools, "real-tool-outputs")
 
 
