@@ -1,6 +1,6 @@
 """Monitor-lane CPU per 1,000-token delta: the detector with its screens, with its item screen
-only and with neither, the directives view, the notes model and the frozen encoder, side by
-side.
+only and with neither, the directives view, the notes model with and without its paragraph
+screen, and the frozen encoder, side by side.
 
 `python -m eval.monitor_cost` folds three sets of tool outputs, one per update (an agent
 turn's delta), through each classifier, interleaved item by item so that all see the same
@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             args.models, threads=1, memo_items=0, artifact="encoder"
         ).load(),
     }
+    if "notes" in shipped:
+        unscreened = NotesClassifier(args.models, threads=1, screen=False)
+        lanes["notes without its paragraph screen"] = unscreened.load()
     for entry in PREVIOUS:  # the previous release, screened as it shipped: the same budget, side by side
         if entry in shipped:
             lanes[f"{entry} (previous release, screened)"] = EncoderClassifier(
