@@ -106,8 +106,9 @@ def development_rows() -> list[dict[str, Any]]:
     return [{"text": t[a:b], "source": "development", "split": "validation"} for t, a, b in spans]
 
 
-def collect(models_dir: Path = MODELS_DIR) -> Paragraphs:
-    """The paragraphs and the notes model's probability of each, from the cache or scored now."""
+def collect(notes: NotesClassifier, models_dir: Path = MODELS_DIR) -> Paragraphs:
+    """The paragraphs and `notes`' probability of each (the model of `models_dir`, loaded
+    unscreened), from the cache or scored now."""
     from deltaguard.artifacts import manifest_entry
 
     sha = manifest_entry(OWNER, models_dir)["files"]["model"]["sha256"]
@@ -118,7 +119,6 @@ def collect(models_dir: Path = MODELS_DIR) -> Paragraphs:
             return Paragraphs(ids, z["prob"], z["source"], z["split"])
     rows = paragraphs_rows()
     log(f"scoring {len(rows)} paragraphs")
-    notes = NotesClassifier(models_dir, threads=2, screen=False).load()
     model = notes._require_model()
     ids = [np.array(model.tokenize(r["text"])[:READ], np.int64) for r in rows]
     texts = [r["text"] for r in rows]
@@ -176,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from deltaguard.artifacts import manifest_entry
 
-    notes = NotesClassifier(MODELS_DIR, screen=False).load()
+    notes = NotesClassifier(MODELS_DIR, threads=2, screen=False).load()
     vocab = notes._require_model().tokenizer.get_vocab_size()
     threshold = float(manifest_entry(OWNER, MODELS_DIR)["thresholds"][CATEGORY])
-    p = collect()
+    p = collect(notes)
     train = p.split == "train"
     x = feature_matrix(p.ids, vocab)
     log(f"{int(train.sum())} training paragraphs, {int(np.sum(train & (p.prob >= args.positive)))} positive")
