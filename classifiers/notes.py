@@ -182,6 +182,20 @@ class NotesClassifier:
             self.screen = load_window_screen(self.models_dir, entry["screen"], where, sha, vocab)
         return self
 
+    def share(self, loaded: NotesClassifier) -> NotesClassifier:
+        """Use `loaded`'s model (one model in memory for several settings); its paragraph
+        screen too unless this one was made with `screen=False`."""
+        self._model, self.version, self.threshold = loaded.model, loaded.version, loaded.threshold
+        self.screen = loaded.screen if self.use_screen else None
+        return self
+
+    @property
+    def model(self) -> EncoderModel:
+        """The loaded model (EncoderNotLoadedError before load())."""
+        if self._model is None:
+            raise EncoderNotLoadedError(f"{self.name}: call load() first")
+        return self._model
+
     def initial_state(self) -> State:
         return {"max": zero_scores(self.categories)}
 
@@ -194,7 +208,7 @@ class NotesClassifier:
                 picked = np.unique(np.linspace(0, len(asking) - 1, MAX_PARAGRAPHS).round().astype(int))
                 asking = [asking[i] for i in picked]
             spans += [(t, a, b) for a, b in asking]
-        probs = self._read([texts[t][a:b] for t, a, b in spans], screened=True)
+        probs = self.read([texts[t][a:b] for t, a, b in spans], screened=True)
         out: list[list[tuple[int, int, float]]] = [[] for _ in texts]
         for (t, start, end), p in zip(spans, probs, strict=True):
             out[t].append((start, end, float(p)))
@@ -206,15 +220,15 @@ class NotesClassifier:
         lines = _lines(text, start, end)
         if len(lines) < 2:
             return [(start, end, p)]
-        alone = self._read([text[a:b] for a, b in lines])
+        alone = self.read([text[a:b] for a, b in lines])
         found = [(a, b, float(q)) for (a, b), q in zip(lines, alone, strict=True) if q >= self.threshold]
         return found or [(start, end, p)]
 
-    def _read(self, pieces: Sequence[str], screened: bool = False) -> np.ndarray:
+    def read(self, pieces: Sequence[str], screened: bool = False) -> np.ndarray:
         """The model's probability for each piece read alone (its first NOTE_TOKENS - 2 tokens);
         `screened`, 0 without the model for a piece the paragraph screen clears. The lines of
         a flagged paragraph are read unscreened: the screen was fitted to whole paragraphs."""
-        model = self._require_model()
+        model = self.model
         screen = self.screen if screened else None
         windows: list[Window] = []
         kept = []
@@ -253,8 +267,3 @@ class NotesClassifier:
                         findings.append(Finding(CATEGORY, kind, i, preview, a, b, q))
         item_scores: list[Scores] = [{CATEGORY: p} for p in best]
         return max_update(state, self.categories, item_scores, tokens, findings)
-
-    def _require_model(self) -> EncoderModel:
-        if self._model is None:
-            raise EncoderNotLoadedError(f"{self.name}: call load() first")
-        return self._model

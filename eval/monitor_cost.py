@@ -127,17 +127,18 @@ def main(argv: list[str] | None = None) -> int:
         **served,
         "detector, item screen only": EncoderClassifier(
             args.models, threads=1, memo_items=0, artifact="detector", window_screen=False
-        ).load(),
+        ).share(detector),
         "detector without its screens": EncoderClassifier(
             args.models, threads=1, memo_items=0, artifact="detector", screen=False
-        ).load(),
+        ).share(detector),
         "frozen encoder (opt-in)": EncoderClassifier(
             args.models, threads=1, memo_items=0, artifact="encoder"
         ).load(),
     }
     if "notes" in shipped:
-        unscreened = NotesClassifier(args.models, threads=1, screen=False)
-        lanes["notes without its paragraph screen"] = unscreened.load()
+        notes = served["notes (asking paragraphs)"]
+        assert isinstance(notes, NotesClassifier)
+        lanes["notes without its paragraph screen"] = NotesClassifier(args.models, screen=False).share(notes)
     for entry in PREVIOUS:  # the previous release, screened as it shipped: the same budget, side by side
         if entry in shipped:
             lanes[f"{entry} (previous release, screened)"] = EncoderClassifier(

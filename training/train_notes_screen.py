@@ -119,10 +119,10 @@ def collect(notes: NotesClassifier, models_dir: Path = MODELS_DIR) -> Paragraphs
             return Paragraphs(ids, z["prob"], z["source"], z["split"])
     rows = paragraphs_rows()
     log(f"scoring {len(rows)} paragraphs")
-    model = notes._require_model()
+    model = notes.model
     ids = [np.array(model.tokenize(r["text"])[:READ], np.int64) for r in rows]
     texts = [r["text"] for r in rows]
-    prob = np.concatenate([notes._read(texts[i : i + 256]) for i in range(0, len(texts), 256)])
+    prob = np.concatenate([notes.read(texts[i : i + 256]) for i in range(0, len(texts), 256)])
     found = Paragraphs(ids, prob, np.array([r["source"] for r in rows]), np.array([r["split"] for r in rows]))
     path.parent.mkdir(parents=True, exist_ok=True)
     starts = np.cumsum([0] + [len(i) for i in ids])
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     from deltaguard.artifacts import manifest_entry
 
     notes = NotesClassifier(MODELS_DIR, threads=2, screen=False).load()
-    vocab = notes._require_model().tokenizer.get_vocab_size()
+    vocab = notes.model.tokenizer.get_vocab_size()
     threshold = float(manifest_entry(OWNER, MODELS_DIR)["thresholds"][CATEGORY])
     p = collect(notes)
     train = p.split == "train"

@@ -126,9 +126,7 @@ ASKING = (
 
 @pytest.fixture(scope="module")
 def unscreened(notes):
-    clf = NotesClassifier(screen=False)
-    clf._model, clf.threshold, clf.version = notes._model, notes.threshold, notes.version
-    return clf
+    return NotesClassifier(screen=False).share(notes)
 
 
 def test_the_paragraph_screen_clears_ordinary_asking_paragraphs_and_keeps_the_note(notes, unscreened):
