@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -134,17 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
     parser.add_argument("--positive", type=float, default=POSITIVE, help="the chunks' label threshold")
     parser.add_argument("--c", type=float, default=C, help="inverse regularisation strength")
+    parser.add_argument(
+        "--models-dir", type=Path, default=MODELS_DIR, help="the models folder whose detector is screened"
+    )
     args = parser.parse_args(argv)
     from dataclasses import replace
 
     from deltaguard.artifacts import manifest_entry
     from deltaguard.classifiers.encoder import EncoderClassifier
 
-    detector = EncoderClassifier(MODELS_DIR, threads=1, artifact=ARTIFACT).load()
+    models = args.models_dir
+    detector = EncoderClassifier(models, threads=1, artifact=ARTIFACT).load()
     vocab = detector.model.tokenizer.get_vocab_size()
-    threshold = float(manifest_entry(ARTIFACT, MODELS_DIR)["head_thresholds"][HEAD])
-    splits = {s: collect(s) for s in ("train", "validation", "test")}
-    chunks = collect_chunks("train", splits["train"])
+    threshold = float(manifest_entry(ARTIFACT, models)["head_thresholds"][HEAD])
+    splits = {s: collect(s, models) for s in ("train", "validation", "test")}
+    chunks = collect_chunks("train", splits["train"], models)
     x = chunk_matrix(chunks, splits["train"], vocab)
     log(f"{len(chunks.prob)} chunks, {int(np.sum(chunks.prob >= args.positive))} positive")
     held_out = folds(splits, chunks, x, vocab, threshold, args.positive, args.c)
@@ -158,17 +163,17 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{s}: {json.dumps(evidence[s])}")
     print(json.dumps(evidence, indent=1))
     if not args.dry_run:
-        write(screen, evidence)
+        write(screen, evidence, models)
     return 0
 
 
-def write(screen: WindowScreen, evidence: dict[str, Any]) -> None:
+def write(screen: WindowScreen, evidence: dict[str, Any], models_dir: Path = MODELS_DIR) -> None:
     rule = (
         f"the largest margin at which <= {LOSS_BUDGET:.1%} of the flags the detector gives the "
         "train and validation texts of an attack source are lost by a screen fitted without "
         "that source, pooled over the sources (python -m training.train_window_screen)"
     )
-    path = publish(screen, (NAME, VERSION, FILE), ARTIFACT, "window_screen", rule, evidence, MODELS_DIR)
+    path = publish(screen, (NAME, VERSION, FILE), ARTIFACT, "window_screen", rule, evidence, models_dir)
     log(f"wrote {path.name} and the detector's window screen (cutoff {screen.cutoff:.4f})")
 
 
