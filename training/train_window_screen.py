@@ -20,7 +20,7 @@ screen's floor is chosen (training/detector_screen.py), on attacks from sources 
 - the screen fitted on every source serves at that cutoff; the figures on the validation and
   test splits (flags lost, real agent windows cleared) go to the manifest beside the folds'.
 
-Writes models/window-screen-v1.npz, its manifest entry, and the detector entry's
+Writes models/window-screen-v2.npz, its manifest entry, and the detector entry's
 `window_screen` (read-modify-write of that key only).
 """
 
@@ -50,7 +50,7 @@ from training.lib.window_evidence import (
 )
 
 NAME = "window-screen"
-VERSION = "1"
+VERSION = "2"
 FILE = f"window-screen-v{VERSION}.npz"
 POSITIVE = 0.1  # chunks the detector scores this high, read alone, are the screen's positives
 AUTHORED = "coding-notes"  # every author's texts make one fold: the folds hold out kinds of attack
