@@ -13,6 +13,9 @@ separates the two is what the slot says, not where it sits. Each carrier also co
 A row keeps the group and split of the corpus row it places (a fold that holds a source
 out loses them with it, and a test-split text never trains); a clean carrier takes the
 group of the first row placed in it per split. Seeded: the same rows every build.
+
+Not yet among the detector's rows (training/lib/detector_rows.py `load_rows`): measured on the
+agentdojo + raginject fold only (models/README.md, detector card, "Carriers, one fold").
 """
 
 from __future__ import annotations
