@@ -121,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         "detector (default, screened)": detector,
         "directives (rules)": DirectivesClassifier(),
     }
-    if "notes" in shipped:  # a release before it has none
-        served["notes (asking paragraphs)"] = NotesClassifier(args.models, threads=1).load()
+    notes = NotesClassifier(args.models, threads=1).load() if "notes" in shipped else None
+    if notes is not None:  # a release before it has none
+        served["notes (asking paragraphs)"] = notes
     lanes: dict[str, Classifier] = {
         **served,
         "detector, item screen only": EncoderClassifier(
@@ -135,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             args.models, threads=1, memo_items=0, artifact="encoder"
         ).load(),
     }
-    if "notes" in shipped:
-        notes = served["notes (asking paragraphs)"]
-        assert isinstance(notes, NotesClassifier)
+    if notes is not None:
         lanes["notes without its paragraph screen"] = NotesClassifier(args.models, screen=False).share(notes)
     for entry in PREVIOUS:  # the previous release, screened as it shipped: the same budget, side by side
         if entry in shipped:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from training.lib.coding_agent import ADDRESSEES, EMBEDDED_SOURCES, MAX_EMBEDDED_CHARS
+from training.lib.coding_agent import ADDRESSEES, pick_embedded
 
 SOURCE = "carriers"
 PER_SOURCE = 150  # injections placed per direct source
@@ -40,14 +40,7 @@ def carrier_rows(
 
     carriers = load_carriers()
     rng = random.Random("carriers:placed")
-    short = [r for r in corpus if r["channel"] == "user" and len(r["text"]) <= MAX_EMBEDDED_CHARS]
-    picked = []
-    for source in EMBEDDED_SOURCES:
-        pool = [r for r in short if r["source"] == source and r["label"] == "injection"]
-        picked += rng.sample(pool, min(per_source, len(pool)))
-    pool = [r for r in short if r["label"] == "benign" and r["fp_set"] == "prompts"]
-    picked += rng.sample(pool, min(benign, len(pool)))
-    picked = list({r["group"]: r for r in reversed(picked)}.values())[::-1]  # one per group
+    picked = pick_embedded(corpus, rng, per_source, benign)
     rows: list[dict[str, Any]] = []
     clean_seen: set[tuple[str, str]] = set()
     for i, r in enumerate(picked):

@@ -365,13 +365,13 @@ EMBEDDED_BENIGN = 300  # benign prompts (S-Labs, spikee) as the twins' notes
 MAX_EMBEDDED_CHARS = 400
 
 
-def embedded_rows(
-    corpus: list[dict[str, Any]], per_source: int = EMBEDDED_PER_SOURCE, benign: int = EMBEDDED_BENIGN
+def pick_embedded(
+    corpus: list[dict[str, Any]], rng: random.Random, per_source: int, benign: int
 ) -> list[dict[str, Any]]:
-    """Carriers whose slot holds a direct injection of the corpus (and, as twins, benign
-    prompts of the corpus), in train_detector's row format, each keeping the group and split
-    of the row it embeds; the clean carrier shares them."""
-    rng = random.Random("coding-agent:embedded")
+    """Short user-channel rows of the corpus to place in a slot: `per_source` injections of
+    each of EMBEDDED_SOURCES and `benign` benign prompts (their twins), drawn with `rng`,
+    one per group (obfuscated copies share their original's group, and the window of an
+    injected row is found against the one clean carrier of its group)."""
     short = [r for r in corpus if r["channel"] == "user" and len(r["text"]) <= MAX_EMBEDDED_CHARS]
     picked = []
     for source in EMBEDDED_SOURCES:
@@ -379,9 +379,17 @@ def embedded_rows(
         picked += rng.sample(pool, min(per_source, len(pool)))
     pool = [r for r in short if r["label"] == "benign" and r["fp_set"] == "prompts"]
     picked += rng.sample(pool, min(benign, len(pool)))
-    # One per group: obfuscated copies share their original's group, and the window of an
-    # injected row is found against the one clean carrier of its group.
-    picked = list({r["group"]: r for r in reversed(picked)}.values())[::-1]
+    return list({r["group"]: r for r in reversed(picked)}.values())[::-1]
+
+
+def embedded_rows(
+    corpus: list[dict[str, Any]], per_source: int = EMBEDDED_PER_SOURCE, benign: int = EMBEDDED_BENIGN
+) -> list[dict[str, Any]]:
+    """Carriers whose slot holds a direct injection of the corpus (and, as twins, benign
+    prompts of the corpus), in train_detector's row format, each keeping the group and split
+    of the row it embeds; the clean carrier shares them."""
+    rng = random.Random("coding-agent:embedded")
+    picked = pick_embedded(corpus, rng, per_source, benign)
     kinds = sorted(CARRIERS)
     rows = []
     for i, r in enumerate(picked):
