@@ -45,9 +45,11 @@ Heads: `prompt_injection` (direct: user messages), `jailbreak`, and
 `indirect_injection` (tool outputs and documents); the manifest's `role_heads` tells the
 classifier which head judges the prompt_injection category of which role.
 
-`--models-dir DIR` writes the artifacts and the entry into DIR (a copy of the models folder)
-instead. `fold SOURCE[,SOURCE] [--base KEY]` trains without those sources (nor rows sharing
-their groups) and writes the held-out rows' scores instead of an artifact:
+`--carriers` adds training/lib/carrier_rows.py's rows (the corpus's direct injections placed
+in agentprobe's carriers, with benign twins) to every split, under work folder names of
+their own. `--models-dir DIR` writes the artifacts and the entry into DIR (a copy of the
+models folder) instead. `fold SOURCE[,SOURCE] [--base KEY]` trains without those sources
+(nor rows sharing their groups) and writes the held-out rows' scores instead of an artifact:
 eval/detector_eval.py's leave-sources-out folds for this model.
 """
 
@@ -101,13 +103,13 @@ from training.lib.detector_windows import build_windows, cap_training
 # -- orchestration (main venv) ------------------------------------------------------------
 
 
-def build(epochs: int, base: Base, models_dir: Path) -> int:
+def build(epochs: int, base: Base, models_dir: Path, carriers: bool = False) -> int:
     from deltaguard.artifacts import sha256_file
 
-    rows = load_rows()
+    rows = load_rows(carriers)
     tokenizer = tokenizer_path(base)
     windows = build_windows(rows, tokenizer)
-    out = train_and_export(windows, "final" + base.suffix, epochs, base)
+    out = train_and_export(windows, "final" + base.suffix + ("-carriers" if carriers else ""), epochs, base)
     model = serving_model(out, tokenizer)
     validation = [r for r in rows if r["split"] == "validation"]
     p_val = cached_scores(out / "validation-scores.npy", model, validation)
@@ -154,7 +156,8 @@ def build(epochs: int, base: Base, models_dir: Path) -> int:
             ),
             "recipe": "python -m training.train_detector"
             + ("" if base.key == DEFAULT_BASE else f" --base {base.key}")
-            + ("" if base.layers == LAYERS else f" --layers {base.layers}"),
+            + ("" if base.layers == LAYERS else f" --layers {base.layers}")
+            + (" --carriers" if carriers else ""),
             "epochs": epochs,
             "batch": BATCH,
             "lr": LR,
@@ -194,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--epochs", type=int, default=EPOCHS)
         p.add_argument("--base", choices=sorted(BASES), default=DEFAULT_BASE, help="the encoder fine-tuned")
         p.add_argument("--layers", type=int, default=LAYERS, help="the base's first layers kept")
+        p.add_argument(
+            "--carriers",
+            action="store_true",
+            help="also train on the corpus's direct injections placed in agentprobe's carriers "
+            "(training/lib/carrier_rows.py)",
+        )
     parser.add_argument(
         "--models-dir", type=Path, default=MODELS_DIR, help="where the artifacts and the entry are written"
     )
@@ -206,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     if args.command == "fold":
-        run_fold(args.sources.split(","), args.epochs, args.cap, base)
+        run_fold(args.sources.split(","), args.epochs, args.cap, base, args.carriers)
         return 0
-    return build(args.epochs, base, args.models_dir)
+    return build(args.epochs, base, args.models_dir, args.carriers)
 
 
 if __name__ == "__main__":

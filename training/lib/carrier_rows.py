@@ -14,8 +14,9 @@ A row keeps the group and split of the corpus row it places (a fold that holds a
 out loses them with it, and a test-split text never trains); a clean carrier takes the
 group of the first row placed in it per split. Seeded: the same rows every build.
 
-Not yet among the detector's rows (training/lib/detector_rows.py `load_rows`): measured on the
-agentdojo + raginject fold only (models/README.md, detector card, "Carriers, one fold").
+Not among the shipped detector's rows: `load_rows(carriers=True)` (training/lib/detector_rows.py;
+`python -m training.train_detector [fold SOURCES] --carriers`) adds them, measured on the
+agentdojo + raginject fold (models/README.md, detector card, "Carriers, one fold").
 """
 
 from __future__ import annotations

@@ -45,8 +45,11 @@ FOLDS = (
 )
 
 
-def fold_dir(sources: tuple[str, ...] | list[str], base: Base = BASES[DEFAULT_BASE]) -> Path:
-    return WORK / ("fold-" + "+".join(sorted(sources)) + base.suffix)
+def fold_dir(
+    sources: tuple[str, ...] | list[str], base: Base = BASES[DEFAULT_BASE], carriers: bool = False
+) -> Path:
+    """A fold's work folder (its model, scores and, beside it, its result as JSON)."""
+    return WORK / ("fold-" + "+".join(sorted(sources)) + base.suffix + ("-carriers" if carriers else ""))
 
 
 def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> np.ndarray:
@@ -129,11 +132,16 @@ def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_fold(
-    sources: list[str], epochs: int = EPOCHS, cap: int = CAP_PER_CELL, base: Base = BASES[DEFAULT_BASE]
+    sources: list[str],
+    epochs: int = EPOCHS,
+    cap: int = CAP_PER_CELL,
+    base: Base = BASES[DEFAULT_BASE],
+    carriers: bool = False,
 ) -> Path:
-    """Train `base` without `sources`; save their rows' scores and the benign test reference."""
-    rest, scored = fold_rows(sources)
-    out = fold_dir(sources, base)
+    """Train `base` without `sources` (with the carriers' rows, if asked: `load_rows`); save
+    their rows' scores and the benign test reference."""
+    rest, scored = fold_rows(sources, carriers)
+    out = fold_dir(sources, base, carriers)
     result = out.with_suffix(".json")
     tokenizer = tokenizer_path(base)
     windows = build_windows(rest, tokenizer)
@@ -147,6 +155,7 @@ def run_fold(
         json.dumps(
             {
                 "held_out": sources,
+                "carriers": carriers,
                 "epochs": epochs,
                 "cap_per_cell": cap,
                 "thresholds": thresholds,

@@ -19,10 +19,12 @@ from training.lib.detector_spec import (
 )
 
 
-def load_rows() -> list[dict[str, Any]]:
+def load_rows(carriers: bool = False) -> list[dict[str, Any]]:
     """detection_data's rows as dicts (cached: building them takes ~30 s), and the
     detector's own rows: tool outputs carrying binary data as text (binary_text.py), and
-    injections aimed at coding agents with their benign twins (coding_agent.py)."""
+    injections aimed at coding agents with their benign twins (coding_agent.py); with
+    `carriers`, also the corpus's direct injections placed in agentprobe's carriers
+    (carrier_rows.py: not among the shipped detector's rows)."""
     from training.lib.binary_text import binary_text_rows
     from training.lib.coding_agent import coding_agent_rows, embedded_rows
 
@@ -41,9 +43,13 @@ def load_rows() -> list[dict[str, Any]]:
     from training.lib.real_rows import real_rows
 
     mined = mined_rows(corpus, WORK / f"mined-{MINER}.jsonl")
-    return (
-        corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus) + real_rows(corpus) + mined
-    )
+    rows = corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus) + real_rows(corpus)
+    rows += mined
+    if carriers:
+        from training.lib.carrier_rows import carrier_rows
+
+        rows += carrier_rows(corpus)
+    return rows
 
 
 def _row_dict(r: Any) -> dict[str, Any]:
@@ -87,9 +93,12 @@ def sample(rows: list[dict[str, Any]], per: int) -> list[dict[str, Any]]:
     return out
 
 
-def fold_rows(sources: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def fold_rows(
+    sources: list[str], carriers: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A fold's training rows (every split), and the rows it scores: a sample of the
-    held-out sources' and the benign test rows of the sources it trains on."""
-    held, rest = held_out(load_rows(), set(sources))
+    held-out sources' and the benign test rows of the sources it trains on (`load_rows`'
+    `carriers` among them, if asked)."""
+    held, rest = held_out(load_rows(carriers), set(sources))
     reference = [r for r in rest if r["split"] == "test" and r["label"] == "benign"]
     return rest, sample(held, FOLD_SAMPLE) + reference

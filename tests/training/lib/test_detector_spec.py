@@ -39,6 +39,11 @@ def test_a_deeper_base_has_its_own_release_and_folds():
     assert fold_dir(("s-labs",), BASES[DEFAULT_BASE].deeper(3)).name == "fold-s-labs-3l"
 
 
+def test_a_fold_with_the_carriers_rows_has_a_folder_of_its_own():
+    assert fold_dir(("agentdojo", "raginject"), carriers=True).name == "fold-agentdojo+raginject-carriers"
+    assert fold_dir(("s-labs",), BASES["e5"].deeper(3), carriers=True).name == "fold-s-labs-e5-3l-carriers"
+
+
 def test_a_base_keeps_no_more_layers_than_it_has():
     with pytest.raises(ValueError, match="has 6 layers"):
         BASES["minilm"].deeper(7)
