@@ -217,6 +217,8 @@ class LexicalModel:
         # Trained on pieces of real text (lexical-v5 and later): untrusted text is read piece by piece
         # too (`score_located`); older artifacts read it whole, as they were trained.
         self.by_piece = bool(config.get("pieces", False))
+        if self.by_piece:
+            segments.warm()
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
         self._is_word, is_space = _unicode_classes()
 

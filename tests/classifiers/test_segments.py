@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import textwrap
 
 import pytest
@@ -170,10 +171,25 @@ def test_pieces_other_than_the_last_are_at_least_the_minimum() -> None:
     assert all(b - a >= MIN_PIECE_CHARS for a, b in found[:-1])
 
 
-@pytest.mark.parametrize("char", [chr(c) for c in range(128) if chr(c) not in "={};_"])
-def test_ascii_lines_are_read_for_prose_as_the_pattern_reads_any_line(char: str) -> None:
-    """`_prose` counts an ASCII line's letters and spaces by bytes, any other line by the
-    pattern. Five of a character in 20 decide it: prose only if it is a letter or a space."""
+@pytest.mark.parametrize(
+    "char",
+    [*(chr(c) for c in range(128) if chr(c) not in "={};_"), "é", "ß", "中", "²", "٣", "\u00a0", "\u3000"],
+)
+def test_a_line_is_prose_when_the_pattern_reads_its_characters_as_letters_and_spaces(char: str) -> None:
+    """Five of a character in 20 decide it: prose only if `[^\\W\\d_]| ` matches it (a letter of
+    any script or a space; not a digit of any script, `_`, a symbol or another blank)."""
     line = "abcdefghijklmno" + char * 5
-    assert segments._prose(line) == (segments._NOT_PROSE.match(char) is None)
-    assert segments._prose(line + "é") == segments._prose(line + "e")  # the pattern's way
+    prose = segments._is_prose(
+        segments._points(line), segments._classes(), 0, len(line), MIN_PIECE_CHARS, segments.PROSE_SHARE
+    )
+    assert prose == bool(re.fullmatch(r"[^\W\d_]| ", char))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab .;:\t\r\u2028\u00a0\x1c\u3000é", min_size=0, max_size=40), max_size=12))
+def test_lines_are_the_text_between_line_breaks_stripped_as_the_pattern_strips_them(parts: list[str]) -> None:
+    """Long enough lines join nothing: each is what `\\S(?:[^\\n]*\\S)?` finds (a carriage return,
+    a line separator or a form feed inside a line does not end it)."""
+    text = "\n".join(f"{part} {'x' * MIN_PIECE_CHARS}" for part in parts)
+    found = [tuple(row) for row in segments._lines(text).tolist()]
+    assert found == [m.span() for m in re.finditer(r"\S(?:[^\n]*\S)?", text)]
