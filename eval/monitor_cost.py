@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             ).load()
     if args.beside is not None:
         beside = EncoderClassifier(args.beside, threads=1, memo_items=0, artifact="detector").load()
-        lanes[f"detector {beside.version} of {args.beside} (screened)"] = beside
+        lanes[f"detector of {args.beside} (screened)"] = beside
     rollouts = [tool_item(tool_output(random.Random(i), 1000)) for i in range(args.texts)]
     times = measure(lanes, rollouts, args.repeat)
     floor = detector.screen[1] if detector.screen else None
