@@ -16,7 +16,9 @@ gate: lexical-v3's fold model for tool outputs and documents, the shipped conver
 messages. The shipped detector's test-split figures close the report.
 
 Writes eval/out/detector_eval.md, .json and eval/figures/detector_loso.png. A fold whose
-scores exist in .cache/detector is not retrained (delete them to rerun).
+scores exist in .cache/detector is not retrained (delete them to rerun). `--carriers`
+evaluates the recipe with the carriers' rows (`python -m training.train_detector --carriers`)
+in folds of its own, its figure beside the report.
 """
 
 from __future__ import annotations
@@ -46,12 +48,14 @@ BENIGN_BUDGETS = {"chat": 0.01, "tool": 0.02, "lookalike": 0.05, "prompts": None
 log = make_log("detector_eval")
 
 
-def fold_results(epochs: int, cap: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def fold_results(
+    epochs: int, cap: int, carriers: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The folds with each scorer's attack scores, and the screen's nested evidence."""
     folds, screens = [], []
     for sources in FOLDS:
-        fold = load_fold(sources, epochs, cap)
-        fold["lexical_validation"], fold["lexical"] = lexical_fold(sources)
+        fold = load_fold(sources, epochs, cap, carriers)
+        fold["lexical_validation"], fold["lexical"] = lexical_fold(sources, carriers)
         screens.append(screen.fold_evidence(sources, fold, fold["lexical"]))
         folds.append(fold)
     # The screen as it would ship from the other folds alone: its floor is chosen on the
@@ -242,11 +246,16 @@ def report(summary: dict[str, Any], shipped: dict[str, Any] | None, elapsed: flo
     lines = [
         "# Fine-tuned detector: leave-sources-out evaluation",
         "",
-        "Command: `python -m eval.detector_eval` "
+        f"Command: `python -m eval.detector_eval{' --carriers' if summary.get('carriers') else ''}` "
         f"({elapsed / 60:.0f} min this run; folds already in .cache/detector are reused).",
         "",
         "Folds (each trains on every other source, minus rows sharing a group with the held-out ones): "
         + "; ".join(" + ".join(f) for f in FOLDS)
+        + (
+            ". The recipe with the carriers' rows (training/lib/carrier_rows.py, `train_detector --carriers`)"
+            if summary.get("carriers")
+            else ""
+        )
         + f". Each fold trains the recipe for {recipe_note.get('epochs')} epoch(s) on at most "
         f"{recipe_note.get('cap_per_cell')} rows per source, label and channel (the shipped model: "
         f"{spec.EPOCHS} epochs, {spec.CAP_PER_CELL}). "
@@ -340,12 +349,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cap", type=int, default=spec.CAP_PER_CELL, help="training rows per source/label/channel"
     )
+    parser.add_argument(
+        "--carriers",
+        action="store_true",
+        help="the folds of the recipe with the carriers' rows (its figure goes beside the report)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     t0 = time.time()
-    folds, screened = fold_results(args.epochs, args.cap)
+    folds, screened = fold_results(args.epochs, args.cap, args.carriers)
     summary = summarise(folds)
     summary["screen"] = screened
+    summary["carriers"] = args.carriers
     summary["recipe"] = {"epochs": folds[0].get("epochs"), "cap_per_cell": folds[0].get("cap_per_cell")}
     from deltaguard.artifacts import manifest_entry
 
@@ -355,8 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "detector_eval.md").write_text(report(summary, shipped, time.time() - t0))
     (args.out / "detector_eval.json").write_text(json.dumps(summary, indent=1))
-    plot(summary, FIGURE)
-    log(f"wrote {args.out / 'detector_eval.md'} and {FIGURE}")
+    figure = args.out / "detector_loso-carriers.png" if args.carriers else FIGURE
+    plot(summary, figure)
+    log(f"wrote {args.out / 'detector_eval.md'} and {figure}")
     return 0
 
 

@@ -65,29 +65,29 @@ def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[st
     return np.maximum(injection, scaled[:, 1])
 
 
-def load_fold(sources: tuple[str, ...], epochs: int, cap: int) -> dict[str, Any]:
+def load_fold(sources: tuple[str, ...], epochs: int, cap: int, carriers: bool = False) -> dict[str, Any]:
     """A fold's scored rows (trained first if it is not cached), with the thresholds
     today's rule picks on its own validation rows and the detector's scores at them
-    (`detector`, 0.5 = flagged)."""
-    path = fold_dir(sources).with_suffix(".json")
+    (`detector`, 0.5 = flagged); `carriers`: the fold of the recipe with the carriers' rows."""
+    path = fold_dir(sources, carriers=carriers).with_suffix(".json")
     if not path.exists():
         log(f"{path.stem}: training")
-        run_fold(list(sources), epochs, cap)
+        run_fold(list(sources), epochs, cap, carriers=carriers)
     fold = json.loads(path.read_text())
     if (fold["epochs"], fold["cap_per_cell"]) != (epochs, cap):
         raise SystemExit(
             f"{path} was trained with {fold['epochs']} epoch(s) and cap {fold['cap_per_cell']}, "
-            f"not {epochs} and {cap}: pass those, or delete it and {fold_dir(sources)} to retrain"
+            f"not {epochs} and {cap}: pass those, or delete it and {path.with_suffix('')} to retrain"
         )
-    _, scored = fold_rows(list(sources))
+    _, scored = fold_rows(list(sources), carriers)
     if [r["group"] for r in scored] != [r["group"] for r in fold["rows"]]:
         raise SystemExit(
             f"{path.stem}: the rows changed since the fold was trained "
-            f"(delete {path} and {fold_dir(sources)} to retrain it)"
+            f"(delete {path} and {path.with_suffix('')} to retrain it)"
         )
     # The operating point is chosen again with today's rule on the fold's own validation
     # rows: a change of rule needs no retraining.
-    validation, p = fold_validation(list(sources))
+    validation, p = fold_validation(list(sources), carriers)
     fold["thresholds"] = choose_thresholds(p, validation)
     fold["detector"] = attack_scores(np.array(fold["scores"]), fold["rows"], fold["thresholds"])
     fold["texts"] = [r["text"] for r in scored]
@@ -102,17 +102,17 @@ def as_rows(rows: list[dict[str, Any]]) -> list[Any]:
     return [Row(**{k: r[k] for k in fields}) for r in rows]
 
 
-def lexical_fold(sources: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+def lexical_fold(sources: tuple[str, ...], carriers: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """lexical-v3's recipe (with the folds' FOLD_SETTINGS) fitted on a fold's training
     rows: its per-head probabilities on the fold's validation rows and on the rows the
     fold scores, cached beside the fold's detector."""
-    cache = fold_dir(sources) / "lexical-scores.npz"
+    cache = fold_dir(sources, carriers=carriers) / "lexical-scores.npz"
     if cache.exists():
         with np.load(cache, allow_pickle=False) as z:
             return z["validation"], z["scored"]
     from training.lib.lexical_fit import FOLD_SETTINGS, HEADS, fit, to_model
 
-    rest, scored = fold_rows(list(sources))
+    rest, scored = fold_rows(list(sources), carriers)
     t0 = time.time()
     train = as_rows([r for r in rest if r["split"] == "train"])
     union, models = fit(train, as_rows([r for r in rest if r["split"] == "validation"]), FOLD_SETTINGS)
@@ -172,11 +172,11 @@ def run_fold(
     return result
 
 
-def fold_validation(sources: list[str]) -> tuple[list[dict[str, Any]], np.ndarray]:
+def fold_validation(sources: list[str], carriers: bool = False) -> tuple[list[dict[str, Any]], np.ndarray]:
     """A trained fold's validation rows and their scores (cached beside its model), so that
     its operating point can be chosen again without training it again."""
-    out = fold_dir(sources)
-    rest, _ = fold_rows(sources)
+    out = fold_dir(sources, carriers=carriers)
+    rest, _ = fold_rows(sources, carriers)
     validation = [r for r in rest if r["split"] == "validation"]
     model = serving_model(out, tokenizer_path(BASES[DEFAULT_BASE]))
     return validation, cached_scores(out / "validation-scores.npy", model, validation)
