@@ -15,8 +15,8 @@ out loses them with it, and a test-split text never trains); a clean carrier tak
 group of the first row placed in it per split. Seeded: the same rows every build.
 
 Not among the shipped detector's rows: `load_rows(carriers=True)` (training/lib/detector_rows.py;
-`python -m training.train_detector [fold SOURCES] --carriers`) adds them, measured on the
-agentdojo + raginject fold (models/README.md, detector card, "Carriers, one fold").
+`python -m training.train_detector [fold SOURCES] --carriers`) adds them, measured on two
+folds (models/README.md, detector card, "Carriers in the shipped recipe's folds").
 """
 
 from __future__ import annotations
