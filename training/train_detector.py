@@ -194,12 +194,26 @@ def main(argv: list[str] | None = None) -> int:
     p_fold = sub.add_parser("fold", help="train without the given sources and score them")
     p_fold.add_argument("sources", help="comma-separated source names")
     for p in (parser, p_fold):
-        p.add_argument("--epochs", type=int, default=EPOCHS)
-        p.add_argument("--base", choices=sorted(BASES), default=DEFAULT_BASE, help="the encoder fine-tuned")
-        p.add_argument("--layers", type=int, default=LAYERS, help="the base's first layers kept")
+        # Given before `fold` or after it: the fold's copies set nothing unless given, so that
+        # one given before is not overwritten by their defaults.
+        unset = p is p_fold
+        p.add_argument("--epochs", type=int, default=argparse.SUPPRESS if unset else EPOCHS)
+        p.add_argument(
+            "--base",
+            choices=sorted(BASES),
+            default=argparse.SUPPRESS if unset else DEFAULT_BASE,
+            help="the encoder fine-tuned",
+        )
+        p.add_argument(
+            "--layers",
+            type=int,
+            default=argparse.SUPPRESS if unset else LAYERS,
+            help="the base's first layers kept",
+        )
         p.add_argument(
             "--carriers",
             action="store_true",
+            default=argparse.SUPPRESS if unset else False,
             help="also train on the corpus's direct injections placed in agentprobe's carriers "
             "(training/lib/carrier_rows.py)",
         )
