@@ -151,7 +151,7 @@ def _unicode_classes() -> tuple[np.ndarray, np.ndarray]:
     """Per code point: is it a word character to `re` (`\\w`, as in the token pattern),
     and is it whitespace (`\\s`, the characters str.split() splits on)? Computed once by
     running `re` over every code point."""
-    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    every = normalize.every_code_point()
     classes = []
     for pattern in (r"\w+", r"\s+"):
         table = np.zeros(0x110000, dtype=bool)

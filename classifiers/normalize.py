@@ -335,8 +335,7 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
     for lo, hi in _INVISIBLE_RANGES:
         flags[lo : hi + 1] |= _F_INVISIBLE
     flags[[ord(c) for c in _CONFUSABLE_MAP]] |= _F_CONFUSABLE
-    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    for run in re.finditer(r"[^\W\d_]+", every):
+    for run in re.finditer(r"[^\W\d_]+", every_code_point()):
         flags[run.start() : run.end()] |= _F_LETTER
     flags[[i for i in range(0x300, 0x20000) if unicodedata.combining(chr(i))]] |= _F_MARK
     flags[np.frombuffer(_LETTERS, dtype=np.uint8)] |= _F_LATIN
@@ -367,10 +366,10 @@ def _unaccented() -> np.ndarray:
             continue  # no canonical decomposition: nothing to drop
         if unicodedata.normalize("NFKC", char) != char:
             continue  # never in NFKC text
-        points = _points(unicodedata.normalize("NFD", char))
+        points = code_points(unicodedata.normalize("NFD", char))
         dropped = _marks_dropped(points, flags.take(points))
         if dropped != char:
-            (table[code],) = _points(dropped)  # one letter, or this fails at load
+            (table[code],) = code_points(dropped)  # one letter, or this fails at load
     table.flags.writeable = False
     return table
 
@@ -396,8 +395,15 @@ def warm() -> None:
     _unreversed("eht")
 
 
-def _points(text: str) -> np.ndarray:
+def code_points(text: str) -> np.ndarray:
+    """`text`'s code points, lone surrogates too, one uint32 each."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+
+
+def every_code_point() -> str:
+    """Every code point in order as one string: a per-code-point table is made by running
+    a pattern over it."""
+    return np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
 def _text(points: np.ndarray) -> str:
@@ -465,7 +471,7 @@ def primary_many(texts: Sequence[str]) -> list[str]:
         return out
     flags_of, fold = _tables()
     normals = [normal for _, normal in todo]
-    points = _points("".join(normals))
+    points = code_points("".join(normals))
     flags = flags_of.take(points)
     bounds = np.cumsum([0, *map(len, normals)])  # every segment holds a non-ASCII character
     seen = np.bitwise_or.reduceat(flags, bounds[:-1]).tolist()
@@ -498,7 +504,7 @@ def primary_many(texts: Sequence[str]) -> list[str]:
             marked.append(i)
     if marked:
         decomposed = [unicodedata.normalize("NFD", out[i]) for i in marked]
-        points = _points("".join(decomposed))
+        points = code_points("".join(decomposed))
         flags = flags_of.take(points)
         bounds = np.cumsum([0, *map(len, decomposed)])
         marks = np.bitwise_or.reduceat(flags, bounds[:-1]) & _F_MARK
@@ -1079,7 +1085,7 @@ def _join_view(text: str, raw: bytes | None = None) -> np.ndarray:
     view = np.frombuffer(text.encode("ascii", "replace") if raw is None else raw, dtype=np.uint8)
     if text.isascii():
         return view
-    points = _points(text)
+    points = code_points(text)
     letter = (points >= 0x80) & ((_tables()[0].take(points) & _F_LETTER) != 0)
     if not letter.any():
         return view
@@ -1223,7 +1229,7 @@ def views(text: str, version: str = VERSION) -> Views:
     first = text if is_plain else primary_many((text,))[0]
     hidden = 0
     extra = first
-    if not text.isascii() and np.bitwise_or.reduce(_tables()[0].take(_points(text))) & _F_INVISIBLE:
+    if not text.isascii() and np.bitwise_or.reduce(_tables()[0].take(code_points(text))) & _F_INVISIBLE:
         revealed, hidden = _hidden(text)
         if hidden:
             extra = primary(revealed)

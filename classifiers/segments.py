@@ -41,6 +41,8 @@ import re
 import numba
 import numpy as np
 
+from deltaguard.classifiers.normalize import code_points, every_code_point
+
 PIECE_CHARS = 400  # longer pieces are cut into windows of this size
 PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
 MIN_PIECE_CHARS = 20  # shorter pieces join the next one
@@ -81,7 +83,7 @@ _NEWLINE, _DOT, _PARENTHESIS = 10, 46, 41
 def _classes() -> np.ndarray:
     """Per code point, its `_F_...` bits, found by the patterns they name over every code
     point (a fraction of a second, once per process)."""
-    every = "".join(map(chr, range(0x110000)))
+    every = every_code_point()
     out = np.zeros(0x110000, dtype=np.uint8)
     for bit, pattern in ((_F_SPACE, r"\s+"), (_F_PROSE, r"(?:[^\W\d_]| )+"), (_F_DIGIT, r"\d+")):
         for m in re.finditer(pattern, every):
@@ -199,21 +201,15 @@ def _scan_runs(
     return out[:k]
 
 
-def _points(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-
-
 def _lines(text: str, points: np.ndarray | None = None) -> np.ndarray:
     """Non-empty lines, stripped, short ones joined to a neighbour: a short line that ends
     a sentence ("invocation.") to the line before it, whose sentence it ends; any other
     (a heading, `Usage:`, a bare `}`) to the line after it, which it introduces. (start,
     end) rows; `points`: the text's code points, if already made."""
-    return _scan_lines(_points(text) if points is None else points, _classes(), MIN_PIECE_CHARS)
+    return _scan_lines(code_points(text) if points is None else points, _classes(), MIN_PIECE_CHARS)
 
 
-def _wrapped_sentences(
-    text: str, lines: np.ndarray, points: np.ndarray | None = None
-) -> list[tuple[int, int]]:
+def _wrapped_sentences(text: str, lines: np.ndarray, points: np.ndarray) -> list[tuple[int, int]]:
     """The sentences of hard-wrapped prose that a line break cuts, as (start, end) ranges,
     longer ones in windows. A run of wrapped prose is a line of prose (MIN_PIECE_CHARS long
     or more, PROSE_SHARE of it letters and spaces, none of the characters that code lines
@@ -224,7 +220,6 @@ def _wrapped_sentences(
     fragments."""
     if len(lines) < 2:
         return []
-    points = _points(text) if points is None else points
     out: list[tuple[int, int]] = []
     for run in _scan_runs(points, _classes(), lines, MIN_PIECE_CHARS, PROSE_SHARE).tolist():
         cuts = [run[0], *(m.end() for m in _SENTENCE_CUT.finditer(text, *run)), run[1]]
@@ -238,8 +233,7 @@ def _wrapped_sentences(
 def warm() -> None:
     """Build the per-code-point table and compile the scans (or load them from numba's
     cache) now, once per process."""
-    text = "A line of prose that goes on\nright below it, wrapped."
-    _wrapped_sentences(text, _lines(text))
+    pieces("A line of prose that goes on\nright below it, wrapped.", reading=4)
 
 
 def _windows(a: int, b: int) -> list[tuple[int, int]]:
@@ -280,7 +274,7 @@ def pieces(text: str, reading: int = 1) -> list[tuple[int, int]]:
         raise ValueError(f"reading {reading!r} is not one of {READINGS}")
     if reading == 1 and len(text) <= LONG_TEXT_CHARS:
         return []
-    points = _points(text)
+    points = code_points(text)
     lines = _lines(text, points)
     out: list[tuple[int, int]] = []
     for a, b in lines.tolist():

@@ -536,7 +536,7 @@ def test_primary_views_of_many_texts_match_one_by_one(texts):
 def _unaccented_by_decomposing(text: str) -> str:
     """The marks over Latin letters dropped as the general path drops them: the text
     decomposed, the marks dropped, recomposed."""
-    points = normalize._points(unicodedata.normalize("NFD", text))
+    points = normalize.code_points(unicodedata.normalize("NFD", text))
     return normalize._marks_dropped(points, normalize._tables()[0].take(points))
 
 
@@ -587,7 +587,7 @@ _READ_ALONE = [chr(c) for c in _LETTERS if _read_alone(c)]
 def test_text_read_character_by_character_is_unaccented_as_if_decomposed(text):
     if not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)  # jamo next to each other compose
-    flags = normalize._tables()[0].take(normalize._points(text))
+    flags = normalize._tables()[0].take(normalize.code_points(text))
     latin = int(np.count_nonzero(flags & normalize._F_LATIN))
     letters = int(np.count_nonzero(flags & normalize._F_LETTER))
     expected = _unaccented_by_decomposing(text) if 2 * latin >= letters and not text.isascii() else text

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deltaguard.classifiers import segments
+from deltaguard.classifiers.normalize import code_points
 from deltaguard.classifiers.segments import (
     LONG_TEXT_CHARS,
     MIN_PIECE_CHARS,
@@ -180,7 +181,7 @@ def test_a_line_is_prose_when_the_pattern_reads_its_characters_as_letters_and_sp
     any script or a space; not a digit of any script, `_`, a symbol or another blank)."""
     line = "abcdefghijklmno" + char * 5
     prose = segments._is_prose(
-        segments._points(line), segments._classes(), 0, len(line), MIN_PIECE_CHARS, segments.PROSE_SHARE
+        code_points(line), segments._classes(), 0, len(line), MIN_PIECE_CHARS, segments.PROSE_SHARE
     )
     assert prose == bool(re.fullmatch(r"[^\W\d_]| ", char))
 
