@@ -39,10 +39,8 @@ collision cannot turn one token into another.
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import json
-import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -146,22 +144,6 @@ class _PackedIndex:
         self.table[place, 1] = values[order].astype(np.uint64)
 
 
-@functools.cache
-def _unicode_classes() -> tuple[np.ndarray, np.ndarray]:
-    """Per code point: is it a word character to `re` (`\\w`, as in the token pattern),
-    and is it whitespace (`\\s`, the characters str.split() splits on)? Computed once by
-    running `re` over every code point."""
-    every = normalize.every_code_point()
-    classes = []
-    for pattern in (r"\w+", r"\s+"):
-        table = np.zeros(0x110000, dtype=bool)
-        for run in re.finditer(pattern, every):
-            table[run.start() : run.end()] = True
-        table.flags.writeable = False  # shared by every model of the process
-        classes.append(table)
-    return classes[0], classes[1]
-
-
 def token_hashes(chars: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """sum(chars[s + i] * BASE**i) modulo 2**64 of each run, the hash the word kernel
     computes, for all runs at once from one prefix sum (uint64 arithmetic wraps)."""
@@ -220,7 +202,9 @@ class LexicalModel:
         if self.by_piece:
             segments.warm()
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
-        self._is_word, is_space = _unicode_classes()
+        # Word characters to `re` (`\w`, as in the token pattern) and whitespace (`\s`, what
+        # str.split() splits on).
+        self._is_word, is_space = normalize.code_point_class(r"\w"), normalize.code_point_class(r"\s")
 
         # Word block. Tokens are found and identified by the word kernel: a token is a run of at
         # least two word characters, identified by a polynomial hash of its code points

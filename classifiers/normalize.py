@@ -335,8 +335,7 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
     for lo, hi in _INVISIBLE_RANGES:
         flags[lo : hi + 1] |= _F_INVISIBLE
     flags[[ord(c) for c in _CONFUSABLE_MAP]] |= _F_CONFUSABLE
-    for run in re.finditer(r"[^\W\d_]+", every_code_point()):
-        flags[run.start() : run.end()] |= _F_LETTER
+    flags[code_point_class(r"[^\W\d_]")] |= _F_LETTER
     flags[[i for i in range(0x300, 0x20000) if unicodedata.combining(chr(i))]] |= _F_MARK
     flags[np.frombuffer(_LETTERS, dtype=np.uint8)] |= _F_LATIN
     flags[[ord(c) for c in _SMALL_CAPITALS]] |= _F_LATIN
@@ -400,10 +399,18 @@ def code_points(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
 
 
-def every_code_point() -> str:
-    """Every code point in order as one string: a per-code-point table is made by running
-    a pattern over it."""
-    return np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+@functools.cache
+def code_point_class(pattern: str) -> np.ndarray:
+    """Per code point, whether the one-character `pattern` (`\\s`, `[^\\W\\d_]`) matches it:
+    found once per process by running the pattern over every code point, and shared
+    read-only by every table built from it (the normaliser's, the lexical model's, the
+    segmenter's)."""
+    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    table = np.zeros(0x110000, dtype=bool)
+    for run in re.finditer(f"(?:{pattern})+", every):
+        table[run.start() : run.end()] = True
+    table.flags.writeable = False
+    return table
 
 
 def _text(points: np.ndarray) -> str:

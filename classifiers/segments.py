@@ -41,7 +41,7 @@ import re
 import numba
 import numpy as np
 
-from deltaguard.classifiers.normalize import code_points, every_code_point
+from deltaguard.classifiers.normalize import code_point_class, code_points
 
 PIECE_CHARS = 400  # longer pieces are cut into windows of this size
 PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
@@ -83,11 +83,10 @@ _NEWLINE, _DOT, _PARENTHESIS = 10, 46, 41
 def _classes() -> np.ndarray:
     """Per code point, its `_F_...` bits, found by the patterns they name over every code
     point (a fraction of a second, once per process)."""
-    every = every_code_point()
     out = np.zeros(0x110000, dtype=np.uint8)
-    for bit, pattern in ((_F_SPACE, r"\s+"), (_F_PROSE, r"(?:[^\W\d_]| )+"), (_F_DIGIT, r"\d+")):
-        for m in re.finditer(pattern, every):
-            out[m.start() : m.end()] |= bit
+    for bit, pattern in ((_F_SPACE, r"\s"), (_F_PROSE, r"[^\W\d_]"), (_F_DIGIT, r"\d")):
+        out[code_point_class(pattern)] |= bit
+    out[ord(" ")] |= _F_PROSE  # prose: letters and spaces (`[^\W\d_]| `)
     marks = (
         (_F_CODE, _CODE_CHARS),
         (_F_LINE_END, _LINE_ENDS),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import shutil
 import textwrap
 import time
@@ -466,19 +465,6 @@ def test_many_texts_in_one_pass_match_sklearn(reference, texts, repeat):
     logits = model._logits(texts)
     for text, row in zip(texts, logits, strict=True):
         np.testing.assert_allclose(1.0 / (1.0 + np.exp(-row)), sklearn_proba(text), rtol=0, atol=1e-9)
-
-
-def test_character_classes_are_pythons():
-    from deltaguard.classifiers.lexical_model import _unicode_classes
-
-    word, space = _unicode_classes()
-    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    assert np.array_equal(space, np.fromiter(map(str.isspace, every), dtype=bool, count=len(every)))
-    alnum = np.fromiter(map(str.isalnum, every), dtype=bool, count=len(every))
-    alnum[ord("_")] = True
-    assert np.array_equal(word, alnum)
-    sample = range(0, len(every), 97)
-    assert [bool(re.fullmatch(r"\w", every[i])) for i in sample] == [bool(word[i]) for i in sample]
 
 
 def test_token_hash_match_is_checked_character_by_character(reference, monkeypatch):

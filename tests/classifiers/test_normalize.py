@@ -625,3 +625,20 @@ def test_a_text_of_one_long_leet_run_is_read_once():
     assert normalize.fold_leet("a1" * 400_000) == ("a1" * 400_000, 0)
     text = "1gn0r3 " + "a1" * 1000 + " pr3v10u5 4ll"
     assert normalize.fold_leet(text) == ("ignore " + "a1" * 1000 + " previous all", 3)
+
+
+def test_code_point_classes_are_pythons():
+    """The tables built once per process agree with Python's own character predicates."""
+    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    space = normalize.code_point_class(r"\s")
+    assert np.array_equal(space, np.fromiter(map(str.isspace, every), dtype=bool, count=len(every)))
+    word = normalize.code_point_class(r"\w")
+    alnum = np.fromiter(map(str.isalnum, every), dtype=bool, count=len(every))
+    alnum[ord("_")] = True
+    assert np.array_equal(word, alnum)
+    sample = range(0, len(every), 97)
+    assert [bool(re.fullmatch(r"\w", every[i])) for i in sample] == [bool(word[i]) for i in sample]
+    letters = normalize.code_point_class(r"[^\W\d_]")
+    assert [bool(re.fullmatch(r"[^\W\d_]", every[i])) for i in sample] == [bool(letters[i]) for i in sample]
+    assert normalize.code_point_class(r"\s") is space  # one table per pattern, read-only
+    assert not space.flags.writeable
