@@ -223,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test", choices=("train", "validation", "test"))
     parser.add_argument("--scale", type=float, default=1.0, help="conversations per kind, x the default")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
+    parser.add_argument(
+        "--models-dir",
+        "--models",
+        dest="models",
+        type=Path,
+        help="a models directory other than the shipped one",
+    )
     parser.add_argument("--classifiers", help="comma-separated classifier names (replay --classifiers)")
     parser.add_argument(
         "--vouch",
@@ -244,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     shown: list[str] = []  # this command's, for the report
     if args.models:
         extra += models_option(args.models)
-        shown += ["--models", str(args.models)]
+        shown += ["--models-dir", str(args.models)]
     if args.classifiers:
         extra += ["--classifiers", args.classifiers]
         shown += ["--classifiers", args.classifiers]

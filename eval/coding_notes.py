@@ -81,7 +81,7 @@ def rate(hits: list[bool]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
+    parser.add_argument("--models-dir", "--models", dest="models_dir", type=Path, default=MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     classifiers = probed(NAMES[:-1], args.models_dir)

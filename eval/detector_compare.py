@@ -100,7 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--beside", default="detector-v2", help="manifest entry of the previous release")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--models", type=Path, default=spec.MODELS_DIR, help="the models directory read")
+    parser.add_argument(
+        "--models-dir",
+        "--models",
+        dest="models",
+        type=Path,
+        default=spec.MODELS_DIR,
+        help="the models directory read",
+    )
     args = parser.parse_args(argv)
     rows = load_rows()
     convs = rule.agent_conversations("validation")

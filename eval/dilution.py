@@ -197,7 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200, help="injections sampled")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
+    parser.add_argument(
+        "--models-dir",
+        "--models",
+        dest="models",
+        type=Path,
+        help="a models directory other than the shipped one",
+    )
     parser.add_argument("--wrap", type=int, help="hard-wrap each injection at this many columns")
     args = parser.parse_args(argv)
     extra = models_option(args.models)

@@ -58,7 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-kind", type=int, default=PER_KIND)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--models-dir", type=Path, default=MODELS_DIR, help="another release's models")
+    parser.add_argument(
+        "--models-dir",
+        "--models",
+        dest="models_dir",
+        type=Path,
+        default=MODELS_DIR,
+        help="another release's models",
+    )
     args = parser.parse_args(argv)
     classifiers = load_classifiers(models_dir=args.models_dir)
     by_name = {c.name: c for c in classifiers}

@@ -165,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-kind", type=int, default=PER_KIND, help="documents drawn per kind")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--models", type=Path, help="a models directory other than the shipped one")
+    parser.add_argument(
+        "--models-dir",
+        "--models",
+        dest="models",
+        type=Path,
+        help="a models directory other than the shipped one",
+    )
     args = parser.parse_args(argv)
     extra = models_option(args.models)
     convs = build(args.per_kind)

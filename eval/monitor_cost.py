@@ -111,7 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-texts", type=int, default=CORPUS_TEXTS)
     parser.add_argument("--repeat", type=int, default=REPEAT)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--models", type=Path, default=MODELS_DIR, help="the models folder measured")
+    parser.add_argument(
+        "--models-dir",
+        "--models",
+        dest="models",
+        type=Path,
+        default=MODELS_DIR,
+        help="the models folder measured",
+    )
     parser.add_argument("--beside", type=Path, help="another models folder whose detector is measured too")
     args = parser.parse_args(argv)
     detector = EncoderClassifier(args.models, threads=1, memo_items=0, artifact="detector").load()

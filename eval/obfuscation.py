@@ -116,7 +116,7 @@ def within(sentence: str, document: tuple[str, int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=TEXTS, help="injections (and benign texts) disguised")
-    parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
+    parser.add_argument("--models-dir", "--models", dest="models_dir", type=Path, default=MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     classifiers = probed(("lexical", "detector"), args.models_dir)
