@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.tools.evaluate import wilson
-from eval.replay_eval import models_option, replay
+from eval.replay_eval import add_models_option, models_option, replay
 from eval.report import write_report
 from training.lib.agent_files import agent_documents
 from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats
@@ -223,13 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test", choices=("train", "validation", "test"))
     parser.add_argument("--scale", type=float, default=1.0, help="conversations per kind, x the default")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument(
-        "--models-dir",
-        "--models",
-        dest="models",
-        type=Path,
-        help="a models directory other than the shipped one",
-    )
+    add_models_option(parser)
     parser.add_argument("--classifiers", help="comma-separated classifier names (replay --classifiers)")
     parser.add_argument(
         "--vouch",

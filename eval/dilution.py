@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.tools.evaluate import wilson
-from eval.replay_eval import models_option, replay_conversations, tool_read
+from eval.replay_eval import add_models_option, models_option, replay_conversations, tool_read
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "dilution.md"
@@ -197,13 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200, help="injections sampled")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument(
-        "--models-dir",
-        "--models",
-        dest="models",
-        type=Path,
-        help="a models directory other than the shipped one",
-    )
+    add_models_option(parser)
     parser.add_argument("--wrap", type=int, help="hard-wrap each injection at this many columns")
     args = parser.parse_args(argv)
     extra = models_option(args.models)

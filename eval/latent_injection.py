@@ -27,7 +27,7 @@ from typing import Any
 
 from deltaguard.tools.evaluate import wilson
 from eval.detection_eval import fmt_ci
-from eval.replay_eval import models_option, replay_conversations, tool_read
+from eval.replay_eval import add_models_option, models_option, replay_conversations, tool_read
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "latent_injection.md"
@@ -165,13 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-kind", type=int, default=PER_KIND, help="documents drawn per kind")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument(
-        "--models-dir",
-        "--models",
-        dest="models",
-        type=Path,
-        help="a models directory other than the shipped one",
-    )
+    add_models_option(parser)
     args = parser.parse_args(argv)
     extra = models_option(args.models)
     convs = build(args.per_kind)
