@@ -16,7 +16,8 @@ group of the first row placed in it per split. Seeded: the same rows every build
 
 Not among the shipped detector's rows: `load_rows(carriers=True)` (training/lib/detector_rows.py;
 `python -m training.train_detector [fold SOURCES] --carriers`) adds them, measured on two
-folds (models/README.md, detector card, "Carriers in the shipped recipe's folds").
+folds and in a build judged through the pipeline (models/README.md, detector card,
+"Carriers in the shipped recipe's folds" and "Carriers in a build").
 """
 
 from __future__ import annotations
