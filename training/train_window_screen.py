@@ -1,5 +1,6 @@
-"""The detector's window screen: `python -m training.train_window_screen` (about 6 minutes on
-2 cores once the windows are scored; scoring them takes about 12 minutes, cached).
+"""The detector's window screen: `python -m training.train_window_screen` (about 17 minutes on
+2 cores once the windows are scored, a fold per attack source; scoring them takes about 18
+minutes, cached).
 
 The detector reads every window of every tool output, and on real agent traffic its item
 screen clears almost nothing (2% of outputs). Yet nearly every window of real code, logs and
