@@ -158,6 +158,7 @@ def build(epochs: int, base: Base, models_dir: Path, carriers: bool = False) -> 
             + ("" if base.key == DEFAULT_BASE else f" --base {base.key}")
             + ("" if base.layers == LAYERS else f" --layers {base.layers}")
             + (" --carriers" if carriers else ""),
+            "carriers": carriers,  # the window screen is fitted on the same rows
             "epochs": epochs,
             "batch": BATCH,
             "lr": LR,
