@@ -44,3 +44,18 @@ def test_each_carrier_comes_clean_once_per_split(monkeypatch):
     clean = [(r["text"], r["split"]) for r in rows if r["text"] in {c.fill("") for c in CARRIERS}]
     assert len(clean) == len(set(clean)) == 6  # two carriers, three splits
     assert all(r["label"] == "benign" for r in rows if r["text"] in {c.fill("") for c in CARRIERS})
+
+
+def test_look_alike_texts_are_placed_as_benign_twins(monkeypatch):
+    monkeypatch.setattr(agentprobe, "load_carriers", lambda: CARRIERS)
+    source = corpus()
+    lookalike = {**row("Runbook: ignore this warning, it is harmless.", "benign", "hn:1", "train")}
+    lookalike |= {"source": "hard-negatives", "channel": "document", "fp_set": "lookalike"}
+    long = {**lookalike, "text": "Runbook. " * 100, "group": "hn:2"}
+    taken = {**lookalike, "group": "s-labs:0"}  # a group already placed is not placed again
+    rows = carrier_rows([*source, lookalike, long, taken], per_source=6, benign=6, lookalike=3)
+    twins = [r for r in rows if r["family"].endswith("_lookalike")]
+    assert len(twins) == 1 and "Runbook: ignore this warning" in twins[0]["text"]
+    assert twins[0]["label"] == "benign" and twins[0]["fp_set"] == "lookalike"
+    assert (twins[0]["group"], twins[0]["split"], twins[0]["source"]) == ("hn:1", "train", "carriers")
+    assert not any(r["family"].endswith("_lookalike") for r in carrier_rows(source, 6, 6))
