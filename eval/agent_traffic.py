@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from deltaguard.tools.evaluate import wilson
-from eval.replay_eval import add_models_option, models_option, replay
+from eval.options import add_models_option
+from eval.replay_eval import models_option, replay
 from eval.report import write_report
 from training.lib.agent_files import agent_documents
 from training.lib.agent_traffic import KINDS, build_conversations, held_back_chats

@@ -51,6 +51,7 @@ from deltaguard.parsing import parse_item
 from deltaguard.tools.evaluate import wilson
 from eval.detection_eval import fmt_ci
 from eval.flags import flags, probed
+from eval.options import add_models_option
 from eval.report import write_report
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -81,14 +82,14 @@ def rate(hits: list[bool]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models-dir", "--models", dest="models_dir", type=Path, default=MODELS_DIR)
+    add_models_option(parser, MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    classifiers = probed(NAMES[:-1], args.models_dir)
+    classifiers = probed(NAMES[:-1], args.models)
     lines = [
         "# Injections aimed at coding agents, written by authors who never saw the classifiers",
         "",
-        f"`python -m eval.coding_notes` (models: `{args.models_dir}`): each text scored as a tool output; "
+        f"`python -m eval.coding_notes` (models: `{args.models}`): each text scored as a tool output; "
         "share flagged for prompt_injection, 95% Wilson intervals.",
     ]
     for title, path in SETS.items():

@@ -36,6 +36,7 @@ from pathlib import Path
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from eval.flags import flags, probed
+from eval.options import add_models_option
 from eval.report import write_report
 from training.lib.coding_agent import CARRIERS, TRAINING, Carrier, Phrases, notes, triple
 
@@ -204,11 +205,11 @@ def alone(phrases: Phrases, n: int, label: str) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models-dir", "--models", dest="models_dir", type=Path, default=MODELS_DIR)
+    add_models_option(parser, MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     names = ("lexical", "detector", "directives", "notes")
-    classifiers = probed(names, args.models_dir)
+    classifiers = probed(names, args.models)
     sets = {
         "seen carriers, seen phrasing": texts(CARRIERS, None, "seen"),
         "seen carriers, new phrasing": texts(CARRIERS, NEW_PHRASES, "new"),
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Injections aimed at coding agents, and their benign twins",
         "",
-        f"`python -m eval.coding_probe` (models: `{args.models_dir}`): {PER_CARRIER} fillings per carrier, "
+        f"`python -m eval.coding_probe` (models: `{args.models}`): {PER_CARRIER} fillings per carrier, "
         "each scored as a tool output; share flagged for prompt_injection by the gate's lexical view, the "
         "detector (behind its screen), the directives view, the notes model and the pipeline (any of them).",
         "",

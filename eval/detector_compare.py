@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.options import add_models_option
 from eval.report import write_report
 from training.lib import detector_rule as rule
 from training.lib import detector_spec as spec
@@ -100,14 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--beside", default="detector-v2", help="manifest entry of the previous release")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument(
-        "--models-dir",
-        "--models",
-        dest="models",
-        type=Path,
-        default=spec.MODELS_DIR,
-        help="the models directory read",
-    )
+    add_models_option(parser, spec.MODELS_DIR, "the models folder read")
     args = parser.parse_args(argv)
     rows = load_rows()
     convs = rule.agent_conversations("validation")

@@ -22,6 +22,7 @@ from deltaguard.classifiers.registry import load_classifiers
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from deltaguard.state.scoring import Scorer
+from eval.options import add_models_option
 from eval.report import write_report
 from training.lib.binary_text import KINDS, b64
 
@@ -58,16 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-kind", type=int, default=PER_KIND)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument(
-        "--models-dir",
-        "--models",
-        dest="models_dir",
-        type=Path,
-        default=MODELS_DIR,
-        help="another release's models",
-    )
+    add_models_option(parser, MODELS_DIR, "another release's models")
     args = parser.parse_args(argv)
-    classifiers = load_classifiers(models_dir=args.models_dir)
+    classifiers = load_classifiers(models_dir=args.models)
     by_name = {c.name: c for c in classifiers}
     scorer = Scorer(classifiers)
     lines = [

@@ -27,7 +27,8 @@ from typing import Any
 
 from deltaguard.tools.evaluate import wilson
 from eval.detection_eval import fmt_ci
-from eval.replay_eval import add_models_option, models_option, replay_conversations, tool_read
+from eval.options import add_models_option
+from eval.replay_eval import models_option, replay_conversations, tool_read
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "latent_injection.md"

@@ -49,6 +49,7 @@ from deltaguard.items import Item
 from deltaguard.models import MODELS_DIR
 from deltaguard.parsing import parse_item
 from deltaguard.tools.rollouts import tool_output
+from eval.options import add_models_option
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "monitor_cost.md"
@@ -111,14 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-texts", type=int, default=CORPUS_TEXTS)
     parser.add_argument("--repeat", type=int, default=REPEAT)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument(
-        "--models-dir",
-        "--models",
-        dest="models",
-        type=Path,
-        default=MODELS_DIR,
-        help="the models folder measured",
-    )
+    add_models_option(parser, MODELS_DIR, "the models folder measured")
     parser.add_argument("--beside", type=Path, help="another models folder whose detector is measured too")
     args = parser.parse_args(argv)
     detector = EncoderClassifier(args.models, threads=1, memo_items=0, artifact="detector").load()

@@ -26,6 +26,7 @@ from deltaguard.models import MODELS_DIR
 from eval.dilution import carrier, carrier_documents, insert
 from eval.flags import flags, probed
 from eval.monitor_cost import tool_item
+from eval.options import add_models_option
 from eval.report import write_report
 
 OUT = Path(__file__).resolve().parent / "out" / "obfuscation.md"
@@ -116,10 +117,10 @@ def within(sentence: str, document: tuple[str, int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=TEXTS, help="injections (and benign texts) disguised")
-    parser.add_argument("--models-dir", "--models", dest="models_dir", type=Path, default=MODELS_DIR)
+    add_models_option(parser, MODELS_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    classifiers = probed(("lexical", "detector"), args.models_dir)
+    classifiers = probed(("lexical", "detector"), args.models)
     candidates = corpus_texts("injection", args.texts)
     caught = flags(classifiers, [tool_item(t) for t in candidates])["pipeline"]
     injections = [t for t, hit in zip(candidates, caught, strict=True) if hit][: args.texts]
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Injections in disguise",
         "",
-        f"`python -m eval.obfuscation` (models: `{args.models_dir}`): {len(injections)} test-split "
+        f"`python -m eval.obfuscation` (models: `{args.models}`): {len(injections)} test-split "
         f"injections of {MIN_CHARS}-{MAX_CHARS} characters that the pipeline flags as written, and "
         f"{len(benign)} benign test-split texts of the same length, each disguised as below and scored "
         "as a tool output; share flagged for prompt_injection by the gate's lexical view, the detector "

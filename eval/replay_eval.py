@@ -114,18 +114,6 @@ def replay(src: Path, out: Path, extra: list[str]) -> tuple[dict[str, list[dict[
     return {c["id"]: c["turns"] for c in verdicts}, seconds
 
 
-def add_models_option(parser: argparse.ArgumentParser) -> None:
-    """An evaluation's models folder other than the shipped one: `--models-dir DIR`, as
-    `deltaguard replay` spells it (`--models DIR` also reads), into `args.models`."""
-    parser.add_argument(
-        "--models-dir",
-        "--models",
-        dest="models",
-        type=Path,
-        help="a models directory other than the shipped one",
-    )
-
-
 def models_option(models: Path | None) -> list[str]:
     """`replay`'s option for an evaluation's `--models-dir DIR` (none for the shipped models)."""
     return ["--models-dir", str(models)] if models else []

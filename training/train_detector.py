@@ -47,8 +47,10 @@ classifier which head judges the prompt_injection category of which role.
 
 `--carriers` adds training/lib/carrier_rows.py's rows (the corpus's direct injections placed
 in agentprobe's carriers, with benign twins) to every split, under work folder names of
-their own. `--models-dir DIR` writes the artifacts and the entry into DIR (a copy of the
-models folder) instead. `fold SOURCE[,SOURCE] [--base KEY]` trains without those sources
+their own; `--mined-by MINER,RELEASE` adds the benign windows a later release still
+over-weights (training/lib/hard_negatives.py's next round) to the train split, likewise.
+`--models-dir DIR` writes the artifacts and the entry into DIR (a copy of the models
+folder) instead. `fold SOURCE[,SOURCE] [--base KEY]` trains without those sources
 (nor rows sharing their groups) and writes the held-out rows' scores instead of an artifact:
 eval/detector_eval.py's leave-sources-out folds for this model.
 """
@@ -64,9 +66,7 @@ from pathlib import Path
 
 from training.lib.detector_folds import run_fold
 from training.lib.detector_model import serving_model, tokenizer_path, train_and_export
-from training.lib.detector_rows import (
-    load_rows,
-)
+from training.lib.detector_rows import load_rows
 from training.lib.detector_rule import (
     agent_conversations,
     cached_scores,
@@ -99,17 +99,23 @@ from training.lib.detector_spec import (
     log,
 )
 from training.lib.detector_windows import build_windows, cap_training
+from training.lib.hard_negatives import MINER
 
 # -- orchestration (main venv) ------------------------------------------------------------
 
 
-def build(epochs: int, base: Base, models_dir: Path, carriers: bool = False) -> int:
+def build(
+    epochs: int, base: Base, models_dir: Path, carriers: bool = False, miners: tuple[str, ...] = (MINER,)
+) -> int:
     from deltaguard.artifacts import sha256_file
 
-    rows = load_rows(carriers)
+    rows = load_rows(carriers, miners)
     tokenizer = tokenizer_path(base)
     windows = build_windows(rows, tokenizer)
-    out = train_and_export(windows, "final" + base.suffix + ("-carriers" if carriers else ""), epochs, base)
+    later_rounds = "".join(f"-{m}" for m in miners if m != MINER)
+    out = train_and_export(
+        windows, "final" + base.suffix + ("-carriers" if carriers else "") + later_rounds, epochs, base
+    )
     model = serving_model(out, tokenizer)
     validation = [r for r in rows if r["split"] == "validation"]
     p_val = cached_scores(out / "validation-scores.npy", model, validation)
@@ -157,8 +163,11 @@ def build(epochs: int, base: Base, models_dir: Path, carriers: bool = False) -> 
             "recipe": "python -m training.train_detector"
             + ("" if base.key == DEFAULT_BASE else f" --base {base.key}")
             + ("" if base.layers == LAYERS else f" --layers {base.layers}")
-            + (" --carriers" if carriers else ""),
-            "carriers": carriers,  # the window screen is fitted on the same rows
+            + (" --carriers" if carriers else "")
+            + ("" if miners == (MINER,) else f" --mined-by {','.join(miners)}"),
+            # The window screen is fitted on the same rows (training/lib/window_evidence.py).
+            "carriers": carriers,
+            "mined_by": list(miners),
             "epochs": epochs,
             "batch": BATCH,
             "lr": LR,
@@ -221,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--models-dir", type=Path, default=MODELS_DIR, help="where the artifacts and the entry are written"
     )
+    parser.add_argument(
+        "--mined-by",
+        default=MINER,
+        help="comma-separated releases (manifest entries) whose over-weighted benign windows are "
+        f"trained on, round after round (training/lib/hard_negatives.py; default {MINER})",
+    )
     p_fold.add_argument(
         "--cap", type=int, default=CAP_PER_CELL, help="training rows per source/label/channel"
     )
@@ -232,7 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "fold":
         run_fold(args.sources.split(","), args.epochs, args.cap, base, args.carriers)
         return 0
-    return build(args.epochs, base, args.models_dir, args.carriers)
+    miners = tuple(m for m in args.mined_by.split(",") if m)
+    from deltaguard.artifacts import load_manifest
+
+    unknown = [m for m in miners if m not in load_manifest(MODELS_DIR)["models"]]
+    if not miners or unknown:
+        where = MODELS_DIR / "manifest.json"
+        parser.error(f"--mined-by: not a release in {where}: {unknown or args.mined_by!r}")
+    return build(args.epochs, base, args.models_dir, args.carriers, miners)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ prose scores far under the detector's threshold. The window screen (classifiers/
 window_screen.py) judges a window by its chunks, a linear model over each chunk's token
 ids. This recipe fits it on chunks of the train split's untrusted content (training/lib/
 window_evidence.py: the detection corpus' tool outputs and documents, texts written for
-coding agents, real agent tool outputs, and the carriers' rows when the detector trained on
-them), each labelled by the detector reading it alone (POSITIVE or more), and chooses the cutoff under which a window is cleared the way the item
+coding agents, real agent tool outputs, and the optional rows the detector trained on: the
+carriers', a later round's mined windows), each labelled by the detector reading it alone
+(POSITIVE or more), and chooses the cutoff under which a window is cleared the way the item
 screen's floor is chosen (training/detector_screen.py), on attacks from sources it never saw:
 
 - one fold per attack source of the train split (the texts written for coding agents are

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from eval import replay_eval
+from eval.options import add_models_option
 
 ROWS = [
     {
@@ -121,13 +121,12 @@ def test_through_tools_a_jailbreak_is_judged_as_an_instruction_to_the_model(tmp_
     assert "pyrit (tool/document)" in replay_eval.summarise(rows, verdicts)["rates"]
 
 
-def test_models_option_reads_both_spellings():
-    """`--models-dir DIR` (the CLI's spelling) and `--models DIR` name the same folder, and
-    replay is given it as `--models-dir`; none means the shipped models."""
+def test_replay_is_given_the_models_folder_as_the_cli_spells_it():
+    """An evaluation's `--models-dir DIR` reaches replay as `--models-dir`; none means the
+    shipped models."""
     parser = argparse.ArgumentParser()
-    replay_eval.add_models_option(parser)
+    add_models_option(parser)
     for spelling in ("--models-dir", "--models"):
         args = parser.parse_args([spelling, "/tmp/candidate"])
-        assert args.models == Path("/tmp/candidate")
         assert replay_eval.models_option(args.models) == ["--models-dir", "/tmp/candidate"]
     assert replay_eval.models_option(parser.parse_args([]).models) == []

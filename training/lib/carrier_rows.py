@@ -21,7 +21,9 @@ Not among the shipped detector's rows: `load_rows(carriers=True)` (training/lib/
 `python -m training.train_detector [fold SOURCES] --carriers`) adds them. Before the
 look-alike twins, they were measured on two folds and in a build judged through the pipeline
 (models/README.md, detector card, "Carriers in the shipped recipe's folds" and "Carriers in
-a build"): the build flagged more look-alike documents and benign e-mails.
+a build"): the build flagged more look-alike documents and benign e-mails. With the twins
+("The look-alike twins, one build") half that rise was taken back, and real agent traffic
+still held the indirect head's threshold where it was.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from training.lib.coding_agent import ADDRESSEES, MAX_EMBEDDED_CHARS, pick_embedded
+from training.lib.coding_agent import ADDRESSEES, MAX_EMBEDDED_CHARS, one_per_group, pick_embedded
 
 SOURCE = "carriers"
 PER_SOURCE = 150  # injections placed per direct source
@@ -51,8 +53,7 @@ def pick_lookalike(
         and r["group"] not in taken
         and len(r["text"]) <= MAX_EMBEDDED_CHARS
     ]
-    picked = rng.sample(pool, min(n, len(pool)))
-    return list({r["group"]: r for r in reversed(picked)}.values())[::-1]
+    return one_per_group(rng.sample(pool, min(n, len(pool))))
 
 
 def carrier_rows(

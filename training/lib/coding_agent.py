@@ -379,7 +379,13 @@ def pick_embedded(
         picked += rng.sample(pool, min(per_source, len(pool)))
     pool = [r for r in short if r["label"] == "benign" and r["fp_set"] == "prompts"]
     picked += rng.sample(pool, min(benign, len(pool)))
-    return list({r["group"]: r for r in reversed(picked)}.values())[::-1]
+    return one_per_group(picked)
+
+
+def one_per_group(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each group's first row, ordered by where the group last appears (the order the
+    shipped rows were drawn in: a change would reshuffle them)."""
+    return list({r["group"]: r for r in reversed(rows)}.values())[::-1]
 
 
 def embedded_rows(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from training.lib.detector_spec import (
@@ -17,14 +18,17 @@ from training.lib.detector_spec import (
     SEED,
     WORK,
 )
+from training.lib.hard_negatives import MINER
 
 
-def load_rows(carriers: bool = False) -> list[dict[str, Any]]:
+def load_rows(carriers: bool = False, miners: Sequence[str] = (MINER,)) -> list[dict[str, Any]]:
     """detection_data's rows as dicts (cached: building them takes ~30 s), and the
     detector's own rows: tool outputs carrying binary data as text (binary_text.py), and
-    injections aimed at coding agents with their benign twins (coding_agent.py); with
-    `carriers`, also the corpus's direct injections placed in agentprobe's carriers
-    (carrier_rows.py: not among the shipped detector's rows)."""
+    injections aimed at coding agents with their benign twins (coding_agent.py), and the
+    benign windows `miners` over-weight (hard_negatives.py, a later round's less what an
+    earlier one mined: the shipped recipe's are MINER's); with `carriers`, also the corpus's
+    direct injections placed in agentprobe's carriers (carrier_rows.py: not among the shipped
+    detector's rows)."""
     from training.lib.binary_text import binary_text_rows
     from training.lib.coding_agent import coding_agent_rows, embedded_rows
 
@@ -39,12 +43,15 @@ def load_rows(carriers: bool = False) -> list[dict[str, Any]]:
                 f.write(json.dumps(_row_dict(r)) + "\n")
         tmp.replace(cache)
     corpus = [json.loads(line) for line in cache.open()]
-    from training.lib.hard_negatives import MINER, mined_rows
+    from training.lib.hard_negatives import mined_rows
     from training.lib.real_rows import real_rows
 
-    mined = mined_rows(corpus, WORK / f"mined-{MINER}.jsonl")
     rows = corpus + binary_text_rows() + coding_agent_rows() + embedded_rows(corpus) + real_rows(corpus)
-    rows += mined
+    seen: set[str] = set()
+    for miner in miners:  # a later round keeps what the earlier ones did not mine
+        mined = [r for r in mined_rows(corpus, WORK / f"mined-{miner}.jsonl", miner) if r["text"] not in seen]
+        seen.update(r["text"] for r in mined)
+        rows += mined
     if carriers:
         from training.lib.carrier_rows import carrier_rows
 

@@ -12,8 +12,10 @@ what it scores highest, train on it, repeat. Two pools, both of the train split 
   the recipe trains on a sample (CAP_PER_CELL); the ones the direct or jailbreak head
   scores highest are the ones the sample most likely left out.
 
-The miner is a pinned release (MINER, a manifest entry of models/), so a rebuild mines the
-same rows whatever the current detector is. Windows that quote an attack outright (a
+The miners are pinned releases (manifest entries of models/), so a rebuild mines the same
+rows whatever the current detector is: MINER, the first round, mined the shipped recipe's
+rows; a later release mines the next round (`python -m training.train_detector --mined-by`),
+the windows its own training left it over-weighting. Windows that quote an attack outright (a
 guardrail example, a test fixture of an LLM library) are left out: benign rows must be
 benign, and this pool is read unlabelled.
 """
@@ -44,11 +46,11 @@ QUOTED_ATTACK = re.compile(
 )
 
 
-def _miner():
+def _miner(name: str = MINER):
     from deltaguard.classifiers.encoder import EncoderClassifier
     from training.lib.detector_spec import MODELS_DIR
 
-    return EncoderClassifier(MODELS_DIR, artifact=MINER, screen=False, threads=2).load().model
+    return EncoderClassifier(MODELS_DIR, artifact=name, screen=False, threads=2).load().model
 
 
 def document_windows(text: str, tokenizer) -> list[str]:
@@ -123,8 +125,8 @@ def _row(text: str, source: str, family: str, channel: str, group: str, fp_set: 
     }
 
 
-def mined_rows(corpus: list[dict[str, Any]], cache: Path) -> list[dict[str, Any]]:
-    """The mined rows (cached: mining scores every window of the train split, minutes)."""
+def mined_rows(corpus: list[dict[str, Any]], cache: Path, miner: str = MINER) -> list[dict[str, Any]]:
+    """The rows `miner` mines (cached: mining scores every window of the train split, minutes)."""
     if cache.exists():
         return [json.loads(line) for line in cache.open()]
     from tokenizers import Tokenizer
@@ -134,10 +136,10 @@ def mined_rows(corpus: list[dict[str, Any]], cache: Path) -> list[dict[str, Any]
     tokenizer = Tokenizer.from_file(str(MODELS_DIR / MINER_TOKENIZER_FILE))
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    model = _miner()
+    model = _miner(miner)
     rows = mine_real(model, tokenizer)
     chat = mine_chat(model, corpus)
-    log(f"mined with {MINER}: {len(rows)} windows of real text, {len(chat)} chat messages (>= {FLOOR})")
+    log(f"mined with {miner}: {len(rows)} windows of real text, {len(chat)} chat messages (>= {FLOOR})")
     tmp = cache.with_suffix(".tmp")
     with tmp.open("w") as f:
         for r in rows + chat:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, REPO, WORK
+from training.lib.hard_negatives import MINER
 from training.lib.log import make_log
 
 CACHE = WORK / "window-screen"  # a folder per detector model: its probabilities are the labels
@@ -60,22 +61,29 @@ def cache_dir(models_dir: Path = MODELS_DIR) -> Path:
     return CACHE / manifest_entry("detector", models_dir)["files"]["model"]["sha256"][:16]
 
 
-def trained_with_carriers(models_dir: Path = MODELS_DIR) -> bool:
-    """Whether the models folder's detector was trained with the carriers' rows (its
-    entry's `training.carriers`, written by `python -m training.train_detector --carriers`)."""
+def training_rows(models_dir: Path = MODELS_DIR) -> dict[str, Any]:
+    """`load_rows`' options for the models folder's detector: its entry's `training.carriers`
+    and `training.mined_by` (written by `python -m training.train_detector`), the shipped
+    recipe's where the entry predates them."""
     from deltaguard.artifacts import manifest_entry
 
-    return bool(manifest_entry("detector", models_dir).get("training", {}).get("carriers", False))
+    training = manifest_entry("detector", models_dir).get("training", {})
+    return {
+        "carriers": bool(training.get("carriers", False)),
+        "miners": tuple(training.get("mined_by", [MINER])),
+    }
 
 
-def untrusted_texts(split: str, carriers: bool = False) -> list[tuple[str, str, bool]]:
-    """(text, source, injected) of the split's untrusted content, each text once; with
-    `carriers`, the carriers' rows too (the rows of a detector trained with them)."""
+def untrusted_texts(
+    split: str, carriers: bool = False, miners: tuple[str, ...] = (MINER,)
+) -> list[tuple[str, str, bool]]:
+    """(text, source, injected) of the split's untrusted content, each text once, from the
+    rows `load_rows(carriers, miners)` gives (a detector's optional rows: `training_rows`)."""
     from training.lib.agent_traffic import conversation_texts
     from training.lib.detector_rows import load_rows
 
     out: dict[str, tuple[str, str, bool]] = {}
-    for r in load_rows(carriers):
+    for r in load_rows(carriers, miners):
         if r["split"] == split and r["channel"] in INDIRECT_CHANNELS and r["label"] != "jailbreak":
             out.setdefault(r["text"], (r["text"], r["source"], r["label"] == "injection"))
     for _kind, _user, tools, _assistant in conversation_texts(split):
@@ -132,7 +140,7 @@ def collect(split: str, models_dir: Path = MODELS_DIR, workers: int | None = Non
     if path.exists():
         data = np.load(path, allow_pickle=False)
         return Evidence(**{k: data[k] for k in Evidence.__dataclass_fields__})
-    texts = untrusted_texts(split, trained_with_carriers(models_dir))
+    texts = untrusted_texts(split, **training_rows(models_dir))
     log(f"window evidence, {split}: {len(texts)} texts")
     scored = _in_parts(_score, [t[0] for t in texts], 500, models_dir, workers)
     ids, starts, owner, probs = [], [0], [], []

@@ -2,7 +2,14 @@
 
 from collections import defaultdict
 
-from training.lib.coding_agent import ACTIONS, CARRIERS, coding_agent_rows, embedded_rows, triple
+from training.lib.coding_agent import (
+    ACTIONS,
+    CARRIERS,
+    coding_agent_rows,
+    embedded_rows,
+    one_per_group,
+    triple,
+)
 from training.lib.detector_rows import held_out
 
 
@@ -64,3 +71,8 @@ def test_embedded_rows_keep_the_group_and_split_of_the_text_they_carry():
     # Holding the source out removes the carriers of its texts with it.
     _, rest = held_out(corpus + rows, {"s-labs"})
     assert not [r for r in rest if r["group"].startswith("s-labs:")]
+
+
+def test_one_per_group_keeps_each_groups_first_row():
+    rows = [{"group": g, "i": i} for i, g in enumerate(["b", "a", "b", "c", "a"])]
+    assert [(r["group"], r["i"]) for r in one_per_group(rows)] == [("b", 0), ("c", 3), ("a", 1)]

@@ -36,3 +36,25 @@ def test_the_carriers_rows_join_only_when_asked(monkeypatch, tmp_path):
     rest, scored = detector_rows.fold_rows(["s-labs"], carriers=True)
     assert "carriers" in {r["source"] for r in rest} and "s-labs" not in {r["source"] for r in rest}
     assert [r["source"] for r in scored] == ["s-labs"]  # no test split among the rest
+
+
+def test_a_later_rounds_mined_windows_join_less_what_an_earlier_round_mined(monkeypatch, tmp_path):
+    (tmp_path / "rows.jsonl").write_text(json.dumps(corpus_row("s-labs", "injection", "s-labs:1")) + "\n")
+    monkeypatch.setattr(detector_rows, "WORK", tmp_path)
+    for module, name in [(binary_text, "binary_text_rows"), (coding_agent, "coding_agent_rows"),
+                         (coding_agent, "embedded_rows"), (real_rows, "real_rows")]:  # fmt: skip
+        monkeypatch.setattr(module, name, lambda *args: [])
+    mined = {
+        "first": [corpus_row("real-mined", "benign", "a"), corpus_row("real-mined", "benign", "a")],
+        "second": [corpus_row("real-mined", "benign", "a"), corpus_row("real-mined", "benign", "b")],
+    }
+    caches = []
+
+    def mined_rows(corpus, cache, miner):
+        caches.append(cache.name)
+        return mined[miner]
+
+    monkeypatch.setattr(hard_negatives, "mined_rows", mined_rows)
+    groups = [r["group"] for r in detector_rows.load_rows(miners=("first", "second"))]
+    assert groups == ["s-labs:1", "a", "a", "b"]  # a round keeps its own repeats, as the shipped one did
+    assert caches == ["mined-first.jsonl", "mined-second.jsonl"]
