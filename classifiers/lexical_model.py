@@ -50,6 +50,7 @@ import numpy as np
 from deltaguard.classifiers import lexical_kernels as kernels
 from deltaguard.classifiers import normalize, segments
 from deltaguard.classifiers.base import count_tokens
+from deltaguard.classifiers.characters import code_point_class
 from deltaguard.errors import ModelArtifactError
 
 FORMAT_VERSION = 1
@@ -204,7 +205,7 @@ class LexicalModel:
         self.heads: tuple[str, ...] = tuple(str(h) for h in arrays["heads"])
         # Word characters to `re` (`\w`, as in the token pattern) and whitespace (`\s`, what
         # str.split() splits on).
-        self._is_word, is_space = normalize.code_point_class(r"\w"), normalize.code_point_class(r"\s")
+        self._is_word, is_space = code_point_class(r"\w"), code_point_class(r"\s")
 
         # Word block. Tokens are found and identified by the word kernel: a token is a run of at
         # least two word characters, identified by a polynomial hash of its code points

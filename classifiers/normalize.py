@@ -35,22 +35,35 @@ delta mode and full mode see exactly the same views. Cost: a few microseconds fo
 text with nothing to decode (byte-level prefilters, the busiest two compiled), tens of
 microseconds otherwise; the per-code-point table behind the Unicode checks is built and the
 compiled passes loaded once (`warm`, called at load).
+
+The primary view is made here; the extra view's passes are classifiers/decoding.py (encoded
+text) and classifiers/respelling.py (disguised spellings), both reading the per-character
+tables of classifiers/characters.py.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import unquote_plus
 
-import numba
 import numpy as np
+
+from deltaguard.classifiers import decoding, respelling
+from deltaguard.classifiers.characters import (
+    CONFUSABLE_MAP,
+    F_CONFUSABLE,
+    F_INVISIBLE,
+    F_LATIN,
+    F_LETTER,
+    F_MARK,
+    code_points,
+    tables,
+    text_of,
+)
+from deltaguard.classifiers.respelling import fold_leet, rewritten_spots
 
 __all__ = [
     "DECODED_MARKER",
@@ -70,47 +83,16 @@ __all__ = [
 # A model names the version of the views it was trained on and is served exactly those
 # (`views(text, version)`); VERSION is what new models train on. 2: decoded text may span
 # lines (1 left encoded text with line breaks encoded). Both leave e-mail addresses unfolded
-# (`_in_address`, a correction made after the shipped models were trained: folding them gave
+# (`respelling._in_address`, a correction made after the shipped models were trained: folding them gave
 # 30% of the benign tool outputs and documents an extra view, and its leetspeak marker), and
-# fold a word with one run of leet characters only when it spells a word (`_spells_word`, the
-# same kind of correction, for decorators, $variables and library names).
+# fold a word with one run of leet characters only when it spells a word (`respelling._spells_word`,
+# the same kind of correction, for decorators, $variables and library names).
 VERSION = "2"
 VERSIONS = ("1", "2")
-MAX_SEGMENTS = 16  # encoded segments decoded per text
-MAX_SEGMENT_CHARS = 8192  # longer runs are left encoded (a data blob, not a sentence)
-MIN_SEGMENT_CHARS = 16  # shorter runs are words, ids and hashes, not encoded sentences
-DECODE_ROUNDS = 2  # base64 of hex of ... decoded at most this deep
-MIN_DECODED_LETTERS = 0.6  # share of letters and spaces a decoded segment needs to count as text
-
 HIDDEN_MARKER = "dg_hidden_text"
 DECODED_MARKER = "dg_decoded_text"
 LEET_MARKER = "dg_leet_text"
 
-# Characters nothing renders: soft hyphen, combining grapheme joiner, zero-width and
-# joiners, bidi controls, word joiners and invisible operators, Hangul fillers, variation
-# selectors, interlinear annotation, format controls of Egyptian hieroglyphs and of
-# shorthand, musical format controls, tag characters.
-_INVISIBLE_RANGES = (
-    (0x00AD, 0x00AD),
-    (0x034F, 0x034F),
-    (0x061C, 0x061C),
-    (0x115F, 0x1160),
-    (0x17B4, 0x17B5),
-    (0x180B, 0x180F),
-    (0x200B, 0x200F),
-    (0x202A, 0x202E),
-    (0x2060, 0x206F),
-    (0x3164, 0x3164),
-    (0xFE00, 0xFE0F),
-    (0xFEFF, 0xFEFF),
-    (0xFFA0, 0xFFA0),
-    (0xFFF9, 0xFFFB),
-    (0x13430, 0x1343F),
-    (0x1BCA0, 0x1BCA3),
-    (0x1D173, 0x1D17A),
-    (0xE0000, 0xE007F),
-    (0xE0100, 0xE01EF),
-)
 _TAGS = re.compile("[\U000e0020-\U000e007e]+")
 _ZW_IN_WORD = re.compile("(?<=[A-Za-z])[\u200b-\u200d\u2060\ufeff\u00ad]+(?=[A-Za-z])")
 _VARIATION_RUN = re.compile("[\U000e0100-\U000e01ef]{4,}")
@@ -134,171 +116,8 @@ def _unescaped(text: str) -> str:
     return _ESCAPE.sub(lambda m: " " if m.group(1) and m.group(1) in _STRING_ESCAPES else "", text)
 
 
-# Latin small capitals (phonetic letters) read as the capitals they look like, and NFKC
-# leaves them: "ɪɢɴᴏʀᴇ ᴀʟʟ" is Latin text, folded like any other look-alike.
-_SMALL_CAPITALS = dict(zip("ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡʏᴢ", "abcdefghijklmnopqrstuvwyz", strict=True))
-
-# Look-alikes of Latin letters in Cyrillic, Greek, Armenian and a few symbols that NFKC
-# leaves alone (fullwidth and mathematical letters NFKC folds itself).
-_CONFUSABLE_MAP = {
-    **dict(zip("аВсеԁһіјӏКМНорԛѕТԝхуАСЕНІЈОРЅХУЬ", "aBcedhijlKMHopqsTwxyACEHIJOPSXYb", strict=True)),
-    **dict(zip("αβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧϲϳ", "aBeikvoptuxABEZHIKMNOPTYXcj", strict=True)),
-    **dict(zip("ցհոսօ", "ghnuo", strict=True)),
-    **dict(zip("ıȷɡℓ∕‐‑‒–—‘’“”", "ijgl/-----''\"\"", strict=True)),
-    **_SMALL_CAPITALS,  # and the small capitals
-}
-_CONFUSABLES = str.maketrans(_CONFUSABLE_MAP)
+_CONFUSABLES = str.maketrans(CONFUSABLE_MAP)
 _MIXED_WORD = re.compile(r"\w*[A-Za-z]\w*")
-
-# Per code point flags, for the Unicode checks in one numpy gather.
-_F_INVISIBLE, _F_CONFUSABLE, _F_MARK, _F_LATIN, _F_LETTER = 1, 2, 4, 8, 16
-
-# Encoded segments. Candidates are cheap to find; only those that decode to text count.
-_B64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])")
-_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])|(?:\\x[0-9A-Fa-f]{2}){4,}")
-_URL = re.compile(r"(?:[\w.~+-]*%[0-9A-Fa-f]{2}){3,}[\w.~+-]*")
-_HEX_DIGITS = re.compile(r"[0-9A-Fa-f]{16}")
-
-_LEET_CHARS = "013457@$"
-_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
-_HEXLIKE = re.compile(r"[0-9a-fA-F]+")
-_LEET_L = str.maketrans({"0": "o", "1": "l", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
-_LEET_RUN = re.compile(r"[013457@$]+")
-# A word next to one of these is part of an identifier, a number, a path or an encoded blob.
-_NOT_LEET_NEIGHBOURS = b"_26789/+=-\\"
-MAX_LEET_CHARS = 24
-
-
-def _shape_table(mapping: dict[bytes, bytes], default: bytes) -> bytes:
-    table = bytearray(default * 256)
-    for chars, code in mapping.items():
-        for c in chars:
-            table[c] = code[0]
-    return bytes(table)
-
-
-_LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-# Byte shapes of ASCII text: letter "a", leet digit "1", other digit "2", "@$" "1" too; a
-# word of that shape ends at " " or "2". As arrays, for `_leet_spans`.
-_LEET_SHAPE_OF = np.frombuffer(
-    _shape_table({_LETTERS: b"a", b"013457@$": b"1", b"2689": b"2"}, b" "), dtype=np.uint8
-)
-_LEET_LETTER, _LEET_DIGIT, _LEET_OTHER_DIGIT, _LEET_EDGE = b"a12 "
-_LEET_NEIGHBOUR = np.zeros(256, dtype=np.bool_)
-_LEET_NEIGHBOUR[list(_NOT_LEET_NEIGHBOURS)] = True
-# Runs that could be encoded: MIN_SEGMENT_CHARS+ characters of base64 / hex / URL escapes
-# holding one that encoded text almost always has (digits, "+", "%", "\\": base64 of text
-# has one ~96% of the time) and identifiers and paths mostly do not. The runs are found by
-# byte searches in a view where their characters are "v": the needle ends with the byte for
-# the other characters, rarer than "v" in text, so it is searched fast (a pattern tries every
-# character, 15 ns each).
-_RUN_VIEW = _shape_table({_LETTERS + b"0123456789/=_+%\\-": b"v"}, b" ")
-_RUN_END = b"v" * MIN_SEGMENT_CHARS + b" "
-_ENCODED_STRONG = re.compile(r"[0-9+%\\]")
-_CHAR_REF = re.compile(r"&#(?:([0-9]{1,7})|[xX]([0-9a-fA-F]{1,6}));?")
-MIN_CHAR_REFS = 3  # letters or digits written as references: a disguise, not markup
-# Disguised spellings (`_respelled`): a run of words each wrapped in the same emphasis
-# mark (not "__", which wraps C and Python names), and a word of single letters joined by
-# one space or one dot.
-_WRAPPED_RUN = re.compile(r"(?<![\w*~])(\*{1,3}|_|~~)[^\W\d_]+\1(?:[ \t]+\1[^\W\d_]+\1)+(?![\w*~])")
-_RESPELL_SHAPE = _shape_table(
-    {
-        _LETTERS: b"a",
-        b" \t": b" ",
-        b"\n\r": b"n",
-        b".": b".",
-        b"*_~": b"*",
-        b"`": b"`",
-        b"-|^+": b"-",
-        b"?": b"q",
-    },
-    b"x",
-)
-_SPACED = re.compile(r"(?<![\w.])[^\W\d_]( )(?:[^\W\d_]\1){3,}[^\W\d_](?!\w)")  # five letters or more
-_DOTTED = re.compile(r"(?<![\w.])[^\W\d_](\.)(?:[^\W\d_]\1){2,}[^\W\d_](?!\w)")  # four ("U.S.A." is three)
-# In a text with a word so spelled, a word of two to four letters set apart from the next
-# by two spaces or more ("I g n o r e  a l l  p r e v i o u s": words one space apart
-# would read as one).
-_SPACED_SHORT = re.compile(r"(?<![^\s])[^\W\d_](?: [^\W\d_]){1,3}(?=  | [.,;:!?]|\s*$)")
-_WIDE_GAP = re.compile(r"(?<=\S)  +(?=\S)")
-# Words broken by a mark inside them, which a text classifier reads as pieces and the model
-# upstream reads through: "ig-nore", "pre\U0001f642vious", "in|structions", "a.l.l" (a mark
-# is any character but letters, digits, spaces, apostrophes, quotes, brackets and the marks
-# of paths, addresses and assignments; in a byte shape, "-|^+", non-ASCII characters
-# between Latin letters, and dots between single letters); and words wrapped one by one in
-# backticks or emphasis, with plain words between ("`Ignore` all `previous` `instructions`").
-# Only marks in a cluster are looked at: _MIN_MARKED between letters within _CLOSE
-# characters (a disguise marks every word or every other, prose a compound here and
-# there), _MIN_WRAPPED opening tokens within _NEAR. A stretch of such words, each within
-# _NEAR characters of the next, is undone when they make up a third of its words (broken),
-# or _WRAPPED_SHARE of its words of four letters or more and it holds a function word
-# (wrapped: a sentence, not a list of names).
-_BROKEN = re.compile(r"[^\W\d_]+([^\w\s'\u2019\"/:@=&()\[\]{}<>])[^\W\d_]+(?:\1[^\W\d_]+)*")
-_CORE = re.compile(r"[^\W\d_](?:.*[^\W\d_])?", re.S)  # a token from its first letter to its last
-_WRAPPED_WORD = re.compile(r"(`|\*{1,3}|_|~~)([^\W\d_]+(?:['\u2019][^\W\d_]+)?)[.,!?]?\1")
-_TOKEN = re.compile(r"\S+")
-_EDGES = "".join(c for c in map(chr, range(33, 127)) if not c.isalnum())
-_NO_MARKS = str.maketrans("", "", "-|^+")  # the ASCII marks of _RESPELL_SHAPE's "-" class
-_LETTER, _SPACE, _NEWLINE, _DOT, _EMPHASIS, _BACKTICK, _MARK, _SYMBOL = b"a n.*`-q"  # its classes
-_CLOSE = 40
-_NEAR = 80
-_MIN_MARKED = 3  # broken words
-_MIN_WRAPPED = 4  # wrapped words: emphasis on three words in a row is ordinary
-_FUNCTION_WORDS = frozenset(
-    "a an the all any every each no not and or but if then to of in on at by for from with as "
-    "into about over after before this that these those it its is are was were be been has have "
-    "had do does did can could will would should must may might shall you your yours me my we "
-    "our us they them their he him his she her what which who how when where why there here".split()
-)
-_WRAPPED_SHARE = 0.8  # docs wrap names in prose ("set `timeout` and `retries` in the file"), not every word
-# A sentence written as one token (`_unjoined`): its words joined by "_", "-" or a symbol, or
-# in CamelCase. Identifiers join words too ("test_the_parser_reads_a_file", a heading's anchor
-# "#can-i-store-the-script-in-a-folder"), so it takes MIN_JOINED words, most of them words
-# (_JOINED_WORDS_SHARE), one a function word; such an identifier is then read as the
-# sentence it is, with no marker (of 25,664 real texts 4.1% hold one, and the lexical view
-# flags none of them read so).
-MIN_JOINED = 5
-MIN_JOINED_FUNCTION = 1
-_JOINED_WORDS_SHARE = 0.8
-_JOIN = re.compile(r"[_\-]|[^\x00-\x7f\w\s]")
-# A word of CamelCase, with the marks that end a sentence or a clause before the next word
-# ("InstructionsAndPrint.TheKey").
-_CAMEL_WORD = re.compile(rf"(?:[A-Z]?[a-z][a-z']*|[A-Z]+(?![a-z]))(?:[{re.escape(_EDGES)}]+(?=[A-Z]|$))?")
-# Byte classes for `_joined_spans` (`_join_view`: a letter of another script is _WORD_BYTE,
-# any other non-ASCII character "?").
-_J_SPACE, _J_LOWER, _J_UPPER, _J_DIGIT, _J_SEPARATOR, _J_OTHER, _J_APOSTROPHE, _J_MARK, _J_WORD = range(9)
-_WORD_BYTE = 0x80
-_JOIN_CLASS = np.frombuffer(
-    _shape_table(
-        {
-            b" \t\n\v\f\r\x1c\x1d\x1e\x1f": bytes([_J_SPACE]),  # str.isspace's ASCII
-            _LETTERS[26:]: bytes([_J_LOWER]),
-            _LETTERS[:26]: bytes([_J_UPPER]),
-            b"0123456789": bytes([_J_DIGIT]),
-            b"_-": bytes([_J_SEPARATOR]),
-            b"?": bytes([_J_OTHER]),
-            b"'": bytes([_J_APOSTROPHE]),
-            bytes([_WORD_BYTE]): bytes([_J_WORD]),
-        },
-        bytes([_J_MARK]),
-    ),
-    dtype=np.uint8,
-)
-# Text written backwards (`_unreversed`): a line whose words of three letters or more
-# (MIN_REVERSED_WORDS of them at least) are mostly words read backwards
-# (_REVERSED_WORDS_SHARE) and few read forwards (_FORWARD_WORDS_SHARE). Only lines holding
-# one of _REVERSED_CUES, short function words as they read backwards, are looked at.
-MIN_REVERSED_WORDS = 4
-_REVERSED_WORDS_SHARE = 0.7
-_FORWARD_WORDS_SHARE = 0.4
-_REVERSED_CUES = np.array(
-    sorted(
-        sum((ord(ch) - 96) << (5 * k) for k, ch in enumerate(cue))
-        for cue in "eht dna uoy ruoy lla siht taht htiw rof fo ot si ni nac".split()
-    ),
-    dtype=np.int64,
-)  # each packed five bits a letter, first letter lowest
-_LETTER_RUN = re.compile(r"[A-Za-z]{3,}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,24 +147,7 @@ class Views:
         return self.extra is not None and not (self.hidden or self.decoded) and self.leet == self.backwards
 
 
-@functools.cache
-def _tables() -> tuple[np.ndarray, np.ndarray]:
-    """Per code point: its flags, and the Latin letter it folds to (itself if none)."""
-    flags = np.zeros(0x110000, dtype=np.uint8)
-    for lo, hi in _INVISIBLE_RANGES:
-        flags[lo : hi + 1] |= _F_INVISIBLE
-    flags[[ord(c) for c in _CONFUSABLE_MAP]] |= _F_CONFUSABLE
-    flags[code_point_class(r"[^\W\d_]")] |= _F_LETTER
-    flags[[i for i in range(0x300, 0x20000) if unicodedata.combining(chr(i))]] |= _F_MARK
-    flags[np.frombuffer(_LETTERS, dtype=np.uint8)] |= _F_LATIN
-    flags[[ord(c) for c in _SMALL_CAPITALS]] |= _F_LATIN
-    fold = np.arange(0x110000, dtype="<u4")
-    fold[[ord(c) for c in _CONFUSABLE_MAP]] = [ord(c) for c in _CONFUSABLE_MAP.values()]
-    flags.flags.writeable = fold.flags.writeable = False
-    return flags, fold
-
-
-_PLAIN_FLAGS = _F_INVISIBLE | _F_CONFUSABLE | _F_MARK  # none of these: each character is read alone
+_PLAIN_FLAGS = F_INVISIBLE | F_CONFUSABLE | F_MARK  # none of these: each character is read alone
 
 
 @functools.cache
@@ -356,7 +158,7 @@ def _unaccented() -> np.ndarray:
     stays. Such text has no combining mark of its own, so no mark sits on a neighbour and
     the result is the text mapped character by character (`_marks_dropped` of the
     decomposed text, recomposed, is the same: a test checks every character in context)."""
-    flags = _tables()[0]
+    flags = tables()[0]
     table = np.arange(0x1F00, dtype="<u4")  # past the last precomposed Latin letter (a test checks)
     for code in range(len(table)):
         char = chr(code)
@@ -384,51 +186,23 @@ def _unaccent(points: np.ndarray) -> np.ndarray:
 def warm() -> None:
     """Build the per-code-point tables, read the word list and compile the byte passes (or
     load them from numba's cache) now: about a second, once per process."""
-    _tables()
+    tables()
     _unaccented()
-    _words()
-    _respell_looks(np.frombuffer(b"a", dtype=np.uint8))
-    _marked_spots(np.frombuffer(b"a", dtype=np.uint8), True, True, True, True)
-    fold_leet("a1")
-    _unjoined("a_b")
-    _unreversed("eht")
-
-
-def code_points(text: str) -> np.ndarray:
-    """`text`'s code points, lone surrogates too, one uint32 each."""
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-
-
-@functools.cache
-def code_point_class(pattern: str) -> np.ndarray:
-    """Per code point, whether the one-character `pattern` (`\\s`, `[^\\W\\d_]`) matches it:
-    found once per process by running the pattern over every code point, and shared
-    read-only by every table built from it (the normaliser's, the lexical model's, the
-    segmenter's)."""
-    every = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    table = np.zeros(0x110000, dtype=bool)
-    for run in re.finditer(f"(?:{pattern})+", every):
-        table[run.start() : run.end()] = True
-    table.flags.writeable = False
-    return table
-
-
-def _text(points: np.ndarray) -> str:
-    return points.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    respelling.warm()
 
 
 def _is_latin(flags: np.ndarray) -> bool:
-    return 2 * int(np.count_nonzero(flags & _F_LATIN)) >= int(np.count_nonzero(flags & _F_LETTER))
+    return 2 * int(np.count_nonzero(flags & F_LATIN)) >= int(np.count_nonzero(flags & F_LETTER))
 
 
 def _marks_dropped(points: np.ndarray, flags: np.ndarray) -> str:
     """Decomposed text (its code points and their flags) with the combining marks stacked
     on Latin letters ("ïgnörë", zalgo text) dropped, recomposed."""
-    mark = (flags & _F_MARK) != 0
+    mark = (flags & F_MARK) != 0
     position = np.arange(len(points))
     base = np.maximum.accumulate(np.where(mark, 0, position))  # the character each mark sits on
-    on_latin = mark & ((flags.take(base) & _F_LATIN) != 0)
-    return unicodedata.normalize("NFC", _text(points[~on_latin]))
+    on_latin = mark & ((flags.take(base) & F_LATIN) != 0)
+    return unicodedata.normalize("NFC", text_of(points[~on_latin]))
 
 
 def plain(text: str) -> bool:
@@ -476,14 +250,14 @@ def primary_many(texts: Sequence[str]) -> list[str]:
             todo.append((i, normal))
     if not todo:
         return out
-    flags_of, fold = _tables()
+    flags_of, fold = tables()
     normals = [normal for _, normal in todo]
     points = code_points("".join(normals))
     flags = flags_of.take(points)
     bounds = np.cumsum([0, *map(len, normals)])  # every segment holds a non-ASCII character
     seen = np.bitwise_or.reduceat(flags, bounds[:-1]).tolist()
-    latin = np.add.reduceat((flags & _F_LATIN) != 0, bounds[:-1], dtype=np.int64)
-    letters = np.add.reduceat((flags & _F_LETTER) != 0, bounds[:-1], dtype=np.int64)
+    latin = np.add.reduceat((flags & F_LATIN) != 0, bounds[:-1], dtype=np.int64)
+    letters = np.add.reduceat((flags & F_LETTER) != 0, bounds[:-1], dtype=np.int64)
     marked = []
     unaccented = None  # every text's points unaccented (`_unaccent`), made once if needed
     for k, ((i, text), found, on_latin) in enumerate(
@@ -491,30 +265,26 @@ def primary_many(texts: Sequence[str]) -> list[str]:
     ):
         if not found & _PLAIN_FLAGS:  # the common case: character by character, one pass for all
             if on_latin:
-                unaccented = _text(_unaccent(points)) if unaccented is None else unaccented
+                unaccented = text_of(_unaccent(points)) if unaccented is None else unaccented
                 text = unaccented[bounds[k] : bounds[k + 1]]
             out[i] = text
             continue
-        if found & (_F_INVISIBLE | _F_CONFUSABLE):
+        if found & (F_INVISIBLE | F_CONFUSABLE):
             a, b = bounds[k], bounds[k + 1]
             text, on_latin = _revealed(points[a:b], flags[a:b], found, fold)
-        if found & _F_CONFUSABLE and not on_latin:  # other scripts: only words that mix in Latin letters
+        if found & F_CONFUSABLE and not on_latin:  # other scripts: only words that mix in Latin letters
             text = _MIXED_WORD.sub(_folded_word, text)
         out[i] = text
         # A combining mark of its own, or one a character decomposes into (not dashes, quotes
         # or other scripts' letters): decomposed below.
-        if (
-            on_latin
-            and not text.isascii()
-            and (found & _F_MARK or not unicodedata.is_normalized("NFD", text))
-        ):
+        if on_latin and not text.isascii() and (found & F_MARK or not unicodedata.is_normalized("NFD", text)):
             marked.append(i)
     if marked:
         decomposed = [unicodedata.normalize("NFD", out[i]) for i in marked]
         points = code_points("".join(decomposed))
         flags = flags_of.take(points)
         bounds = np.cumsum([0, *map(len, decomposed)])
-        marks = np.bitwise_or.reduceat(flags, bounds[:-1]) & _F_MARK
+        marks = np.bitwise_or.reduceat(flags, bounds[:-1]) & F_MARK
         for k, (i, mark) in enumerate(zip(marked, marks.tolist(), strict=True)):
             if mark:
                 out[i] = _marks_dropped(points[bounds[k] : bounds[k + 1]], flags[bounds[k] : bounds[k + 1]])
@@ -524,694 +294,13 @@ def primary_many(texts: Sequence[str]) -> list[str]:
 def _revealed(points: np.ndarray, flags: np.ndarray, seen: int, fold: np.ndarray) -> tuple[str, bool]:
     """A text (its code points, their flags, the OR of those) without its invisible
     characters and, when it is Latin text, with every look-alike folded; and whether it is."""
-    if seen & _F_INVISIBLE:
-        keep = (flags & _F_INVISIBLE) == 0
+    if seen & F_INVISIBLE:
+        keep = (flags & F_INVISIBLE) == 0
         points, flags = points[keep], flags[keep]
     latin = _is_latin(flags)
-    if seen & _F_CONFUSABLE and latin:  # Latin text: every look-alike is a disguise
+    if seen & F_CONFUSABLE and latin:  # Latin text: every look-alike is a disguise
         points = fold.take(points)
-    return _text(points), latin
-
-
-# -- the extra view --------------------------------------------------------------------------
-
-
-# Line breaks and tabs are text too: an encoded e-mail, file or tool output has many lines.
-_LINE_SPACE = str.maketrans("\t\n\r", "   ")
-
-
-def _is_text(decoded: str, lines: bool) -> bool:
-    flat = decoded.translate(_LINE_SPACE) if lines else decoded
-    if len(flat) < 4 or not flat.isprintable():
-        return False
-    letters = sum(c.isalpha() or c == " " for c in flat)
-    return letters >= MIN_DECODED_LETTERS * len(flat) and " " in flat.strip()
-
-
-def _decode_b64(segment: str) -> str | None:
-    raw = segment.rstrip("=")
-    if len(raw) % 4 == 1:
-        return None
-    alt = b"-_" if ("-" in raw or "_" in raw) else None
-    try:
-        return base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=alt, validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _decode_hex(segment: str) -> str | None:
-    try:
-        return bytes.fromhex(segment.replace("\\x", "")).decode("utf-8")
-    except ValueError:
-        return None
-
-
-def _decode_url(segment: str) -> str | None:
-    return unquote_plus(segment)
-
-
-def _could_be_url(run: str) -> bool:
-    return run.count("%") >= 3
-
-
-def _could_be_hex(run: str) -> bool:
-    return "\\x" in run or _HEX_DIGITS.search(run) is not None
-
-
-# Each pattern with a necessary condition for a match that costs far less than the search:
-# the URL pattern backtracks over the whole run at every character (quadratic: two fifths
-# of this step's time on real tool outputs, which hold many paths and URLs).
-_DECODERS = (
-    (_URL, _could_be_url, _decode_url),
-    (_HEX, _could_be_hex, _decode_hex),
-    (_B64, lambda run: True, _decode_b64),
-)
-
-
-def _long_runs(text: str, raw: bytes | None = None) -> list[str]:
-    """Runs of MIN_SEGMENT_CHARS+ characters that could be encoded (every pattern needs one);
-    `raw`: the text as ASCII bytes, non-ASCII as "?", if already made."""
-    view = (text.encode("ascii", "replace") if raw is None else raw).translate(_RUN_VIEW)
-    runs = set()
-    at = view.find(_RUN_END)
-    while at >= 0:  # the needle ends each run once, at its last MIN_SEGMENT_CHARS characters
-        end = at + MIN_SEGMENT_CHARS
-        runs.add(text[view.rfind(b" ", 0, at) + 1 : end])
-        at = view.find(_RUN_END, end + 1)
-    tail = view.rfind(b" ") + 1
-    if len(view) - tail >= MIN_SEGMENT_CHARS:
-        runs.add(text[tail:])
-    return sorted(run for run in runs if _ENCODED_STRONG.search(run))
-
-
-def _decode_segments(text: str, budget: list[int], lines: bool, raw: bytes | None = None) -> tuple[str, int]:
-    """Encoded segments replaced by their text, while `budget[0]` segments remain; `raw`:
-    the text as ASCII bytes, non-ASCII as "?", if already made."""
-    long_runs = _long_runs(text, raw)
-    if not long_runs:
-        return text, 0
-    found = 0
-    for pattern, could_match, decode in _DECODERS:
-        replacements: dict[str, str] = {}
-        for run in long_runs:
-            if not could_match(run):
-                continue
-            for m in pattern.finditer(run):
-                segment = m.group(0)
-                if budget[0] <= 0 or len(segment) > MAX_SEGMENT_CHARS or segment in replacements:
-                    continue
-                decoded = decode(segment)
-                if decoded is None or decoded == segment or not _is_text(decoded, lines):
-                    continue
-                budget[0] -= 1
-                replacements[segment] = f" {decoded} "
-        for segment in sorted(replacements, key=lambda s: (-len(s), s)):  # longest first: no partial hits
-            text = text.replace(segment, replacements[segment])
-            found += 1
-        if replacements:
-            long_runs = _long_runs(text)
-    return text, found
-
-
-def _leet_word(word: str) -> str | None:
-    if not 3 <= len(word) <= MAX_LEET_CHARS or word.isdigit() or word[:2] in ("0x", "0X"):
-        return None
-    if len(word) >= 6 and _HEXLIKE.fullmatch(word):
-        return None
-    if any(c.isdigit() and c not in _LEET_CHARS for c in word):
-        return None  # 2, 6, 8, 9 spell no letter here: a version, a size or an id
-    letters = "".join(c for c in word if c.isalpha())
-    if len(letters) < 2 or len(letters) == len(word):
-        return None
-    if not (letters.islower() or letters.isupper() or letters[1:].islower()):
-        return None  # mixed case inside a word: an id or a base64 fragment, not a word
-    head = word.rstrip("0123456789")
-    if not any(c in _LEET_CHARS for c in head):
-        return None  # letters then a number: "file10", "md5", "step35"
-    return word.translate(_LEET).lower()
-
-
-def _in_address(text: str, start: int, end: int) -> bool:
-    """Whether the word text[start:end] has an "@" and a domain right after it ("name@host"
-    then ".org"): an e-mail address or a user@host, which changelogs, commit trailers and
-    package metadata are full of, not leetspeak."""
-    return "@" in text[start:end] and text[end : end + 1] == "." and text[end + 1 : end + 2].isalnum()
-
-
-@functools.cache
-def _words() -> frozenset[str]:
-    """The whole lowercase words of the detector's tokenizer vocabulary (words.txt)."""
-    return frozenset(Path(__file__).with_name("words.txt").read_text().split())
-
-
-def _spells_word(folded: str, word: str) -> bool:
-    """Whether `folded` (`word` spelled out) is a word, reading its 1s as i or as l
-    ("wou1d"); the fold itself keeps i, as the models were trained."""
-    words = _words()
-    return folded in words or ("1" in word and word.translate(_LEET_L).lower() in words)
-
-
-def _one_substitution(word: str) -> bool:
-    """Whether the word's leet characters are one run ("pr0mpt", "@property", "10th"), not
-    several ("1gn0r3"). One run is what identifiers, decorators, variables and numbers with
-    a unit have, so such a fold must spell a word to count (a correction made after the
-    shipped models were trained, like `_in_address`: 12% of real coding-agent tool outputs
-    had an extra view and its leetspeak marker for them)."""
-    return len(_LEET_RUN.findall(word)) == 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _leet_spans(raw: np.ndarray, shape_of: np.ndarray, neighbour: np.ndarray) -> np.ndarray:
-    """`fold_leet`'s candidate words: (start, end) of each word that holds a letter next to
-    a leet character, in `raw` (the text's bytes, non-ASCII as "?") shaped by `shape_of`
-    (_LEET_SHAPE_OF), but for those next to a `neighbour` (part of an identifier, a number, a
-    path or an encoded blob: most of them in real text, each a few microseconds of Python).
-    Linear: each search stops at the word's edge or the previous word's end. Compiled at
-    `warm`."""
-    n = raw.shape[0]
-    out = np.empty((n // 2 + 1, 2), dtype=np.int64)
-    k = 0
-    end = 0
-    for at in range(n - 1):
-        if at < end:
-            continue  # in the word just found
-        a, b = shape_of[raw[at]], shape_of[raw[at + 1]]
-        if not ((a == _LEET_LETTER and b == _LEET_DIGIT) or (a == _LEET_DIGIT and b == _LEET_LETTER)):
-            continue
-        start = 0
-        for j in range(at - 1, end - 1, -1):
-            if shape_of[raw[j]] == _LEET_EDGE or shape_of[raw[j]] == _LEET_OTHER_DIGIT:
-                start = j + 1
-                break
-        end = at
-        while end < n and shape_of[raw[end]] != _LEET_EDGE and shape_of[raw[end]] != _LEET_OTHER_DIGIT:
-            end += 1
-        if (start > 0 and neighbour[raw[start - 1]]) or (end < n and neighbour[raw[end]]):
-            continue
-        out[k, 0] = start
-        out[k, 1] = end
-        k += 1
-    return out[:k]
-
-
-def fold_leet(text: str, raw: bytes | None = None) -> tuple[str, int]:
-    """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many;
-    `raw`: the text as ASCII bytes, non-ASCII as "?", if already made."""
-    # One byte per character (non-ASCII as "?"), shaped so that a search finds every letter
-    # next to a leet character; only the words around those hits are looked at.
-    raw = text.encode("ascii", "replace") if raw is None else raw
-    spans = _leet_spans(np.frombuffer(raw, dtype=np.uint8), _LEET_SHAPE_OF, _LEET_NEIGHBOUR).tolist()
-    if not spans:
-        return text, 0
-    changes = []
-    for start, end in spans:
-        if _in_address(text, start, end):
-            continue
-        word = text[start:end]
-        folded = _leet_word(word)
-        if folded is not None and _one_substitution(word) and not _spells_word(folded, word):
-            continue  # spells no word: a decorator, a $variable, html5lib, 3rd, 10px
-        if folded is not None:
-            changes.append((start, end, folded))
-    return _spliced(text, changes)
-
-
-def _spliced(text: str, changes: list[tuple[int, int, str]]) -> tuple[str, int]:
-    """`text` with each (start, end, new text) of `changes` (in order, none overlapping)
-    made, and how many."""
-    if not changes:
-        return text, 0
-    out, last = [], 0
-    for start, end, new in changes:
-        out += [text[last:start], new]
-        last = end
-    out.append(text[last:])
-    return "".join(out), len(changes)
-
-
-def _char_refs(text: str) -> tuple[str, int]:
-    """Numeric character references ("&#73;", "&#x67;") written as their characters, when at
-    least MIN_CHAR_REFS of them stand for letters or digits, and 1 (an encoded segment); the
-    text and 0 otherwise. A page escapes markup and punctuation, never a letter: letters so
-    written are a disguise (no real agent tool output or corpus text has three)."""
-    if "&#" not in text:
-        return text, 0
-
-    def character(m: re.Match[str]) -> str:
-        code = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
-        return chr(code) if 0 < code < 0x110000 and not 0xD800 <= code < 0xE000 else m.group(0)
-
-    spelled = sum(1 for m in _CHAR_REF.finditer(text) if len(c := character(m)) == 1 and c.isalnum())
-    if spelled < MIN_CHAR_REFS:
-        return text, 0
-    return _CHAR_REF.sub(character, text), 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _respell_looks(shape: np.ndarray) -> tuple[bool, bool, bool, bool, int, int, int, int]:
-    """What `_respelled` and `_unmarked` look for in a _RESPELL_SHAPE, in one pass (a byte
-    search or count each took one pass over text that is mostly "a", where they skip
-    little): whether it holds "* *", "a a a a a", "a.a.a" and "a.a.a.a"; how many "aqa",
-    "-" and "a-a" it holds, counted as bytes.count counts (no two overlap); and how many
-    "*" and "`". Compiled at `warm`."""
-    star_gap_star = spaced = dots3 = dots4 = False
-    aqa = dashes = ada = emphasis = 0
-    aqa_from = ada_from = 0  # where the next counted "aqa" / "a-a" may start
-    for i in range(shape.shape[0]):
-        c = shape[i]
-        if c == _LETTER:
-            if i < 2 or shape[i - 2] != _LETTER:
-                continue
-            m = shape[i - 1]
-            if m == _SYMBOL:
-                if i - 2 >= aqa_from:
-                    aqa += 1
-                    aqa_from = i + 1
-            elif m == _MARK:
-                if i - 2 >= ada_from:
-                    ada += 1
-                    ada_from = i + 1
-            elif m == _DOT:
-                if i >= 4 and shape[i - 3] == _DOT and shape[i - 4] == _LETTER:
-                    dots3 = True
-                    if i >= 6 and shape[i - 5] == _DOT and shape[i - 6] == _LETTER:
-                        dots4 = True
-            elif m == _SPACE and i >= 8 and not spaced:
-                spaced = True
-                for k in range(3, 9):
-                    if shape[i - k] != (_SPACE if k % 2 else _LETTER):
-                        spaced = False
-                        break
-        elif c == _MARK:
-            dashes += 1
-        elif c == _EMPHASIS:
-            emphasis += 1
-            if i >= 2 and shape[i - 1] == _SPACE and shape[i - 2] == _EMPHASIS:
-                star_gap_star = True
-        elif c == _BACKTICK:
-            emphasis += 1
-    return star_gap_star, spaced, dots3, dots4, aqa, dashes, ada, emphasis
-
-
-def _respelled(text: str, raw: bytes) -> tuple[str, int]:
-    """Disguised spellings written plainly, and how many: words wrapped one by one in
-    emphasis marks, two or more in a row ("**Ignore** **all** **previous**"; not inline
-    code, which is how docs list names: "`json` `yaml` `toml`"), words
-    spelled letter by letter ("I g n o r e", five letters or more; "r.u.l.e", four), and
-    stretches of words broken by a mark or wrapped in backticks or emphasis one by one
-    (`_unmarked`). All cut a text classifier's n-grams and leave the
-    model upstream reading the words; no formatting looks like this (of 3,919 real agent
-    tool outputs, none has a wrapped run and one a spelled word; of 14,166 real texts of
-    the validation and test conversations and 53,236 benign corpus rows, none has a
-    stretch of broken or wrapped words)."""
-    # A byte-level look first: the patterns start with lookbehinds, which the regular
-    # expression engine tries at every character (on 300 real tool outputs, 37 ms without
-    # this look and 5 with it).
-    shape = raw.translate(_RESPELL_SHAPE)
-    wrapped, spaced, letters_dotted, dotted, *counts = _respell_looks(np.frombuffer(shape, dtype=np.uint8))
-    text, found = _unmarked(text, shape, letters_dotted, counts)
-    if not (wrapped or spaced or dotted):
-        return text, found
-
-    def plainly(m: re.Match[str]) -> str:
-        nonlocal found
-        found += 1
-        return m.group(0).replace(m.group(1), "")
-
-    if wrapped:
-        text = _WRAPPED_RUN.sub(plainly, text)
-    if spaced:
-        before = found
-        text = _SPACED.sub(plainly, text)
-        if found > before:  # and the short words between, set apart by wider gaps
-            text = _WIDE_GAP.sub(" ", _SPACED_SHORT.sub(lambda m: m.group(0).replace(" ", ""), text))
-    if dotted:
-        text = _DOTTED.sub(plainly, text)
-    return text, found
-
-
-def _unmarked(text: str, shape: bytes, dotted: bool, counts: Sequence[int]) -> tuple[str, int]:
-    """Broken words and wrapped words written plainly, in the stretches where they are a
-    disguise (see _BROKEN), and how many stretches. `shape` is the text's _RESPELL_SHAPE,
-    `dotted` whether it has letters with dots between ("a.a.a") and `counts` its counts
-    of marks (`_respell_looks`). Only tokens the shape shows in a cluster are looked at:
-    _MIN_MARKED marks between two letters within _CLOSE characters, or _MIN_WRAPPED
-    backticks or emphasis marks opening a token within _NEAR. The counts first: most texts
-    have too few marks for either."""
-    between_symbols, marks_in_all, between_marks, emphasis = counts
-    # Non-ASCII characters are "?" in the shape: an emoji inside a word, or any other
-    # script's letter; looked at only between Latin letters.
-    symbols = not text.isascii() and between_symbols >= _MIN_MARKED
-    broken = dotted or symbols or (marks_in_all >= _MIN_MARKED and between_marks >= _MIN_MARKED)
-    wrapped = emphasis >= 2 * _MIN_WRAPPED
-    if not (broken or wrapped):
-        return text, 0
-    broken_at, wrapped_at = _marked_spots(
-        np.frombuffer(shape, dtype=np.uint8), broken, dotted, symbols, wrapped
-    )
-    found = 0
-    if len(broken_at):
-        text, n = _rewritten(text, broken_at.tolist(), _unbroken, _broken_enough, _MIN_MARKED)
-        found += n
-    if len(wrapped_at):
-        text, n = _rewritten(text, wrapped_at.tolist(), _unwrapped, _wrapped_enough, _MIN_WRAPPED)
-        found += n
-    return text, found
-
-
-@numba.njit(cache=True, nogil=True)
-def _clustered(starts: np.ndarray, n: int, least: int, within: int) -> np.ndarray:
-    """The first `n` `starts` (in order) that lie with `least` - 1 others in a row within
-    `within` characters."""
-    keep = np.zeros(n, dtype=np.bool_)
-    for i in range(n - least + 1):
-        if starts[i + least - 1] - starts[i] <= within:
-            keep[i : i + least] = True
-    return starts[:n][keep]
-
-
-@numba.njit(cache=True, nogil=True)
-def _marked_spots(
-    at: np.ndarray, broken: bool, dotted: bool, symbols: bool, wrapped: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """`_unmarked`'s tokens to look at, in a _RESPELL_SHAPE `at`, in one pass: if `broken`,
-    where each token starts that holds one of _MIN_MARKED marks between two letters within
-    _CLOSE characters ("-" marks, and "." if `dotted`, "?" if `symbols`); if `wrapped`, each
-    of _MIN_WRAPPED backticks or emphasis marks opening a token within _NEAR. Compiled at
-    `warm`."""
-    n = at.shape[0]
-    marks = np.empty(n, dtype=np.int64)
-    opens = np.empty(n, dtype=np.int64)
-    k = w = 0
-    for i in range(n):
-        c = at[i]
-        mark = c == _MARK or (dotted and c == _DOT) or (symbols and c == _SYMBOL)
-        if broken and mark and 0 < i < n - 1 and at[i - 1] == _LETTER and at[i + 1] == _LETTER:
-            marks[k] = i
-            k += 1
-        opening = i == 0 or at[i - 1] == _SPACE or at[i - 1] == _NEWLINE
-        if wrapped and c in (_EMPHASIS, _BACKTICK) and opening:
-            opens[w] = i
-            w += 1
-    kept = _clustered(marks, k, _MIN_MARKED, _CLOSE)
-    starts = np.empty(len(kept), dtype=np.int64)  # after the last space or line break before each
-    s = 0
-    gap = -1
-    p = 0
-    for m in kept:
-        while p < m:
-            if at[p] == _SPACE or at[p] == _NEWLINE:
-                gap = p
-            p += 1
-        if s == 0 or starts[s - 1] != gap + 1:
-            starts[s] = gap + 1
-            s += 1
-    return starts[:s], _clustered(opens, w, _MIN_WRAPPED, _NEAR)
-
-
-def _rewritten(
-    text: str,
-    starts: list[int],
-    plainly: Callable[[str], str | None],
-    enough: Callable[[int, list[str]], bool],
-    least: int,
-) -> tuple[str, int]:
-    """`text` with the tokens at `starts` written `plainly` in each stretch where `least`
-    or more of them change, each within _NEAR characters of the next, and `enough` of the
-    stretch's tokens do."""
-    tokens = (_TOKEN.match(text, at) for at in starts)
-    changed = [(t, c) for t in tokens if t is not None and (c := plainly(t.group(0))) is not None]
-    changes, found = [], 0
-    i = 0
-    while i + least <= len(changed):
-        if changed[i + least - 1][0].start() - changed[i][0].start() > _NEAR:
-            i += 1
-            continue
-        j = i + least  # the stretch goes on while the next changed token is near
-        while j < len(changed) and changed[j][0].start() - changed[j - 1][0].start() <= _NEAR:
-            j += 1
-        stretch = changed[i:j]
-        if enough(len(stretch), text[stretch[0][0].start() : stretch[-1][0].end()].split()):
-            changes += [(token.start(), token.end(), plain_token) for token, plain_token in stretch]
-            found += 1
-        i = j
-    return _spliced(text, changes)[0], found
-
-
-def _unbroken(token: str) -> str | None:
-    """`token` with the mark inside its word removed, if that spells a word its parts do
-    not ("ig-nore", "a.l.l"; not "built-in", "well-known", "os.path")."""
-    quick = token.isascii() and "." not in token
-    if quick and token.strip(_EDGES).translate(_NO_MARKS).lower() not in _words():
-        return None  # the common case, a compound, at the cost of a few string methods
-    core = _CORE.search(token)
-    if core is None or (m := _BROKEN.fullmatch(core.group(0))) is None:
-        return None
-    parts = core.group(0).split(m.group(1))
-    joined = "".join(parts)
-    if m.group(1) == "." and (any(len(p) > 1 for p in parts) or len(parts) < 3 or joined.isupper()):
-        return None  # a path, a name, a sentence's end; "i.e.", "a.m.", "U.S.A."
-    words = _words()
-    if m.group(1) != "." and len(joined) < 4 and all(len(p) == 1 for p in parts):
-        return None  # "a+b+c", "r-y"
-    if joined.lower() not in words or all(len(p) > 2 and p.lower() in words for p in parts):
-        return None  # no word, or a compound of words ("any-one")
-    return token[: core.start()] + joined + token[core.end() :]
-
-
-def _unwrapped(token: str) -> str | None:
-    """`token` without its marks, if it is one word wrapped in backticks or emphasis."""
-    m = _WRAPPED_WORD.fullmatch(token)
-    if m is None:
-        return None  # a list's item ("`key`,"), a name ("_global_log"), a letter ("**S**ituation")
-    word = m.group(2)
-    if (
-        len(word) < 3
-        or word.isupper()
-        or ("'" not in word and "\u2019" not in word and word.lower() not in _words())
-    ):
-        return None  # a constant or a name wrapped as code, not a word: "`GET`", "`json` `yaml` `toml`"
-    return token.replace(m.group(1), "")
-
-
-def _broken_enough(n: int, tokens: list[str]) -> bool:
-    return 3 * n >= sum(1 for t in tokens if _CORE.search(t))
-
-
-def _wrapped_enough(n: int, tokens: list[str]) -> bool:
-    """Whether `n` wrapped words make a disguise of these tokens: most of their words of
-    four letters or more, and a sentence, not a list of names that are words ("`class`
-    `count` `filter`", "`Header` `Path` `Query`"), so a function word among them."""
-    long = sum(1 for t in tokens if sum(c.isalpha() for c in t) >= 4)
-    return n >= _WRAPPED_SHARE * long and any(t.strip(_EDGES).lower() in _FUNCTION_WORDS for t in tokens)
-
-
-@numba.njit(cache=True, nogil=True)
-def _joined_spans(raw: np.ndarray, classes: np.ndarray, joins: int) -> np.ndarray:
-    """`_unjoined`'s candidates: (start, end) of each run of `raw` (`_join_view`) between
-    ASCII whitespace that holds an ASCII letter and `joins` or more places where two words
-    could meet: a run of "_" or "-" inside it, a "?" (a non-ASCII character that is not a
-    letter: an emoji between two words), and a capital after a lowercase letter, after
-    a mark, or before a lowercase letter after another capital ("APIKey"); less the runs
-    with a mark inside a word that no reading takes ("a.b" with "_" or "-", "Client(t"
-    without). `classes` is _JOIN_CLASS. Every token `_unjoined_token` takes is in one (a
-    test checks); "__init__", "-----", code and words of other scripts mostly are not.
-    Compiled at `warm`."""
-    n = raw.shape[0]
-    out = np.empty((n // 2 + 1, 2), dtype=np.int64)
-    k = 0
-    start = 0
-    count = 0
-    # Whether the run holds an ASCII letter; a separator between two characters of a word
-    # (not at its edges, which `_unjoined_token` strips), a non-ASCII character, a mark inside
-    # a word, one before a lowercase letter or a digit; `core`: a character of a word seen,
-    # `pending`: a separator since.
-    letters = separated = other = mark_in_word = mark_before_lower = core = pending = False
-    before = _J_SPACE  # the class of the byte before, and of the one before it
-    twice = _J_SPACE
-    for i in range(n + 1):
-        c = classes[raw[i]] if i < n else _J_SPACE
-        if c == _J_SPACE:
-            # A "?" may be a space of another script, which ends a token: no run with one is
-            # rejected for what may be another token's mark.
-            rejected = not other and (mark_in_word if separated else mark_before_lower)
-            if count >= joins and letters and not rejected:
-                out[k, 0] = start
-                out[k, 1] = i
-                k += 1
-            start = i + 1
-            count = 0
-            letters = separated = other = mark_in_word = mark_before_lower = core = pending = False
-            before = twice = _J_SPACE
-            continue
-        if c == _J_LOWER and before <= _J_UPPER:
-            letters = core = True  # inside a word (or at a token's start): the common case
-            twice = before
-            before = c
-            continue
-        if before == _J_SEPARATOR and c != _J_SEPARATOR:
-            j = i - 1  # the end of a run of separators: inside the token if it starts after its start
-            while j >= start and classes[raw[j]] == _J_SEPARATOR:
-                j -= 1
-            count += j >= start
-        if c == _J_SEPARATOR:
-            pending = pending or core
-        elif c == _J_OTHER:
-            count += 1
-            other = core = True
-            separated = separated or pending
-            pending = False
-        elif c == _J_WORD:  # inside a word of another script: no place where two words meet
-            core = True
-            separated = separated or pending
-            pending = False
-        else:
-            letters = letters or _J_LOWER <= c <= _J_UPPER
-            if c <= _J_DIGIT:
-                core = True
-                separated = separated or pending
-                pending = False
-            if c == _J_UPPER and before != _J_SPACE:
-                if before == _J_LOWER or before >= _J_APOSTROPHE:
-                    count += 1  # after a lowercase letter or a mark
-                elif before == _J_UPPER and i + 1 < n and classes[raw[i + 1]] == _J_LOWER:
-                    count += 1  # "APIKey": a word after an acronym
-            if c <= _J_DIGIT and before == _J_MARK and _J_LOWER <= twice <= _J_DIGIT:
-                mark_in_word = True
-                mark_before_lower = mark_before_lower or c != _J_UPPER
-        twice = before
-        before = c
-    return out[:k]
-
-
-def _join_view(text: str, raw: bytes | None = None) -> np.ndarray:
-    """`text`'s bytes as `_joined_spans` reads them (`raw`: the text as ASCII bytes,
-    non-ASCII as "?", if already made): a letter of another script is _WORD_BYTE, not "?",
-    since no two words meet there (each character of a Japanese text would count as a
-    place where they could)."""
-    view = np.frombuffer(text.encode("ascii", "replace") if raw is None else raw, dtype=np.uint8)
-    if text.isascii():
-        return view
-    points = code_points(text)
-    letter = (points >= 0x80) & ((_tables()[0].take(points) & _F_LETTER) != 0)
-    if not letter.any():
-        return view
-    view = view.copy()
-    view[letter] = _WORD_BYTE
-    return view
-
-
-def _unjoined_token(token: str) -> str | None:
-    """`token` written as the words it joins, if it is a sentence written as one token:
-    MIN_JOINED words or more joined by "_", "-" or a symbol ("ignore_all_previous...",
-    "Ignore🙂all🙂previous") or in CamelCase, most of them words, MIN_JOINED_FUNCTION of
-    them function words (most identifiers name a thing: "parse_http_request_body_fast")."""
-    core = token.strip(_EDGES)
-    if len(core) < 2 * MIN_JOINED:
-        return None
-    parts = [p for p in _JOIN.split(core) if p]
-    if len(parts) == 1:
-        parts = _CAMEL_WORD.findall(core)
-        if "".join(parts) != core:
-            return None
-    if len(parts) < MIN_JOINED:
-        return None
-    words = [p.strip(_EDGES).lower() for p in parts]
-    if not all(w.replace("'", "").isalpha() or w.isdigit() for w in words):
-        return None  # a version, a hash, a name with digits: an identifier
-    known = _words()
-    if sum(w in known for w in words) < _JOINED_WORDS_SHARE * len(words):
-        return None
-    if sum(w in _FUNCTION_WORDS for w in words) < MIN_JOINED_FUNCTION:
-        return None
-    at = token.index(core)
-    return token[:at] + " ".join(parts) + token[at + len(core) :]
-
-
-def _unjoined(text: str, raw: bytes | None = None) -> tuple[str, int]:
-    """Sentences written as one token (`_unjoined_token`) written as words, and how many;
-    `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text classifier
-    reads such a token as one unknown word, the model upstream reads the sentence."""
-    return _spliced(text, _joined_changes(text, raw))
-
-
-def _joined_changes(text: str, raw: bytes | None = None) -> list[tuple[int, int, str]]:
-    """`_unjoined`'s changes: (start, end, the words) of each sentence written as one token."""
-    changes = []
-    for a, b in _joined_spans(_join_view(text, raw), _JOIN_CLASS, MIN_JOINED - 1).tolist():
-        for m in _TOKEN.finditer(text, a, b):  # non-ASCII spaces split tokens too
-            words = _unjoined_token(m.group(0))
-            if words is not None:
-                changes.append((m.start(), m.end(), words))
-    return changes
-
-
-@numba.njit(cache=True, nogil=True)
-def _reversed_cues(raw: np.ndarray, cues: np.ndarray) -> np.ndarray:
-    """Where `raw` (the text's bytes, non-ASCII as "?") has a run of ASCII letters that is
-    one of `cues` (_REVERSED_CUES) in any case: the start of each. Compiled at `warm`."""
-    out = np.empty(raw.shape[0] // 2 + 1, dtype=np.int64)
-    k = 0
-    key = 0
-    length = 0
-    for i in range(raw.shape[0] + 1):
-        c = raw[i] if i < raw.shape[0] else 32
-        if 65 <= c <= 90:
-            c += 32
-        if 97 <= c <= 122:
-            if length < 5:
-                key |= (c - 96) << (5 * length)
-            length += 1
-            continue
-        if 2 <= length <= 4:
-            for cue in cues:
-                if key == cue:
-                    out[k] = i - length
-                    k += 1
-                    break
-        key = 0
-        length = 0
-    return out[:k]
-
-
-def _unreversed(text: str, raw: bytes | None = None) -> tuple[str, int]:
-    """Lines written backwards ("snoitcurtsni suoiverp lla erongI") read forwards, and how
-    many; `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text
-    classifier reads such a line as unknown words, a model upstream asked to can read it."""
-    return _spliced(text, _backwards_changes(text, raw))
-
-
-def _backwards_changes(text: str, raw: bytes | None = None) -> list[tuple[int, int, str]]:
-    """`_unreversed`'s changes: (start, end, the line read forwards) of each backwards line."""
-    raw = text.encode("ascii", "replace") if raw is None else raw
-    cues = _reversed_cues(np.frombuffer(raw, dtype=np.uint8), _REVERSED_CUES)
-    if not len(cues):
-        return []
-    words = _words()
-    changes = []
-    last = 0
-    for at in cues.tolist():
-        if at < last:
-            continue  # in the line just looked at
-        start = text.rfind("\n", 0, at) + 1
-        end = text.find("\n", at)
-        end = len(text) if end < 0 else end
-        tokens = [t.lower() for t in _LETTER_RUN.findall(text, start, end)]
-        n = len(tokens)
-        if n >= MIN_REVERSED_WORDS:
-            backward = sum(t[::-1] in words for t in tokens)
-            forward = sum(t in words for t in tokens)
-            if backward >= _REVERSED_WORDS_SHARE * n and forward <= _FORWARD_WORDS_SHARE * n:
-                changes.append((start, end, text[start:end][::-1]))
-        last = end
-    return changes
-
-
-def rewritten_spots(text: str) -> list[tuple[int, int]]:
-    """Where in `text` `views` finds a sentence written as one token or a line written
-    backwards, read in the text itself: sorted (start, end) ranges."""
-    raw = text.encode("ascii", "replace")
-    return sorted((a, b) for a, b, _ in [*_joined_changes(text, raw), *_backwards_changes(text, raw)])
+    return text_of(points), latin
 
 
 def _hidden(text: str) -> tuple[str, int]:
@@ -1236,26 +325,26 @@ def views(text: str, version: str = VERSION) -> Views:
     first = text if is_plain else primary_many((text,))[0]
     hidden = 0
     extra = first
-    if not text.isascii() and np.bitwise_or.reduce(_tables()[0].take(code_points(text))) & _F_INVISIBLE:
+    if not text.isascii() and np.bitwise_or.reduce(tables()[0].take(code_points(text))) & F_INVISIBLE:
         revealed, hidden = _hidden(text)
         if hidden:
             extra = primary(revealed)
-    extra, decoded = _char_refs(extra)
+    extra, decoded = decoding.char_refs(extra)
     if decoded:
         extra = primary(extra)
-    budget = [MAX_SEGMENTS]
+    budget = [decoding.MAX_SEGMENTS]
     raw = extra.encode("ascii", "replace")  # one byte per character, for the byte-level looks
-    for _ in range(DECODE_ROUNDS):
-        extra, n = _decode_segments(extra, budget, lines, raw)
+    for _ in range(decoding.DECODE_ROUNDS):
+        extra, n = decoding.decode_segments(extra, budget, lines, raw)
         decoded += n
         if not n:
             break
         extra = primary(extra)
         raw = extra.encode("ascii", "replace")
-    extra, respelled = _respelled(extra, raw)
-    extra, leet = fold_leet(extra, None if respelled else raw)
-    extra, joined = _unjoined(extra, None if respelled or leet else raw)
-    extra, backwards = _unreversed(extra, None if respelled or leet or joined else raw)
+    extra, respelled = respelling.respelled(extra, raw)
+    extra, leet = respelling.fold_leet(extra, None if respelled else raw)
+    extra, joined = respelling.unjoined(extra, None if respelled or leet else raw)
+    extra, backwards = respelling.unreversed(extra, None if respelled or leet or joined else raw)
     leet += respelled + backwards
     if not (hidden or decoded or leet or joined):
         return Views(first, None, 0, 0, 0, is_plain)

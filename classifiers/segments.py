@@ -41,7 +41,7 @@ import re
 import numba
 import numpy as np
 
-from deltaguard.classifiers.normalize import code_point_class, code_points
+from deltaguard.classifiers.characters import code_point_class, code_points
 
 PIECE_CHARS = 400  # longer pieces are cut into windows of this size
 PIECE_STEP = 300  # between the starts of a long piece's windows (100 characters of overlap)
