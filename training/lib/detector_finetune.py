@@ -19,6 +19,7 @@ from training.lib.detector_spec import (
     LAYERS,
     LR,
     SEED,
+    TRAIN_THREADS,
     WARMUP,
     log,
 )
@@ -33,7 +34,7 @@ def finetune(
     from transformers import AutoModel
 
     torch.manual_seed(SEED)
-    torch.set_num_threads(2)
+    torch.set_num_threads(TRAIN_THREADS)
     with open(windows_file) as f:
         data = [json.loads(line) for line in f]
     w = np.array([d["w"] for d in data], dtype=np.float32)

@@ -6,6 +6,7 @@ No deltaguard import: the build venv imports this without the runtime installed.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -112,6 +113,9 @@ BATCH = 32
 LR = 8e-5
 HEAD_LR = 2e-3
 WARMUP = 0.06
+# torch's threads in a fine-tuning: the build box's two cores. Two fine-tunings side by side
+# each want 1 (DELTAGUARD_TRAIN_THREADS=1): at 2 each they ran at a quarter of their speed.
+TRAIN_THREADS = int(os.environ.get("DELTAGUARD_TRAIN_THREADS", "2"))
 CAP_PER_CELL = 2500  # training rows per (source, label, channel), at most
 FOLD_SAMPLE = 1000  # held-out rows scored per (source, label) in a fold
 
