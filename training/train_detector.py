@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     if args.command == "fold":
+        if args.mined_by != MINER:
+            parser.error("--mined-by builds a release; a fold trains the shipped recipe's rows")
         run_fold(args.sources.split(","), args.epochs, args.cap, base, args.carriers)
         return 0
     miners = tuple(m for m in args.mined_by.split(",") if m)

@@ -42,4 +42,7 @@ def test_a_later_round_of_mined_windows_is_named_by_releases_of_the_manifest(cal
         train_detector.main(["--mined-by", "detector-v2,detector-v9"])
     err = capsys.readouterr().err
     assert "--mined-by: not a release in" in err and "detector-v9" in err
+    with pytest.raises(SystemExit):
+        train_detector.main(["--mined-by", "detector-v2,detector-v3", "fold", "s-labs"])
+    assert "a fold trains the shipped recipe's rows" in capsys.readouterr().err
     assert len(calls) == 1
