@@ -46,9 +46,10 @@ Heads: `prompt_injection` (direct: user messages), `jailbreak`, and
 classifier which head judges the prompt_injection category of which role.
 
 `--carriers` adds training/lib/carrier_rows.py's rows (the corpus's direct injections placed
-in agentprobe's carriers, with benign twins) to every split, under work folder names of
-their own; `--mined-by MINER,RELEASE` adds the benign windows a later release still
-over-weights (training/lib/hard_negatives.py's next round) to the train split, likewise.
+in agentprobe's carriers, with benign twins) to every split; `--mined-by MINER,RELEASE` adds
+the benign windows a later release still over-weights (training/lib/hard_negatives.py's next
+round) to the train split. Such a build has work folders and a release of its own (its files
+and version tagged, `rows_tag`): it never overwrites the shipped release nor a pinned miner.
 `--models-dir DIR` writes the artifacts and the entry into DIR (a copy of the models
 folder) instead. `fold SOURCE[,SOURCE] [--base KEY]` trains without those sources
 (nor rows sharing their groups) and writes the held-out rows' scores instead of an artifact:
@@ -104,6 +105,13 @@ from training.lib.hard_negatives import MINER
 # -- orchestration (main venv) ------------------------------------------------------------
 
 
+def rows_tag(carriers: bool, miners: tuple[str, ...]) -> str:
+    """What a build's rows add to the shipped recipe's, as a tag of its work folder and of
+    its release's names (`Base.tagged`): "" for the shipped recipe."""
+    later = [m.removeprefix("detector-") for m in miners if m != MINER]
+    return ("-carriers" if carriers else "") + "".join(f"-mined-{m}" for m in later)
+
+
 def build(
     epochs: int, base: Base, models_dir: Path, carriers: bool = False, miners: tuple[str, ...] = (MINER,)
 ) -> int:
@@ -112,10 +120,9 @@ def build(
     rows = load_rows(carriers, miners)
     tokenizer = tokenizer_path(base)
     windows = build_windows(rows, tokenizer)
-    later_rounds = "".join(f"-{m}" for m in miners if m != MINER)
-    out = train_and_export(
-        windows, "final" + base.suffix + ("-carriers" if carriers else "") + later_rounds, epochs, base
-    )
+    tag = rows_tag(carriers, miners)
+    base = base.tagged(tag)
+    out = train_and_export(windows, "final" + base.suffix + tag, epochs, base)
     model = serving_model(out, tokenizer)
     validation = [r for r in rows if r["split"] == "validation"]
     p_val = cached_scores(out / "validation-scores.npy", model, validation)

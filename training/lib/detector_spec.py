@@ -68,8 +68,13 @@ class Base:
             raise ValueError(f"{self.key} has {self.of_layers} layers: cannot keep {layers}")
         if layers == self.layers:
             return self
-        tag = f"-{layers}l"
-        return replace(self, layers=layers, version=self.version + tag, release=self.release + tag)
+        return replace(self.tagged(f"-{layers}l"), layers=layers)
+
+    def tagged(self, tag: str) -> Base:
+        """The same base under release names and a version carrying `tag`: a recipe variant's
+        release (other rows, other depth) never overwrites the one the base builds by default,
+        nor a pinned release it was mined with."""
+        return replace(self, version=self.version + tag, release=self.release + tag)
 
     @property
     def model_file(self) -> str:

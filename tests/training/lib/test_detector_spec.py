@@ -49,3 +49,11 @@ def test_a_base_keeps_no_more_layers_than_it_has():
         BASES["minilm"].deeper(7)
     with pytest.raises(ValueError):
         BASES["e5"].deeper(0)
+
+
+def test_a_tagged_base_builds_a_release_of_its_own_with_the_same_encoder():
+    minilm = BASES[DEFAULT_BASE]
+    tagged = minilm.tagged("-mined-v3")
+    files = (tagged.model_file, tagged.heads_file)
+    assert files == ("detector-v3-mined-v3.onnx", "detector-v3-mined-v3-heads.npz")
+    assert tagged.version == "3-mined-v3" and (tagged.layers, tagged.suffix) == (minilm.layers, minilm.suffix)
