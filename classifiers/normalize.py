@@ -37,8 +37,8 @@ microseconds otherwise; the per-code-point table behind the Unicode checks is bu
 compiled passes loaded once (`warm`, called at load).
 
 The primary view is made here; the extra view's passes are classifiers/decoding.py (encoded
-text) and classifiers/respelling.py (disguised spellings), both reading the per-character
-tables of classifiers/characters.py.
+text), classifiers/leetspeak.py and classifiers/respelling.py (disguised spellings), on the
+per-character tables of classifiers/characters.py and the word list of classifiers/words.py.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from deltaguard.classifiers import decoding, respelling
+from deltaguard.classifiers import decoding, leetspeak, respelling
 from deltaguard.classifiers.characters import (
     CONFUSABLE_MAP,
     F_CONFUSABLE,
@@ -63,7 +63,8 @@ from deltaguard.classifiers.characters import (
     tables,
     text_of,
 )
-from deltaguard.classifiers.respelling import fold_leet, rewritten_spots
+from deltaguard.classifiers.leetspeak import fold_leet
+from deltaguard.classifiers.respelling import rewritten_spots
 
 __all__ = [
     "DECODED_MARKER",
@@ -83,9 +84,9 @@ __all__ = [
 # A model names the version of the views it was trained on and is served exactly those
 # (`views(text, version)`); VERSION is what new models train on. 2: decoded text may span
 # lines (1 left encoded text with line breaks encoded). Both leave e-mail addresses unfolded
-# (`respelling._in_address`, a correction made after the shipped models were trained: folding them gave
+# (`leetspeak._in_address`, a correction made after the shipped models were trained: folding them gave
 # 30% of the benign tool outputs and documents an extra view, and its leetspeak marker), and
-# fold a word with one run of leet characters only when it spells a word (`respelling._spells_word`,
+# fold a word with one run of leet characters only when it spells a word (`leetspeak._spells_word`,
 # the same kind of correction, for decorators, $variables and library names).
 VERSION = "2"
 VERSIONS = ("1", "2")
@@ -188,6 +189,7 @@ def warm() -> None:
     load them from numba's cache) now: about a second, once per process."""
     tables()
     _unaccented()
+    leetspeak.warm()
     respelling.warm()
 
 
@@ -342,7 +344,7 @@ def views(text: str, version: str = VERSION) -> Views:
         extra = primary(extra)
         raw = extra.encode("ascii", "replace")
     extra, respelled = respelling.respelled(extra, raw)
-    extra, leet = respelling.fold_leet(extra, None if respelled else raw)
+    extra, leet = leetspeak.fold_leet(extra, None if respelled else raw)
     extra, joined = respelling.unjoined(extra, None if respelled or leet else raw)
     extra, backwards = respelling.unreversed(extra, None if respelled or leet or joined else raw)
     leet += respelled + backwards

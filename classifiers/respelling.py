@@ -1,39 +1,20 @@
-"""The extra view's disguised spellings written plainly (classifiers/normalize.py):
-leetspeak words folded, words spaced, dotted, broken by marks or wrapped one by one in
-emphasis written whole, sentences written as one token read as words, and lines written
-backwards read forwards. The byte-level searches are compiled (numba), at `warm`.
+"""The extra view's disguised spellings written plainly (classifiers/normalize.py): words
+spaced, dotted, broken by marks or wrapped one by one in emphasis written whole, sentences
+written as one token read as words, and lines written backwards read forwards (leetspeak is
+classifiers/leetspeak.py). The byte-level searches are compiled (numba), at `warm`.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numba
 import numpy as np
 
 from deltaguard.classifiers.characters import F_LETTER, LETTERS, code_points, shape_table, tables
+from deltaguard.classifiers.words import known_words, spliced
 
-_LEET_CHARS = "013457@$"
-_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
-_HEXLIKE = re.compile(r"[0-9a-fA-F]+")
-_LEET_L = str.maketrans({"0": "o", "1": "l", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
-_LEET_RUN = re.compile(r"[013457@$]+")
-# A word next to one of these is part of an identifier, a number, a path or an encoded blob.
-_NOT_LEET_NEIGHBOURS = b"_26789/+=-\\"
-MAX_LEET_CHARS = 24
-
-
-# Byte shapes of ASCII text: letter "a", leet digit "1", other digit "2", "@$" "1" too; a
-# word of that shape ends at " " or "2". As arrays, for `_leet_spans`.
-_LEET_SHAPE_OF = np.frombuffer(
-    shape_table({LETTERS: b"a", b"013457@$": b"1", b"2689": b"2"}, b" "), dtype=np.uint8
-)
-_LEET_LETTER, _LEET_DIGIT, _LEET_OTHER_DIGIT, _LEET_EDGE = b"a12 "
-_LEET_NEIGHBOUR = np.zeros(256, dtype=np.bool_)
-_LEET_NEIGHBOUR[list(_NOT_LEET_NEIGHBOURS)] = True
 # Disguised spellings (`_respelled`): a run of words each wrapped in the same emphasis
 # mark (not "__", which wraps C and Python names), and a word of single letters joined by
 # one space or one dot.
@@ -136,122 +117,6 @@ _REVERSED_CUES = np.array(
     dtype=np.int64,
 )  # each packed five bits a letter, first letter lowest
 _LETTER_RUN = re.compile(r"[A-Za-z]{3,}")
-
-
-def _leet_word(word: str) -> str | None:
-    if not 3 <= len(word) <= MAX_LEET_CHARS or word.isdigit() or word[:2] in ("0x", "0X"):
-        return None
-    if len(word) >= 6 and _HEXLIKE.fullmatch(word):
-        return None
-    if any(c.isdigit() and c not in _LEET_CHARS for c in word):
-        return None  # 2, 6, 8, 9 spell no letter here: a version, a size or an id
-    letters = "".join(c for c in word if c.isalpha())
-    if len(letters) < 2 or len(letters) == len(word):
-        return None
-    if not (letters.islower() or letters.isupper() or letters[1:].islower()):
-        return None  # mixed case inside a word: an id or a base64 fragment, not a word
-    head = word.rstrip("0123456789")
-    if not any(c in _LEET_CHARS for c in head):
-        return None  # letters then a number: "file10", "md5", "step35"
-    return word.translate(_LEET).lower()
-
-
-def _in_address(text: str, start: int, end: int) -> bool:
-    """Whether the word text[start:end] has an "@" and a domain right after it ("name@host"
-    then ".org"): an e-mail address or a user@host, which changelogs, commit trailers and
-    package metadata are full of, not leetspeak."""
-    return "@" in text[start:end] and text[end : end + 1] == "." and text[end + 1 : end + 2].isalnum()
-
-
-@functools.cache
-def _words() -> frozenset[str]:
-    """The whole lowercase words of the detector's tokenizer vocabulary (words.txt)."""
-    return frozenset(Path(__file__).with_name("words.txt").read_text().split())
-
-
-def _spells_word(folded: str, word: str) -> bool:
-    """Whether `folded` (`word` spelled out) is a word, reading its 1s as i or as l
-    ("wou1d"); the fold itself keeps i, as the models were trained."""
-    words = _words()
-    return folded in words or ("1" in word and word.translate(_LEET_L).lower() in words)
-
-
-def _one_substitution(word: str) -> bool:
-    """Whether the word's leet characters are one run ("pr0mpt", "@property", "10th"), not
-    several ("1gn0r3"). One run is what identifiers, decorators, variables and numbers with
-    a unit have, so such a fold must spell a word to count (a correction made after the
-    shipped models were trained, like `_in_address`: 12% of real coding-agent tool outputs
-    had an extra view and its leetspeak marker for them)."""
-    return len(_LEET_RUN.findall(word)) == 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _leet_spans(raw: np.ndarray, shape_of: np.ndarray, neighbour: np.ndarray) -> np.ndarray:
-    """`fold_leet`'s candidate words: (start, end) of each word that holds a letter next to
-    a leet character, in `raw` (the text's bytes, non-ASCII as "?") shaped by `shape_of`
-    (_LEET_SHAPE_OF), but for those next to a `neighbour` (part of an identifier, a number, a
-    path or an encoded blob: most of them in real text, each a few microseconds of Python).
-    Linear: each search stops at the word's edge or the previous word's end. Compiled at
-    `warm`."""
-    n = raw.shape[0]
-    out = np.empty((n // 2 + 1, 2), dtype=np.int64)
-    k = 0
-    end = 0
-    for at in range(n - 1):
-        if at < end:
-            continue  # in the word just found
-        a, b = shape_of[raw[at]], shape_of[raw[at + 1]]
-        if not ((a == _LEET_LETTER and b == _LEET_DIGIT) or (a == _LEET_DIGIT and b == _LEET_LETTER)):
-            continue
-        start = 0
-        for j in range(at - 1, end - 1, -1):
-            if shape_of[raw[j]] == _LEET_EDGE or shape_of[raw[j]] == _LEET_OTHER_DIGIT:
-                start = j + 1
-                break
-        end = at
-        while end < n and shape_of[raw[end]] != _LEET_EDGE and shape_of[raw[end]] != _LEET_OTHER_DIGIT:
-            end += 1
-        if (start > 0 and neighbour[raw[start - 1]]) or (end < n and neighbour[raw[end]]):
-            continue
-        out[k, 0] = start
-        out[k, 1] = end
-        k += 1
-    return out[:k]
-
-
-def fold_leet(text: str, raw: bytes | None = None) -> tuple[str, int]:
-    """Leetspeak words spelled out ("1gn0r3 pr3v10u5" -> "ignore previous"), and how many;
-    `raw`: the text as ASCII bytes, non-ASCII as "?", if already made."""
-    # One byte per character (non-ASCII as "?"), shaped so that a search finds every letter
-    # next to a leet character; only the words around those hits are looked at.
-    raw = text.encode("ascii", "replace") if raw is None else raw
-    spans = _leet_spans(np.frombuffer(raw, dtype=np.uint8), _LEET_SHAPE_OF, _LEET_NEIGHBOUR).tolist()
-    if not spans:
-        return text, 0
-    changes = []
-    for start, end in spans:
-        if _in_address(text, start, end):
-            continue
-        word = text[start:end]
-        folded = _leet_word(word)
-        if folded is not None and _one_substitution(word) and not _spells_word(folded, word):
-            continue  # spells no word: a decorator, a $variable, html5lib, 3rd, 10px
-        if folded is not None:
-            changes.append((start, end, folded))
-    return _spliced(text, changes)
-
-
-def _spliced(text: str, changes: list[tuple[int, int, str]]) -> tuple[str, int]:
-    """`text` with each (start, end, new text) of `changes` (in order, none overlapping)
-    made, and how many."""
-    if not changes:
-        return text, 0
-    out, last = [], 0
-    for start, end, new in changes:
-        out += [text[last:start], new]
-        last = end
-    out.append(text[last:])
-    return "".join(out), len(changes)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -442,14 +307,14 @@ def _rewritten(
             changes += [(token.start(), token.end(), plain_token) for token, plain_token in stretch]
             found += 1
         i = j
-    return _spliced(text, changes)[0], found
+    return spliced(text, changes)[0], found
 
 
 def _unbroken(token: str) -> str | None:
     """`token` with the mark inside its word removed, if that spells a word its parts do
     not ("ig-nore", "a.l.l"; not "built-in", "well-known", "os.path")."""
     quick = token.isascii() and "." not in token
-    if quick and token.strip(_EDGES).translate(_NO_MARKS).lower() not in _words():
+    if quick and token.strip(_EDGES).translate(_NO_MARKS).lower() not in known_words():
         return None  # the common case, a compound, at the cost of a few string methods
     core = _CORE.search(token)
     if core is None or (m := _BROKEN.fullmatch(core.group(0))) is None:
@@ -458,10 +323,10 @@ def _unbroken(token: str) -> str | None:
     joined = "".join(parts)
     if m.group(1) == "." and (any(len(p) > 1 for p in parts) or len(parts) < 3 or joined.isupper()):
         return None  # a path, a name, a sentence's end; "i.e.", "a.m.", "U.S.A."
-    words = _words()
+    known = known_words()
     if m.group(1) != "." and len(joined) < 4 and all(len(p) == 1 for p in parts):
         return None  # "a+b+c", "r-y"
-    if joined.lower() not in words or all(len(p) > 2 and p.lower() in words for p in parts):
+    if joined.lower() not in known or all(len(p) > 2 and p.lower() in known for p in parts):
         return None  # no word, or a compound of words ("any-one")
     return token[: core.start()] + joined + token[core.end() :]
 
@@ -475,7 +340,7 @@ def _unwrapped(token: str) -> str | None:
     if (
         len(word) < 3
         or word.isupper()
-        or ("'" not in word and "\u2019" not in word and word.lower() not in _words())
+        or ("'" not in word and "\u2019" not in word and word.lower() not in known_words())
     ):
         return None  # a constant or a name wrapped as code, not a word: "`GET`", "`json` `yaml` `toml`"
     return token.replace(m.group(1), "")
@@ -606,7 +471,7 @@ def _unjoined_token(token: str) -> str | None:
     words = [p.strip(_EDGES).lower() for p in parts]
     if not all(w.replace("'", "").isalpha() or w.isdigit() for w in words):
         return None  # a version, a hash, a name with digits: an identifier
-    known = _words()
+    known = known_words()
     if sum(w in known for w in words) < _JOINED_WORDS_SHARE * len(words):
         return None
     if sum(w in _FUNCTION_WORDS for w in words) < MIN_JOINED_FUNCTION:
@@ -619,7 +484,7 @@ def unjoined(text: str, raw: bytes | None = None) -> tuple[str, int]:
     """Sentences written as one token (`_unjoined_token`) written as words, and how many;
     `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text classifier
     reads such a token as one unknown word, the model upstream reads the sentence."""
-    return _spliced(text, _joined_changes(text, raw))
+    return spliced(text, _joined_changes(text, raw))
 
 
 def _joined_changes(text: str, raw: bytes | None = None) -> list[tuple[int, int, str]]:
@@ -665,7 +530,7 @@ def unreversed(text: str, raw: bytes | None = None) -> tuple[str, int]:
     """Lines written backwards ("snoitcurtsni suoiverp lla erongI") read forwards, and how
     many; `raw`: the text as ASCII bytes, non-ASCII as "?", if already made. A text
     classifier reads such a line as unknown words, a model upstream asked to can read it."""
-    return _spliced(text, _backwards_changes(text, raw))
+    return spliced(text, _backwards_changes(text, raw))
 
 
 def _backwards_changes(text: str, raw: bytes | None = None) -> list[tuple[int, int, str]]:
@@ -674,7 +539,7 @@ def _backwards_changes(text: str, raw: bytes | None = None) -> list[tuple[int, i
     cues = _reversed_cues(np.frombuffer(raw, dtype=np.uint8), _REVERSED_CUES)
     if not len(cues):
         return []
-    words = _words()
+    known = known_words()
     changes = []
     last = 0
     for at in cues.tolist():
@@ -686,8 +551,8 @@ def _backwards_changes(text: str, raw: bytes | None = None) -> list[tuple[int, i
         tokens = [t.lower() for t in _LETTER_RUN.findall(text, start, end)]
         n = len(tokens)
         if n >= MIN_REVERSED_WORDS:
-            backward = sum(t[::-1] in words for t in tokens)
-            forward = sum(t in words for t in tokens)
+            backward = sum(t[::-1] in known for t in tokens)
+            forward = sum(t in known for t in tokens)
             if backward >= _REVERSED_WORDS_SHARE * n and forward <= _FORWARD_WORDS_SHARE * n:
                 changes.append((start, end, text[start:end][::-1]))
         last = end
@@ -703,9 +568,8 @@ def rewritten_spots(text: str) -> list[tuple[int, int]]:
 
 def warm() -> None:
     """Read the word list and compile the byte passes (or load them from numba's cache)."""
-    _words()
+    known_words()
     _respell_looks(np.frombuffer(b"a", dtype=np.uint8))
     _marked_spots(np.frombuffer(b"a", dtype=np.uint8), True, True, True, True)
-    fold_leet("a1")
     unjoined("a_b")
     unreversed("eht")
