@@ -3,11 +3,15 @@ builds and folds under names of its own, so it never overwrites the shipped rele
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from deltaguard.artifacts import manifest_entry
 from training.lib.detector_folds import fold_dir
-from training.lib.detector_spec import BASES, DEFAULT_BASE
+from training.lib.detector_spec import BASES, DEFAULT_BASE, REPO
 
 
 def test_the_default_base_builds_the_shipped_detector():
@@ -57,3 +61,15 @@ def test_a_tagged_base_builds_a_release_of_its_own_with_the_same_encoder():
     files = (tagged.model_file, tagged.heads_file)
     assert files == ("detector-v3-mined-v3.onnx", "detector-v3-mined-v3-heads.npz")
     assert tagged.version == "3-mined-v3" and (tagged.layers, tagged.suffix) == (minilm.layers, minilm.suffix)
+
+
+def test_a_fine_tunings_threads_can_be_set_for_two_side_by_side():
+    def threads(env: dict[str, str]) -> str:
+        read = "from training.lib.detector_spec import TRAIN_THREADS; print(TRAIN_THREADS)"
+        done = subprocess.run([sys.executable, "-c", read], env=env, cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    unset = {k: v for k, v in os.environ.items() if k != "DELTAGUARD_TRAIN_THREADS"}
+    assert threads(unset) == "2"  # the build box's two cores
+    assert threads({**unset, "DELTAGUARD_TRAIN_THREADS": "1"}) == "1"
