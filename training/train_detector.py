@@ -90,6 +90,7 @@ from training.lib.detector_spec import (
     HEADS,
     LAYERS,
     LR,
+    MINER,
     MODELS_DIR,
     NORMALIZE,
     ROLE_HEADS,
@@ -98,18 +99,11 @@ from training.lib.detector_spec import (
     WINDOW_TOKENS,
     Base,
     log,
+    rows_tag,
 )
 from training.lib.detector_windows import build_windows, cap_training
-from training.lib.hard_negatives import MINER
 
 # -- orchestration (main venv) ------------------------------------------------------------
-
-
-def rows_tag(carriers: bool, miners: tuple[str, ...]) -> str:
-    """What a build's rows add to the shipped recipe's, as a tag of its work folder and of
-    its release's names (`Base.tagged`): "" for the shipped recipe."""
-    later = [m.removeprefix("detector-") for m in miners if m != MINER]
-    return ("-carriers" if carriers else "") + "".join(f"-mined-{m}" for m in later)
 
 
 def build(

@@ -1,8 +1,7 @@
 import pytest
 
 import training.train_detector as train_detector
-from training.lib.detector_spec import DEFAULT_BASE, EPOCHS, LAYERS
-from training.lib.hard_negatives import MINER
+from training.lib.detector_spec import DEFAULT_BASE, EPOCHS, LAYERS, MINER
 
 
 @pytest.fixture
@@ -46,9 +45,3 @@ def test_a_later_round_of_mined_windows_is_named_by_releases_of_the_manifest(cal
         train_detector.main(["--mined-by", "detector-v2,detector-v3", "fold", "s-labs"])
     assert "a fold trains the shipped recipe's rows" in capsys.readouterr().err
     assert len(calls) == 1
-
-
-def test_a_build_with_other_rows_is_tagged_by_them():
-    assert train_detector.rows_tag(False, (MINER,)) == ""  # the shipped recipe: its own release
-    assert train_detector.rows_tag(True, (MINER,)) == "-carriers"
-    assert train_detector.rows_tag(False, (MINER, "detector-v3")) == "-mined-v3"

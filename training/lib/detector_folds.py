@@ -31,6 +31,7 @@ from training.lib.detector_spec import (
     WORK,
     Base,
     log,
+    rows_tag,
 )
 from training.lib.detector_spec import HEADS as DETECTOR_HEADS
 from training.lib.detector_windows import build_windows
@@ -49,7 +50,7 @@ def fold_dir(
     sources: tuple[str, ...] | list[str], base: Base = BASES[DEFAULT_BASE], carriers: bool = False
 ) -> Path:
     """A fold's work folder (its model, scores and, beside it, its result as JSON)."""
-    return WORK / ("fold-" + "+".join(sorted(sources)) + base.suffix + ("-carriers" if carriers else ""))
+    return WORK / ("fold-" + "+".join(sorted(sources)) + base.suffix + rows_tag(carriers))
 
 
 def attack_scores(p: np.ndarray, rows: list[dict[str, Any]], thresholds: dict[str, float]) -> np.ndarray:

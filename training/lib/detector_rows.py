@@ -14,11 +14,11 @@ from typing import Any
 from training.lib.detector_spec import (
     FOLD_SAMPLE,
     INDIRECT_CHANNELS,
+    MINER,
     NORMALIZE,
     SEED,
     WORK,
 )
-from training.lib.hard_negatives import MINER
 
 
 def load_rows(carriers: bool = False, miners: Sequence[str] = (MINER,)) -> list[dict[str, Any]]:

@@ -17,7 +17,8 @@ MODELS_DIR = REPO / "models"
 WORK = REPO / ".cache" / "detector"
 SEED = 2917
 ARTIFACT = "detector"
-MINER_TOKENIZER_FILE = "minilm-tokenizer.json"  # detector-v2's, the hard-negative miner
+MINER = "detector-v2"  # the release that mined the shipped recipe's hard negatives (hard_negatives.py)
+MINER_TOKENIZER_FILE = "minilm-tokenizer.json"  # the miners' tokenizer (detector-v2's and -v3's)
 HEADS = ("prompt_injection", "jailbreak", "indirect_injection")
 CATEGORIES = ("prompt_injection", "jailbreak")  # indirect_injection judges prompt_injection of tools
 ROLE_HEADS = {"tool": {"prompt_injection": "indirect_injection"}}
@@ -111,6 +112,16 @@ BASES = {
         vocab_frequent=60_000,
     ),
 }
+
+
+def rows_tag(carriers: bool = False, miners: tuple[str, ...] = (MINER,)) -> str:
+    """What a recipe's rows add to the shipped recipe's (carriers, a later round of mined
+    windows), as a tag of its work folders and its release's names (`Base.tagged`): "" for
+    the shipped recipe."""
+    later = [m.removeprefix("detector-") for m in miners if m != MINER]
+    return ("-carriers" if carriers else "") + "".join(f"-mined-{m}" for m in later)
+
+
 WINDOW_TOKENS = 128  # [CLS] + 126 content tokens + [SEP]
 WINDOW_STRIDE = 112  # 14 tokens of overlap between windows at serving time
 EPOCHS = 2
@@ -121,6 +132,7 @@ WARMUP = 0.06
 # torch's threads in a fine-tuning: the build box's two cores. Two fine-tunings side by side
 # each want 1 (DELTAGUARD_TRAIN_THREADS=1): at 2 each they ran at a quarter of their speed.
 TRAIN_THREADS = int(os.environ.get("DELTAGUARD_TRAIN_THREADS", "2"))
+
 CAP_PER_CELL = 2500  # training rows per (source, label, channel), at most
 FOLD_SAMPLE = 1000  # held-out rows scored per (source, label) in a fold
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from training.lib.detector_spec import MINER
 from training.lib.real_text import all_documents
 
-MINER = "detector-v2"
 REAL_SOURCE = "real-mined"
 CHAT_SOURCE = "chat-mined"
 PER_DOCUMENT = 3  # windows kept per document, at most: no one file teaches the model alone

@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from training.lib.detector_spec import INDIRECT_CHANNELS, MODELS_DIR, REPO, WORK
-from training.lib.hard_negatives import MINER
+from training.lib.detector_spec import INDIRECT_CHANNELS, MINER, MODELS_DIR, REPO, WORK
 from training.lib.log import make_log
 
 CACHE = WORK / "window-screen"  # a folder per detector model: its probabilities are the labels

@@ -11,7 +11,7 @@ import pytest
 
 from deltaguard.artifacts import manifest_entry
 from training.lib.detector_folds import fold_dir
-from training.lib.detector_spec import BASES, DEFAULT_BASE, REPO
+from training.lib.detector_spec import BASES, DEFAULT_BASE, MINER, REPO, rows_tag
 
 
 def test_the_default_base_builds_the_shipped_detector():
@@ -73,3 +73,9 @@ def test_a_fine_tunings_threads_can_be_set_for_two_side_by_side():
     unset = {k: v for k, v in os.environ.items() if k != "DELTAGUARD_TRAIN_THREADS"}
     assert threads(unset) == "2"  # the build box's two cores
     assert threads({**unset, "DELTAGUARD_TRAIN_THREADS": "1"}) == "1"
+
+
+def test_a_build_with_other_rows_is_tagged_by_them():
+    assert rows_tag(False, (MINER,)) == ""  # the shipped recipe: its own release
+    assert rows_tag(True, (MINER,)) == "-carriers"
+    assert rows_tag(False, (MINER, "detector-v3")) == "-mined-v3"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from training.lib import agent_traffic, detector_rows, window_evidence
-from training.lib.hard_negatives import MINER
+from training.lib.detector_spec import MINER
 
 
 def row(text: str, source: str, label: str = "benign", channel: str = "tool") -> dict:
